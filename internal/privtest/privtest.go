@@ -1,0 +1,33 @@
+// Package privtest gates tests that need root, BPF or cgroups. Locally they
+// skip with a reason; in CI (CUDATRACE_REQUIRE_PRIVILEGED=1) a skip is a
+// failure, so privileged tests cannot silently stop running.
+package privtest
+
+import (
+	"os"
+	"testing"
+)
+
+// EnvRequire is the variable CI sets to turn privileged skips into failures.
+const EnvRequire = "CUDATRACE_REQUIRE_PRIVILEGED"
+
+// Required reports whether privileged tests must run.
+func Required() bool { return os.Getenv(EnvRequire) == "1" }
+
+// Skip skips the test with reason, or fails it when privileged tests are
+// required.
+func Skip(t testing.TB, reason string) {
+	t.Helper()
+	if Required() {
+		t.Fatalf("%s (and %s=1 forbids skipping)", reason, EnvRequire)
+	}
+	t.Skip(reason)
+}
+
+// RequireRoot skips (or fails, in CI) unless running as root.
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		Skip(t, "needs root: run the tests with sudo")
+	}
+}

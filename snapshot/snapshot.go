@@ -1,0 +1,175 @@
+// Package snapshot holds what cudatrace knows about the system around the
+// target: device nodes, drivers, cgroups, mounts, credentials. The types are
+// plain data so a snapshot can be stored in a report and analysed offline;
+// Collect (collect.go) is the only code that reads the live system.
+package snapshot
+
+import "time"
+
+// Snapshot is the system as the target saw it, taken once at the first
+// failure and once at exit (the later one is stored).
+type Snapshot struct {
+	TakenAt time.Time `json:"taken_at"`
+	Host    Host      `json:"host"`
+	// ProcDevices is /proc/devices' character section: major → driver.
+	ProcDevices []DriverMajor `json:"proc_devices"`
+	// Nodes are the /dev/nvidia* nodes (and /dev/char links) as the target
+	// sees them through /proc/PID/root, plus nodes the trace touched.
+	Nodes     []Node            `json:"nodes"`
+	Process   Process           `json:"process"`
+	Mounts    []Mount           `json:"mounts,omitempty"` // mounts that hold traced nodes (/dev and below)
+	CgroupV1  *CgroupV1         `json:"cgroup_v1,omitempty"`
+	CgroupV2  *CgroupV2         `json:"cgroup_v2,omitempty"`
+	Driver    Driver            `json:"driver"`
+	KernelLog []KernelLine      `json:"kernel_log,omitempty"`
+	Container Container         `json:"container"`
+	Env       map[string]string `json:"env,omitempty"` // only CUDA_VISIBLE_DEVICES, NVIDIA_*, LD_LIBRARY_PATH
+	// Unavailable lists what could not be collected and why, one line each
+	// ("cgroup v2 programs: BPF_PROG_QUERY: operation not permitted").
+	Unavailable []string `json:"unavailable,omitempty"`
+}
+
+type Host struct {
+	Kernel        string `json:"kernel"` // uname -r
+	Arch          string `json:"arch"`
+	Hostname      string `json:"hostname,omitempty"`
+	DriverVersion string `json:"driver_version,omitempty"` // from /proc/driver/nvidia/version
+	DriverLine    string `json:"driver_line,omitempty"`    // that file's first line
+}
+
+// DriverMajor is one line of /proc/devices.
+type DriverMajor struct {
+	Major uint32 `json:"major"`
+	Name  string `json:"name"`
+}
+
+// Node is a device node as stat(2) sees it from the target's root.
+type Node struct {
+	Path   string `json:"path"`
+	Exists bool   `json:"exists"`
+	// Type is "c" or "b" for device nodes, "l" for a symlink, "f" for a
+	// regular file, "d" for a directory, "" when missing.
+	Type     string `json:"type,omitempty"`
+	Major    uint32 `json:"major"`
+	Minor    uint32 `json:"minor"`
+	Mode     uint32 `json:"mode"` // permission bits only (0666)
+	UID      uint32 `json:"uid"`
+	GID      uint32 `json:"gid"`
+	LinkDest string `json:"link_dest,omitempty"`
+	// MountPoint is the mount the node lives on (key into Snapshot.Mounts).
+	MountPoint string `json:"mount_point,omitempty"`
+}
+
+// Process is the target's identity and privileges.
+type Process struct {
+	PID        int      `json:"pid"`
+	Comm       string   `json:"comm,omitempty"`
+	UID        uint32   `json:"uid"`
+	GID        uint32   `json:"gid"`
+	Groups     []uint32 `json:"groups,omitempty"`
+	User       string   `json:"user,omitempty"`
+	CapEff     uint64   `json:"cap_eff"`
+	CapBnd     uint64   `json:"cap_bnd"`
+	NoNewPrivs bool     `json:"no_new_privs"`
+	Seccomp    int      `json:"seccomp"` // 0 off, 1 strict, 2 filter
+	// UserNS is true when the target runs in a user namespace other than the
+	// initial one (mknod and many device operations are then refused).
+	UserNS bool `json:"user_ns"`
+}
+
+// CanMknod is whether the process holds CAP_MKNOD.
+func (p Process) CanMknod() bool { return p.CapEff&(1<<27) != 0 && !p.UserNS }
+
+// Mount is one line of /proc/PID/mountinfo that matters.
+type Mount struct {
+	MountPoint string   `json:"mount_point"`
+	Root       string   `json:"root"` // the mount's root within its filesystem; != "/" for a bind mount of a subtree
+	FSType     string   `json:"fstype"`
+	Source     string   `json:"source"`
+	Options    []string `json:"options"`
+	NoDev      bool     `json:"nodev"`
+	Bind       bool     `json:"bind"` // root is not the filesystem root
+}
+
+// CgroupV1 is the target's devices-controller cgroup.
+type CgroupV1 struct {
+	Path        string   `json:"path"`         // cgroup path, e.g. /docker/abc
+	DevicesList []string `json:"devices_list"` // raw lines of devices.list
+	ReadError   string   `json:"read_error,omitempty"`
+}
+
+// CgroupV2 is the target's unified cgroup and the device programs that
+// govern it (its own and inherited, i.e. the effective set).
+type CgroupV2 struct {
+	Path       string          `json:"path"`        // e.g. /lxc/200/ns
+	MountPoint string          `json:"mount_point"` // where cgroup2 was (or got) mounted
+	Programs   []DeviceProgram `json:"programs"`
+	QueryError string          `json:"query_error,omitempty"`
+}
+
+// DeviceProgram is one BPF_CGROUP_DEVICE program, with its instructions so
+// that its verdict can be re-computed offline.
+type DeviceProgram struct {
+	ID           uint32 `json:"id"`
+	Name         string `json:"name,omitempty"`
+	Tag          string `json:"tag,omitempty"`
+	AttachedTo   string `json:"attached_to"` // cgroup path the program is attached to
+	AttachFlags  uint32 `json:"attach_flags,omitempty"`
+	Instructions []byte `json:"instructions"` // raw struct bpf_insn array, host byte order
+	// LinkID is set when the program is attached through a bpf_link.
+	LinkID uint32 `json:"link_id,omitempty"`
+}
+
+// Driver is the NVIDIA kernel driver's state.
+type Driver struct {
+	Loaded    bool              `json:"loaded"`
+	Params    map[string]string `json:"params,omitempty"`     // /proc/driver/nvidia/params
+	UVMParams map[string]string `json:"uvm_params,omitempty"` // /sys/module/nvidia_uvm/parameters
+	Modules   []string          `json:"modules,omitempty"`    // nvidia* lines of /proc/modules, names only
+	GPUs      []string          `json:"gpus,omitempty"`       // /proc/driver/nvidia/gpus/* bus ids
+}
+
+// KernelLine is one kernel log line from the trace window.
+type KernelLine struct {
+	Seq  uint64 `json:"seq"`
+	Text string `json:"text"`
+}
+
+// Container describes where the target runs.
+type Container struct {
+	Runtime     string `json:"runtime,omitempty"` // lxc, docker, podman, containerd, kubernetes, systemd, "" for none
+	ID          string `json:"id,omitempty"`
+	ProxmoxCTID string `json:"proxmox_ctid,omitempty"`
+	Unit        string `json:"unit,omitempty"` // systemd unit or scope
+	PodUID      string `json:"pod_uid,omitempty"`
+}
+
+// MajorName returns the /proc/devices name for a character major, or "".
+func (s *Snapshot) MajorName(major uint32) string {
+	for _, d := range s.ProcDevices {
+		if d.Major == major {
+			return d.Name
+		}
+	}
+	return ""
+}
+
+// MajorOf returns the major registered under name, if any.
+func (s *Snapshot) MajorOf(name string) (uint32, bool) {
+	for _, d := range s.ProcDevices {
+		if d.Name == name {
+			return d.Major, true
+		}
+	}
+	return 0, false
+}
+
+// Node returns the snapshot's entry for path, or nil.
+func (s *Snapshot) Node(path string) *Node {
+	for i := range s.Nodes {
+		if s.Nodes[i].Path == path {
+			return &s.Nodes[i]
+		}
+	}
+	return nil
+}

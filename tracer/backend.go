@@ -1,0 +1,81 @@
+package tracer
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Spec says what to trace: a command to launch, or running processes to
+// attach to (exactly one of the two).
+type Spec struct {
+	Argv []string // command to launch; Argv[0] already resolved to a path
+	// Credentials for the launched command (-u USER); nil keeps ours.
+	Cred *Cred
+	PIDs []int // processes to attach to
+
+	// Duration stops an attach (or a launch) after this long; 0 means until
+	// the target exits or ctx is cancelled.
+	Duration time.Duration
+
+	// DeviceMajors are the character-device majors whose fds count as NVIDIA
+	// devices (ioctl tracing, open results). Filled from /proc/devices by the
+	// caller; tests point it at fake nodes.
+	DeviceMajors []uint32
+
+	// RingBufferBytes overrides the eBPF ring buffer size (0: default).
+	RingBufferBytes int
+	Debug           bool
+}
+
+// Cred is who the launched command runs as.
+type Cred struct {
+	UID    uint32
+	GID    uint32
+	Groups []uint32
+	User   string
+}
+
+// Result is what a backend knows once tracing has ended. Events themselves
+// went to the Sink as they arrived.
+type Result struct {
+	Backend  string
+	Started  time.Time
+	Ended    time.Time
+	Events   uint64 // events delivered to the sink
+	Dropped  uint64 // events the kernel (or the tracer) lost; non-zero means incomplete
+	Launched bool
+	// Exit is the launched target's exit (nil when attaching, or when the
+	// target outlived the trace).
+	Exit *ExitStatus
+	// Notes are facts about the trace itself the report must mention, such
+	// as "no_new_privs was set on the target".
+	Notes []string
+}
+
+// ExitStatus is how the launched target ended.
+type ExitStatus struct {
+	Code   int `json:"code"`             // exit code, if it exited
+	Signal int `json:"signal,omitempty"` // the signal that killed it, if any
+}
+
+// ShellCode is the status a shell would report: the exit code, or 128+N for
+// death by signal N.
+func (s ExitStatus) ShellCode() int {
+	if s.Signal != 0 {
+		return 128 + s.Signal
+	}
+	return s.Code
+}
+
+// Backend traces a Spec and streams events to a Sink. Run blocks until the
+// launched command exits, the attach duration passes, or ctx is cancelled
+// (then an attached target is detached and left running).
+type Backend interface {
+	Name() string
+	Run(ctx context.Context, spec Spec, sink Sink) (*Result, error)
+}
+
+// ErrUnavailable wraps the reason a backend cannot work on this host (no
+// BPF, no privileges, ptrace refused). The "auto" mode falls back on it.
+var ErrUnavailable = errors.New("backend unavailable")

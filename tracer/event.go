@@ -1,0 +1,100 @@
+// Package tracer defines the one event type every backend produces, and the
+// interface the backends implement. The backends live in sub-packages
+// (tracer/ebpf, tracer/ptrace, tracer/stracelog) so that consumers of events
+// (annotate, report) never import BPF or ptrace code.
+package tracer
+
+import (
+	"fmt"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Kind groups syscalls by what they do to a device node, so that analysis
+// does not care whether the target called open or openat2, stat or statx.
+type Kind string
+
+const (
+	KindOpen    Kind = "open"    // open, openat, openat2
+	KindIoctl   Kind = "ioctl"   // ioctl on an NVIDIA character device (or fd -1 after a failed open)
+	KindStat    Kind = "stat"    // stat, lstat, newfstatat, statx
+	KindAccess  Kind = "access"  // access, faccessat, faccessat2
+	KindMknod   Kind = "mknod"   // mknod, mknodat
+	KindUnlink  Kind = "unlink"  // unlink, unlinkat
+	KindSymlink Kind = "symlink" // symlink, symlinkat
+	KindMkdir   Kind = "mkdir"   // mkdir, mkdirat
+	KindMemfd   Kind = "memfd"   // memfd_create (seccomp denials show here)
+	KindExec    Kind = "exec"    // execve, execveat
+	KindExit    Kind = "exit"    // a process (thread group) exited
+)
+
+// Dev is a device number as the kernel sees it.
+type Dev struct {
+	Major uint32 `json:"major"`
+	Minor uint32 `json:"minor"`
+}
+
+func (d Dev) String() string { return fmt.Sprintf("%d:%d", d.Major, d.Minor) }
+
+// Event is one traced syscall (or process exit). Every backend, and the
+// strace-log importer, produce exactly this type.
+type Event struct {
+	Seq     uint64        `json:"seq"`     // order of arrival, from 1
+	Time    time.Duration `json:"t_ns"`    // since the trace started
+	PID     int           `json:"pid"`     // thread group id
+	TID     int           `json:"tid"`     // thread id
+	Comm    string        `json:"comm"`    // task comm at the time of the call
+	Kind    Kind          `json:"kind"`    // what the call does
+	Syscall string        `json:"syscall"` // the kernel's name: openat, newfstatat, ...
+	Path    string        `json:"path,omitempty"`
+	Target  string        `json:"target,omitempty"` // symlink: the link's contents
+	Argv    []string      `json:"argv,omitempty"`   // exec: argv as far as it was read
+	Flags   uint64        `json:"flags,omitempty"`  // open flags, access mode, AT_* flags
+	Mode    uint32        `json:"mode,omitempty"`   // open/mknod/mkdir mode argument; stat: st_mode of the result
+	// Dev is the device involved, when known: the node an open returned
+	// (read from the new fd's inode), the st_rdev a stat returned, the dev_t
+	// a mknod asked for, or the device behind an ioctl's fd.
+	Dev     *Dev   `json:"dev,omitempty"`
+	FD      int    `json:"fd,omitempty"`      // ioctl: the fd used
+	Request uint32 `json:"request,omitempty"` // ioctl: request number
+	Arg     []byte `json:"arg,omitempty"`     // ioctl: leading bytes of the params block after the call
+	Ret     int64  `json:"ret"`               // return value, -errno on failure
+	// Exit events only.
+	ExitCode int `json:"exit_code,omitempty"`
+	Signal   int `json:"signal,omitempty"`
+}
+
+// Failed reports whether the call returned an error.
+func (e *Event) Failed() bool { return e.Kind != KindExit && e.Ret < 0 && e.Ret > -4096 }
+
+// Errno is the error the call failed with, or 0.
+func (e *Event) Errno() syscall.Errno {
+	if !e.Failed() {
+		return 0
+	}
+	return syscall.Errno(-e.Ret)
+}
+
+// ErrnoName is the symbolic name (EPERM), or "" for a successful call.
+func (e *Event) ErrnoName() string {
+	if !e.Failed() {
+		return ""
+	}
+	if n := unix.ErrnoName(e.Errno()); n != "" {
+		return n
+	}
+	return fmt.Sprintf("errno %d", -e.Ret)
+}
+
+// Sink receives events as a backend produces them. Backends call it from one
+// goroutine, in order.
+type Sink interface {
+	Event(*Event)
+}
+
+// SinkFunc adapts a function to Sink.
+type SinkFunc func(*Event)
+
+func (f SinkFunc) Event(e *Event) { f(e) }
