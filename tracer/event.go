@@ -89,7 +89,9 @@ func (e *Event) ErrnoName() string {
 }
 
 // Sink receives events as a backend produces them. Backends call it from one
-// goroutine, in order.
+// goroutine, in order. The event and the slices it points to are valid only
+// during the call (backends may reuse buffers); a sink that keeps an event
+// copies it.
 type Sink interface {
 	Event(*Event)
 }

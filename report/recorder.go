@@ -1,0 +1,80 @@
+package report
+
+import (
+	"github.com/cudatrace/cudatrace/tracer"
+)
+
+// ioctlSamplePerSite bounds how many successful ioctls of one (pid, device,
+// request) are kept verbatim. A torch start issues ~1,600 ioctls, a long job
+// millions; the rest are counted, so memory stays flat however long the
+// trace runs.
+const ioctlSamplePerSite = 8
+
+// maxStored caps the stored events; beyond it events are counted only.
+const maxStored = 200_000
+
+type ioctlSite struct {
+	pid     int
+	dev     tracer.Dev
+	request uint32
+}
+
+// Recorder is the tracer.Sink that builds a report's event list: every
+// event except repetitive successful ioctls, which it aggregates.
+type Recorder struct {
+	Events   []tracer.Event
+	Seen     uint64 // events delivered
+	Overflow uint64 // events not stored because of maxStored
+	sites    map[ioctlSite]*IoctlSummary
+	order    []ioctlSite
+}
+
+// NewRecorder returns an empty recorder.
+func NewRecorder() *Recorder {
+	return &Recorder{sites: make(map[ioctlSite]*IoctlSummary)}
+}
+
+// Event implements tracer.Sink.
+func (r *Recorder) Event(e *tracer.Event) {
+	r.Seen++
+	if e.Kind == tracer.KindIoctl {
+		var dev tracer.Dev
+		if e.Dev != nil {
+			dev = *e.Dev
+		}
+		site := ioctlSite{e.PID, dev, e.Request}
+		s := r.sites[site]
+		if s == nil {
+			s = &IoctlSummary{PID: e.PID, Dev: dev, Request: e.Request}
+			r.sites[site] = s
+			r.order = append(r.order, site)
+		}
+		s.Count++
+		if e.Failed() {
+			s.Failed++
+		} else if s.Count > ioctlSamplePerSite {
+			return // counted, not stored
+		}
+	}
+	if len(r.Events) >= maxStored {
+		r.Overflow++
+		return
+	}
+	ev := *e
+	ev.Arg = append([]byte(nil), e.Arg...)
+	ev.Argv = append([]string(nil), e.Argv...)
+	if e.Dev != nil {
+		d := *e.Dev
+		ev.Dev = &d
+	}
+	r.Events = append(r.Events, ev)
+}
+
+// Ioctls returns the per-site ioctl counts in first-seen order.
+func (r *Recorder) Ioctls() []IoctlSummary {
+	out := make([]IoctlSummary, 0, len(r.order))
+	for _, s := range r.order {
+		out = append(out, *r.sites[s])
+	}
+	return out
+}
