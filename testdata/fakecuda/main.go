@@ -1,0 +1,171 @@
+// Command fakecuda performs the device-node part of libcuda's cuInit, as
+// recorded on a real H200 host (/work/shared/recordings), with the same
+// syscalls, and prints "cuInit N" like
+// python3 -c 'import ctypes; print("cuInit", ctypes.CDLL("libcuda.so.1").cuInit(0))'.
+// End-to-end tests of cudatrace run it inside broken environments built by
+// internal/scenario. See README.md.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"time"
+)
+
+// Keep the main goroutine on the main thread (TID == PID), so that --thread
+// runs the sequence on a thread with a different TID.
+func init() { runtime.LockOSThread() }
+
+type options struct {
+	procDevices string
+	dev         string
+	modprobe    string
+	libcuda     string
+	thread      bool
+	forkDepth   int
+	loop        int
+	interval    time.Duration
+	sleepBefore time.Duration
+	exitNonzero bool
+	memfd       bool
+	verbose     bool
+}
+
+func parseFlags(args []string) (*options, error) {
+	o := &options{}
+	fs := flag.NewFlagSet("fakecuda", flag.ContinueOnError)
+	fs.SetOutput(os.Stderr)
+	fs.StringVar(&o.procDevices, "proc-devices", defaultProcDevs, "file read as /proc/devices")
+	fs.StringVar(&o.dev, "dev", defaultDevPrefix, "directory used as /dev")
+	fs.StringVar(&o.modprobe, "modprobe", defaultModprobe, "nvidia-modprobe to run when a node cannot be repaired")
+	fs.StringVar(&o.libcuda, "libcuda", "", "open this file first, as the dynamic loader opens libcuda.so.1")
+	fs.BoolVar(&o.thread, "thread", false, "run the sequence on a second OS thread")
+	fs.IntVar(&o.forkDepth, "fork-depth", 0, "re-exec this many levels deep; the deepest runs the sequence")
+	fs.IntVar(&o.loop, "loop", 1, "run the sequence this many times (0: forever)")
+	fs.DurationVar(&o.interval, "interval", 100*time.Millisecond, "pause between --loop iterations")
+	fs.DurationVar(&o.sleepBefore, "sleep-before", 0, "pause before the first sequence")
+	fs.BoolVar(&o.exitNonzero, "exit-nonzero", false, "exit 1 when cuInit is not 0")
+	fs.BoolVar(&o.memfd, "memfd", false, "call memfd_create after nvidiactl (a seccomp denial gives cuInit 304)")
+	fs.BoolVar(&o.verbose, "v", false, "log each call and its result to stderr")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if o.forkDepth < 0 || o.loop < 0 || o.interval < 0 || o.sleepBefore < 0 {
+		return nil, errors.New("--fork-depth, --loop, --interval and --sleep-before must not be negative")
+	}
+	return o, nil
+}
+
+func main() {
+	o, err := parseFlags(os.Args[1:])
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "fakecuda:", err)
+		os.Exit(2)
+	}
+	os.Exit(run(o))
+}
+
+// run returns the exit status.
+func run(o *options) int {
+	if o.forkDepth > 0 {
+		return reexec(o.forkDepth - 1)
+	}
+	time.Sleep(o.sleepBefore)
+	status := 0
+	for i := 0; o.loop == 0 || i < o.loop; i++ {
+		if i > 0 {
+			time.Sleep(o.interval)
+		}
+		code, err := cuInit(o)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "fakecuda:", err)
+			return 1
+		}
+		fmt.Printf("cuInit %d\n", code)
+		status = 0
+		if o.exitNonzero && code != cudaSuccess {
+			status = 1
+		}
+	}
+	return status
+}
+
+func cuInit(o *options) (int, error) {
+	q := &sequence{
+		dev:         o.dev,
+		procDevices: o.procDevices,
+		modprobe:    o.modprobe,
+		libcuda:     o.libcuda,
+		memfd:       o.memfd,
+	}
+	if o.verbose {
+		q.log = os.Stderr
+	}
+	if !o.thread {
+		return q.run()
+	}
+	type outcome struct {
+		code int
+		err  error
+	}
+	done := make(chan outcome)
+	go func() {
+		// Locked so the whole sequence stays on one thread, which cannot be
+		// the main thread: main holds that one.
+		runtime.LockOSThread()
+		code, err := q.run()
+		done <- outcome{code, err}
+	}()
+	r := <-done
+	return r.code, r.err
+}
+
+// reexec runs this program again with --fork-depth=depth and the same other
+// arguments, and returns the child's exit status.
+func reexec(depth int) int {
+	args := []string{}
+	for i := 1; i < len(os.Args); i++ {
+		a := os.Args[i]
+		switch {
+		case a == "--fork-depth" || a == "-fork-depth":
+			i++ // skip its value
+			continue
+		case hasFlagPrefix(a, "fork-depth="):
+			continue
+		}
+		args = append(args, a)
+	}
+	args = append([]string{"--fork-depth=" + strconv.Itoa(depth)}, args...)
+	cmd := exec.Command("/proc/self/exe", args...)
+	cmd.Args[0] = os.Args[0]
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &exit):
+		if exit.ExitCode() >= 0 {
+			return exit.ExitCode()
+		}
+		return 128 + 9 // killed by a signal; ExitCode hides which
+	default:
+		fmt.Fprintln(os.Stderr, "fakecuda:", err)
+		return 1
+	}
+}
+
+func hasFlagPrefix(arg, name string) bool {
+	return len(arg) > len(name) && (arg[:2] == "--" && arg[2:2+len(name)] == name || arg[1:1+len(name)] == name && arg[0] == '-')
+}
