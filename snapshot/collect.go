@@ -1,0 +1,317 @@
+package snapshot
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Options says whose view of the system Collect takes.
+type Options struct {
+	// PID is the target process: its root, mounts, cgroups and credentials
+	// are read through /proc/PID. Zero, or a process that has exited, makes
+	// Collect fall back to cudatrace's own view and say so.
+	PID int
+	// ExtraPaths are device paths the trace touched; each gets a Node, with
+	// Exists=false when it is missing now.
+	ExtraPaths []string
+	// ProcDevicesPath replaces /proc/devices (tests, fake setups).
+	ProcDevicesPath string
+	// KmsgSince starts the kernel log window; zero skips the kernel log.
+	KmsgSince time.Time
+	// QueryCgroupPrograms lists the effective BPF_CGROUP_DEVICE programs of
+	// cgroupDir (a directory under the cgroup2 mount cgroupRoot). Injected
+	// (cgroupdev.QueryEffective) because cgroupdev imports this package.
+	QueryCgroupPrograms func(cgroupDir, cgroupRoot string) ([]DeviceProgram, error)
+}
+
+// collector holds the paths and hooks Collect reads through, so that tests
+// can point it at a fake /proc or pretend cgroup2 is not mounted.
+type collector struct {
+	opts     Options
+	snap     *Snapshot
+	proc     string // "/proc"
+	sys      string // "/sys"
+	kmsgPath string // "/dev/kmsg"
+	// selfMountinfo is cudatrace's own mount table, which locates the
+	// cgroup hierarchies it can read.
+	selfMountinfo func() (string, error)
+	mountCgroup2  func() (string, func() error, error)
+	now           func() time.Time
+	bootTime      func() time.Time // origin of /dev/kmsg timestamps
+}
+
+func newCollector(opts Options) *collector {
+	return &collector{
+		opts:          opts,
+		proc:          "/proc",
+		sys:           "/sys",
+		kmsgPath:      "/dev/kmsg",
+		selfMountinfo: func() (string, error) { return readString("/proc/self/mountinfo") },
+		mountCgroup2:  mountCgroup2,
+		now:           time.Now,
+		bootTime:      kernelBootTime,
+	}
+}
+
+// Collect reads the live system as the target process sees it. It never
+// fails: whatever cannot be read is listed in Snapshot.Unavailable, and a
+// host without an NVIDIA driver simply yields empty driver fields.
+func Collect(opts Options) *Snapshot {
+	return newCollector(opts).run()
+}
+
+func (c *collector) run() *Snapshot {
+	c.snap = &Snapshot{TakenAt: c.now()}
+	s := c.snap
+	c.collectHost()
+
+	pidDir, alive := c.targetDir()
+	s.Process.PID = c.opts.PID
+	if alive {
+		c.collectProcess(pidDir)
+	}
+
+	devPath := c.opts.ProcDevicesPath
+	if devPath == "" {
+		devPath = filepath.Join(c.proc, "devices")
+	}
+	if text, err := readString(devPath); err != nil {
+		c.unavailable("/proc/devices", err)
+	} else {
+		s.ProcDevices = ParseProcDevices(text)
+	}
+
+	var targetMounts []Mount
+	if text, err := readString(filepath.Join(pidDir, "mountinfo")); err != nil {
+		c.unavailable("target mountinfo", err)
+	} else {
+		targetMounts = ParseMountinfo(text)
+	}
+	c.collectNodes(c.targetRoot(pidDir), targetMounts)
+
+	if text, err := readString(filepath.Join(pidDir, "cgroup")); err != nil {
+		c.unavailable("target cgroups", err)
+	} else {
+		lines := parseCgroupFile(text)
+		var self []selfMount
+		if mi, err := c.selfMountinfo(); err != nil {
+			c.unavailable("cudatrace's mountinfo", err)
+		} else {
+			self = parseSelfMounts(mi)
+		}
+		c.collectCgroupV1(lines, self)
+		c.collectCgroupV2(lines, self)
+		s.Container = DetectContainer(text, c.initEnv(pidDir))
+	}
+
+	c.collectDriver()
+	c.collectKernelLog()
+	if alive {
+		c.collectEnv(pidDir)
+	}
+	return s
+}
+
+// targetDir returns /proc/PID, or /proc/self when there is no live target.
+func (c *collector) targetDir() (string, bool) {
+	self := filepath.Join(c.proc, "self")
+	if c.opts.PID <= 0 {
+		c.snap.Unavailable = append(c.snap.Unavailable,
+			"no target process: nodes, mounts and cgroups are cudatrace's own view")
+		return self, false
+	}
+	dir := filepath.Join(c.proc, strconv.Itoa(c.opts.PID))
+	if _, err := os.Stat(dir); err != nil {
+		c.snap.Unavailable = append(c.snap.Unavailable,
+			"target had exited: nodes, mounts and cgroups are cudatrace's own view; its credentials are unknown")
+		return self, false
+	}
+	return dir, true
+}
+
+// targetRoot is the directory through which paths resolve as the target
+// sees them; cudatrace's own root when the target's cannot be entered.
+func (c *collector) targetRoot(pidDir string) string {
+	root := filepath.Join(pidDir, "root")
+	if _, err := os.Stat(filepath.Join(root, "dev")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		c.unavailable("target root (nodes are cudatrace's own view)", err)
+		return "/"
+	}
+	return root
+}
+
+func (c *collector) collectHost() {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		c.unavailable("uname", err)
+	} else {
+		c.snap.Host.Kernel = unix.ByteSliceToString(u.Release[:])
+		c.snap.Host.Arch = unix.ByteSliceToString(u.Machine[:])
+	}
+	if h, err := os.Hostname(); err == nil {
+		c.snap.Host.Hostname = h
+	}
+}
+
+func (c *collector) collectProcess(pidDir string) {
+	p := &c.snap.Process
+	text, err := readString(filepath.Join(pidDir, "status"))
+	if err != nil {
+		c.unavailable("target status", err)
+		return
+	}
+	st := parseStatus(text)
+	p.UID, p.GID, p.Groups = st.UID, st.GID, st.Groups
+	p.CapEff, p.CapBnd = st.CapEff, st.CapBnd
+	p.NoNewPrivs, p.Seccomp = st.NoNewPrivs, st.Seccomp
+	p.Comm = st.Name
+	if comm, err := readString(filepath.Join(pidDir, "comm")); err == nil {
+		p.Comm = strings.TrimSpace(comm)
+	}
+	if pw, err := readString(filepath.Join(pidDir, "root", "etc", "passwd")); err == nil {
+		p.User = parsePasswd(pw, p.UID)
+	}
+	p.UserNS = c.inUserNS(pidDir)
+}
+
+// inUserNS reports whether the target's user namespace is not the initial
+// one: it differs from cudatrace's, or its uid map is not the identity map
+// of the initial namespace (which catches cudatrace itself in a container).
+func (c *collector) inUserNS(pidDir string) bool {
+	mine, err1 := os.Readlink(filepath.Join(c.proc, "self", "ns", "user"))
+	theirs, err2 := os.Readlink(filepath.Join(pidDir, "ns", "user"))
+	if err1 == nil && err2 == nil && mine != theirs {
+		return true
+	}
+	m, err := readString(filepath.Join(pidDir, "uid_map"))
+	if err != nil {
+		c.unavailable("target uid_map", err)
+		return err1 == nil && err2 == nil && mine != theirs
+	}
+	return strings.Join(strings.Fields(m), " ") != "0 0 4294967295"
+}
+
+func (c *collector) collectEnv(pidDir string) {
+	data, err := os.ReadFile(filepath.Join(pidDir, "environ"))
+	if err != nil {
+		c.unavailable("target environment", err)
+		return
+	}
+	for k, v := range parseEnviron(data) {
+		if keepEnv(k) {
+			if c.snap.Env == nil {
+				c.snap.Env = map[string]string{}
+			}
+			c.snap.Env[k] = v
+		}
+	}
+}
+
+// initEnv is the environment of the init of the target's PID namespace
+// (where container managers set container=), plus that variable inferred
+// from the marker files docker and podman leave in a container's root.
+func (c *collector) initEnv(pidDir string) map[string]string {
+	env := map[string]string{}
+	if dir := c.pidNSInit(pidDir); dir != "" {
+		if data, err := os.ReadFile(filepath.Join(dir, "environ")); err == nil {
+			if v, ok := parseEnviron(data)["container"]; ok {
+				env["container"] = v
+			}
+		}
+	}
+	if env["container"] == "" {
+		root := filepath.Join(pidDir, "root")
+		if _, err := os.Stat(filepath.Join(root, ".dockerenv")); err == nil {
+			env["container"] = "docker"
+		} else if _, err := os.Stat(filepath.Join(root, "run", ".containerenv")); err == nil {
+			env["container"] = "podman"
+		}
+	}
+	return env
+}
+
+// pidNSInit finds /proc/N of the process that is PID 1 in the target's PID
+// namespace, or "" when it cannot be found.
+func (c *collector) pidNSInit(pidDir string) string {
+	ns, err := os.Readlink(filepath.Join(pidDir, "ns", "pid"))
+	if err != nil {
+		return ""
+	}
+	if mine, err := os.Readlink(filepath.Join(c.proc, "self", "ns", "pid")); err == nil && mine == ns {
+		return filepath.Join(c.proc, "1")
+	}
+	entries, err := os.ReadDir(c.proc)
+	if err != nil {
+		return ""
+	}
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		dir := filepath.Join(c.proc, e.Name())
+		if other, err := os.Readlink(filepath.Join(dir, "ns", "pid")); err != nil || other != ns {
+			continue
+		}
+		st, err := readString(filepath.Join(dir, "status"))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(st, "\n") {
+			if rest, ok := strings.CutPrefix(line, "NSpid:"); ok {
+				f := strings.Fields(rest)
+				if len(f) > 0 && f[len(f)-1] == "1" {
+					return dir
+				}
+			}
+		}
+	}
+	return ""
+}
+
+// unavailable records that what could not be read, in one short line.
+func (c *collector) unavailable(what string, err error) {
+	msg := shortErr(err)
+	if (errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES)) && !strings.Contains(msg, "(needs") {
+		msg += " (needs root)"
+	}
+	c.snap.Unavailable = append(c.snap.Unavailable, what+": "+msg)
+}
+
+// shortErr drops the path and syscall from an error whose context the
+// caller already gives.
+func shortErr(err error) string {
+	var pe *fs.PathError
+	var se *os.SyscallError
+	switch {
+	case errors.As(err, &pe):
+		return pe.Err.Error()
+	case errors.As(err, &se):
+		return se.Err.Error()
+	}
+	return err.Error()
+}
+
+func readString(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	return string(b), err
+}
+
+// readOptional reads a file that is normally absent without a driver; only
+// errors other than "missing" are worth reporting.
+func (c *collector) readOptional(what, path string) (string, bool) {
+	text, err := readString(path)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			c.unavailable(what, err)
+		}
+		return "", false
+	}
+	return text, true
+}

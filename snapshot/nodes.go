@@ -1,0 +1,164 @@
+package snapshot
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// nvidiaDirs are the /dev subdirectories whose entries are all NVIDIA nodes.
+var nvidiaDirs = []string{"/dev/nvidia-caps", "/dev/nvidia-caps-imex-channels"}
+
+// collectNodes stats every NVIDIA node the target can see (through root,
+// its /proc/PID/root), the paths the trace touched, and the nodes the
+// registered drivers imply, then records the mounts that hold them.
+func (c *collector) collectNodes(root string, mounts []Mount) {
+	want := map[string]bool{}
+	add := func(p string) {
+		if !strings.HasPrefix(p, "/") {
+			p = "/" + p
+		}
+		want[path.Clean(p)] = true
+	}
+
+	if names, err := c.readDirNames(root, "/dev"); err == nil {
+		for _, n := range names {
+			if strings.HasPrefix(n, "nvidia") && !contains(nvidiaDirs, "/dev/"+n) {
+				add("/dev/" + n)
+			}
+		}
+	}
+	for _, d := range nvidiaDirs {
+		if names, err := c.readDirNames(root, d); err == nil {
+			for _, n := range names {
+				add(d + "/" + n)
+			}
+		}
+	}
+	// /dev/char/M:m links let systemd and runc resolve device rules; keep
+	// the ones that lead to NVIDIA nodes (their absence is failure mode 3).
+	if names, err := c.readDirNames(root, "/dev/char"); err == nil {
+		for _, n := range names {
+			dest, err := os.Readlink(filepath.Join(root, "dev", "char", n))
+			if err == nil && strings.Contains(dest, "nvidia") {
+				add("/dev/char/" + n)
+			}
+		}
+	}
+	for _, p := range c.opts.ExtraPaths {
+		if p != "" {
+			add(p)
+		}
+	}
+	for _, p := range expectedNodes(c.snap.ProcDevices) {
+		add(p)
+	}
+
+	paths := make([]string, 0, len(want))
+	for p := range want {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+
+	held := map[int]bool{}
+	if i := mountOf(mounts, "/dev"); i >= 0 {
+		held[i] = true
+	}
+	for _, p := range paths {
+		n := statNode(root, p)
+		if i := mountOf(mounts, p); i >= 0 {
+			n.MountPoint = mounts[i].MountPoint
+			held[i] = true
+		}
+		c.snap.Nodes = append(c.snap.Nodes, n)
+	}
+	for i, m := range mounts {
+		if held[i] {
+			c.snap.Mounts = append(c.snap.Mounts, m)
+		}
+	}
+}
+
+// expectedNodes are nodes that must exist for the registered drivers to be
+// usable; listing them makes a missing one visible even if nothing stat'ed it.
+func expectedNodes(devs []DriverMajor) []string {
+	var out []string
+	for _, d := range devs {
+		switch {
+		case d.Major == 195 && (d.Name == "nvidiactl" || d.Name == "nvidia-frontend"):
+			out = append(out, "/dev/nvidiactl")
+		case d.Name == "nvidia-uvm":
+			out = append(out, "/dev/nvidia-uvm")
+		}
+	}
+	return out
+}
+
+// readDirNames lists dir as seen from root. A missing directory is normal
+// (no driver); other errors are recorded.
+func (c *collector) readDirNames(root, dir string) ([]string, error) {
+	entries, err := os.ReadDir(filepath.Join(root, dir))
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, unix.ENOTDIR) {
+			c.unavailable("listing "+dir, err)
+		}
+		return nil, err
+	}
+	names := make([]string, 0, len(entries))
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names, nil
+}
+
+// statNode lstats p under root. A symlink is described as itself (with its
+// destination), because the target's resolution of it is what the trace shows.
+func statNode(root, p string) Node {
+	n := Node{Path: p}
+	var st unix.Stat_t
+	if err := unix.Lstat(filepath.Join(root, p), &st); err != nil {
+		return n
+	}
+	n.Exists = true
+	n.Mode = st.Mode & 0o7777
+	n.UID, n.GID = st.Uid, st.Gid
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFCHR:
+		n.Type = "c"
+	case unix.S_IFBLK:
+		n.Type = "b"
+	case unix.S_IFLNK:
+		n.Type = "l"
+		n.LinkDest, _ = os.Readlink(filepath.Join(root, p))
+	case unix.S_IFREG:
+		n.Type = "f"
+	case unix.S_IFDIR:
+		n.Type = "d"
+	}
+	if n.Type == "c" || n.Type == "b" {
+		n.Major, n.Minor = unix.Major(st.Rdev), unix.Minor(st.Rdev)
+	}
+	return n
+}
+
+// mountOf returns the index of the mount that holds p: the longest mount
+// point that is p or a parent of it, and of several mounts stacked on one
+// point the last (topmost). -1 when none matches.
+func mountOf(mounts []Mount, p string) int {
+	best, bestLen := -1, -1
+	for i, m := range mounts {
+		mp := m.MountPoint
+		if mp == p || mp == "/" || strings.HasPrefix(p, strings.TrimSuffix(mp, "/")+"/") {
+			if len(mp) >= bestLen {
+				best, bestLen = i, len(mp)
+			}
+		}
+	}
+	return best
+}
