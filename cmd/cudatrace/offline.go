@@ -1,0 +1,188 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/report"
+	"github.com/cudatrace/cudatrace/snapshot"
+	"github.com/cudatrace/cudatrace/tracer"
+	"github.com/cudatrace/cudatrace/tracer/stracelog"
+)
+
+// reportCommand re-renders a saved report and re-runs the analysis with
+// this build's rules.
+func reportCommand(args []string, o *options, stdout, stderr io.Writer) error {
+	if err := checkFormat(o.format); err != nil {
+		return err
+	}
+	if len(args) != 1 {
+		return fail(exitUsage, "usage: cudatrace report FILE [--format text|json|markdown]")
+	}
+	rep, err := report.LoadFile(args[0])
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, os.ErrPermission) {
+			return fail(exitFailure, "%v", err)
+		}
+		return fail(exitBadInput, "%s: %v", args[0], err)
+	}
+	stored := rep.Analysis
+	snap := rep.Snapshot
+	if snap == nil {
+		snap = &snapshot.Snapshot{}
+	}
+	rep.Analysis = annotate.Analyze(rep.Events, snap)
+	if changed := verdictChange(stored, rep.Analysis); changed != "" && !o.quiet {
+		fmt.Fprintf(stderr, "cudatrace: note: this version's analysis differs from the stored one (%s)\n", changed)
+	}
+	if o.redact {
+		report.Redact(rep)
+	}
+	if o.output != "" {
+		if err := report.Save(o.output, rep); err != nil {
+			return fail(exitFailure, "write report: %v", err)
+		}
+	}
+	if err := render(stdout, stderr, rep, o, false); err != nil {
+		return err
+	}
+	if rep.Analysis.Failing != nil {
+		return &exitError{code: exitFound}
+	}
+	return nil
+}
+
+// verdictChange describes how two analyses differ, or "" when they agree
+// on the failing call and the set of findings.
+func verdictChange(old, cur annotate.Analysis) string {
+	seq := func(a annotate.Analysis) uint64 {
+		if a.Failing == nil {
+			return 0
+		}
+		return a.Failing.Seq
+	}
+	if seq(old) != seq(cur) {
+		return fmt.Sprintf("stored failing call: event %d, now: event %d", seq(old), seq(cur))
+	}
+	ids := func(a annotate.Analysis) []string {
+		var out []string
+		for _, f := range a.Findings {
+			out = append(out, f.ID)
+		}
+		slices.Sort(out)
+		return out
+	}
+	if o, c := ids(old), ids(cur); !slices.Equal(o, c) {
+		return fmt.Sprintf("stored findings: %s; now: %s", strings.Join(o, ","), strings.Join(c, ","))
+	}
+	return ""
+}
+
+// explainCommand analyses strace output.
+func explainCommand(args []string, o *options, stdout, stderr io.Writer) error {
+	if err := checkFormat(o.format); err != nil {
+		return err
+	}
+	if len(args) == 0 {
+		return fail(exitUsage, "usage: cudatrace explain STRACE.LOG [MORE.LOG...]")
+	}
+	for _, a := range args {
+		if _, err := os.Stat(a); err != nil {
+			return fail(exitFailure, "%v", err)
+		}
+	}
+	log, err := stracelog.ParseFiles(args)
+	if err != nil {
+		return fail(exitBadInput, "%s: %v", strings.Join(args, ", "), err)
+	}
+	if len(log.Events) == 0 {
+		return fail(exitBadInput, "nothing NVIDIA-related in %s: no /dev/nvidia*, libcuda or driver calls (was strace run with -f on the CUDA process?)", strings.Join(args, ", "))
+	}
+	snap := snapshotFromLog(log.Events)
+	rep := &report.Report{
+		Schema:  report.SchemaVersion,
+		Tool:    report.Tool{Name: "cudatrace", Version: toolVersion()},
+		Created: time.Now().UTC(),
+		Trace: report.Trace{
+			Source:   "strace-log",
+			Events:   uint64(len(log.Events)),
+			Stored:   len(log.Events),
+			Complete: true,
+			Limits:   straceLimits(log),
+		},
+		Events:   log.Events,
+		Snapshot: snap,
+	}
+	if log.Exit != nil {
+		rep.Target.Exit = log.Exit
+	}
+	for i := range log.Events {
+		if log.Events[i].Kind == tracer.KindExec && log.Events[i].Ret == 0 {
+			rep.Target.Argv = log.Events[i].Argv
+			break
+		}
+	}
+	if n := len(log.Events); n > 0 {
+		rep.Trace.Duration = log.Events[n-1].Time
+	}
+	rep.Analysis = annotate.Analyze(rep.Events, snap)
+	if o.redact {
+		report.Redact(rep)
+	}
+	if o.output != "" {
+		if err := report.Save(o.output, rep); err != nil {
+			return fail(exitFailure, "write report: %v", err)
+		}
+	}
+	if err := render(stdout, stderr, rep, o, false); err != nil {
+		return err
+	}
+	if rep.Analysis.Failing != nil {
+		return &exitError{code: exitFound}
+	}
+	return nil
+}
+
+// snapshotFromLog rebuilds what a strace log shows of the system: the
+// nodes the target stat'ed (type, major:minor, mode). Everything else is
+// marked unavailable, so the analysis says what it cannot know.
+func snapshotFromLog(events []tracer.Event) *snapshot.Snapshot {
+	s := &snapshot.Snapshot{Unavailable: []string{
+		"/proc/devices: not in a strace log (run: grep nvidia /proc/devices)",
+		"cgroup device policy: not in a strace log (run cudatrace on the host, or: bpftool cgroup tree)",
+		"device node owners and mounts: not in a strace log (run: ls -l /dev/nvidia*; findmnt /dev)",
+	}}
+	for i := range events {
+		e := &events[i]
+		if e.Kind != tracer.KindStat || e.Failed() || e.Dev == nil || e.Mode&0o170000 != 0o020000 {
+			continue
+		}
+		n := snapshot.Node{Path: e.Path, Exists: true, Type: "c", Major: e.Dev.Major, Minor: e.Dev.Minor, Mode: e.Mode & 0o7777}
+		if old := s.Node(e.Path); old != nil {
+			*old = n // the latest view wins: libcuda may have recreated it
+		} else {
+			s.Nodes = append(s.Nodes, n)
+		}
+	}
+	return s
+}
+
+func straceLimits(log *stracelog.Log) []string {
+	out := []string{"a strace log shows no cgroup programs, /proc/devices or node owners: the cause of an EPERM or EACCES is inferred"}
+	if !log.HasDevNumbers {
+		out = append(out, "no -yy: device numbers of opened fds are unknown (record with strace -f -yy)")
+	}
+	if !log.HasPIDs {
+		out = append(out, "no pids: record with strace -f so child processes are told apart")
+	}
+	if !log.HasTimes {
+		out = append(out, "no timestamps: record with -tt for timing")
+	}
+	return out
+}

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+// Exit codes. The launched command's own status passes through unchanged
+// (128+N when it died of signal N), as with strace.
+const (
+	exitOK       = 0   // nothing failed (report, explain, attach)
+	exitFailure  = 1   // cudatrace itself failed: no privileges, no BPF, I/O error
+	exitUsage    = 2   // bad flags or arguments
+	exitFound    = 3   // report/explain/attach: a failing NVIDIA call was found
+	exitBadInput = 4   // the file is not a report or strace log, or holds nothing NVIDIA-related
+	exitNoExec   = 126 // the command exists but cannot be executed
+	exitNotFound = 127 // the command was not found
+)
+
+const usageText = `cudatrace: find the /dev/nvidia* call that makes CUDA initialisation fail.
+
+Usage:
+  cudatrace [flags] -- COMMAND [ARGS...]   run COMMAND traced, then report
+  cudatrace [flags] -p PID[,PID...]        attach to running processes until Ctrl-C or --duration
+  cudatrace report FILE [--format F]       re-render and re-analyse a saved JSON report (no root needed)
+  cudatrace explain LOG [LOG...]           analyse 'strace -f -o LOG' output (several files for -ff)
+  cudatrace version
+
+Tracing needs root (or CAP_BPF and CAP_PERFMON) for eBPF; without it the ptrace
+backend traces processes you own.
+
+Flags:
+%s
+Exit status:
+  COMMAND's own  when launching: its exit code, or 128+N if signal N killed it
+  0    report/explain/attach: no NVIDIA call failed
+  1    cudatrace failed (no privileges, BPF unavailable, I/O error)
+  2    usage error
+  3    report/explain/attach: a failing NVIDIA call was found
+  4    input is not a report or strace log, or holds nothing NVIDIA-related
+  126  COMMAND is not executable
+  127  COMMAND not found
+
+Examples:
+  sudo cudatrace -- python3 -c 'import torch; torch.zeros(1).cuda()'
+  sudo cudatrace -u nobody -o report.json -- ./train
+  sudo cudatrace -p 4242 --duration 30s
+  cudatrace report report.json --format markdown
+`
+
+// options holds every flag; registerFlags is the only place they are
+// defined.
+type options struct {
+	output    string
+	format    string
+	user      string
+	pids      []int
+	duration  time.Duration
+	backend   string
+	allEvents bool
+	redact    bool
+	quiet     bool
+	debug     bool
+	version   bool
+	help      bool
+
+	// Hidden, for tests and benchmarks.
+	procDevices  string
+	deviceMajors []uint
+	ringBufBytes int
+}
+
+func registerFlags(fs *pflag.FlagSet, o *options) {
+	fs.StringVarP(&o.output, "output", "o", "", "also write the JSON report to `FILE` (atomically)")
+	fs.StringVarP(&o.format, "format", "f", "text", "what to print: text, json or markdown")
+	fs.StringVarP(&o.user, "user", "u", "", "run COMMAND as `USER` (permission failures depend on who opens)")
+	fs.IntSliceVarP(&o.pids, "pid", "p", nil, "attach to `PID` (repeatable, or comma-separated)")
+	fs.DurationVar(&o.duration, "duration", 0, "stop tracing after this long (e.g. 30s); attached processes keep running")
+	fs.StringVar(&o.backend, "backend", "auto", "tracer: auto (eBPF, else ptrace), ebpf or ptrace")
+	fs.BoolVar(&o.allEvents, "all-events", false, "list every recorded call, not only the condensed timeline")
+	fs.BoolVar(&o.redact, "redact", false, "replace user names, home paths and arguments in the report")
+	fs.BoolVarP(&o.quiet, "quiet", "q", false, "print only the verdict line")
+	fs.BoolVar(&o.debug, "debug", false, "print diagnostics, including the BPF verifier log on load failure")
+	fs.BoolVarP(&o.version, "version", "V", false, "print the version and exit")
+	fs.BoolVarP(&o.help, "help", "h", false, "show this help")
+
+	fs.StringVar(&o.procDevices, "proc-devices", "/proc/devices", "read device majors from this file (testing)")
+	fs.UintSliceVar(&o.deviceMajors, "device-major", nil, "treat this major as an NVIDIA device (testing)")
+	fs.IntVar(&o.ringBufBytes, "ringbuf-size", 0, "eBPF ring buffer size in bytes (testing)")
+	for _, name := range []string{"proc-devices", "device-major", "ringbuf-size"} {
+		fs.MarkHidden(name)
+	}
+}
+
+func newFlagSet(o *options, stderr io.Writer) *pflag.FlagSet {
+	fs := pflag.NewFlagSet("cudatrace", pflag.ContinueOnError)
+	fs.SetOutput(io.Discard) // errors are printed once, by main
+	fs.SetInterspersed(true)
+	registerFlags(fs, o)
+	fs.Usage = func() { fmt.Fprintf(stderr, usageText, fs.FlagUsages()) }
+	return fs
+}

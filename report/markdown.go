@@ -1,0 +1,138 @@
+package report
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/snapshot"
+)
+
+// renderMarkdown writes a report that pastes straight into a GitHub issue:
+// verdict and fix first, the evidence folded into <details>.
+func renderMarkdown(w io.Writer, rep *Report, o RenderOptions) error {
+	var b strings.Builder
+	a := &rep.Analysis
+	fmt.Fprintf(&b, "### cudatrace: %s\n\n", mdEscape(a.Verdict))
+	if d := dropWarning(rep); d != "" {
+		fmt.Fprintf(&b, "> [!WARNING]\n> %s\n\n", d)
+	}
+	if a.Failing != nil {
+		e := a.Failing
+		fmt.Fprintf(&b, "**Failing call:** `%s %s` by `%s[%d]` at +%s\n\n", annotate.FormatCall(e), FormatErrno(e), e.Comm, e.PID, fmtDur(e.Time))
+	}
+	for _, f := range a.Findings {
+		if f.Severity == annotate.SeverityInfo {
+			continue
+		}
+		inferred := ""
+		if f.Inferred {
+			inferred = " _(inferred)_"
+		}
+		fmt.Fprintf(&b, "**%s** %s%s `%s`\n\n", strings.ToUpper(string(f.Severity)), mdEscape(f.Summary), inferred, f.ID)
+		for _, d := range f.Detail {
+			fmt.Fprintf(&b, "- %s\n", mdEscape(d))
+		}
+		if f.Fix != "" {
+			fmt.Fprintf(&b, "\n**Fix:** %s\n", mdEscape(f.Fix))
+		}
+		b.WriteString("\n")
+	}
+	var info []annotate.Finding
+	for _, f := range a.Findings {
+		if f.Severity == annotate.SeverityInfo {
+			info = append(info, f)
+		}
+	}
+	if len(info) > 0 {
+		b.WriteString("<details><summary>Context</summary>\n\n")
+		for _, f := range info {
+			fmt.Fprintf(&b, "- **%s** `%s`\n", mdEscape(f.Summary), f.ID)
+			for _, d := range f.Detail {
+				fmt.Fprintf(&b, "  - %s\n", mdEscape(d))
+			}
+		}
+		b.WriteString("\n</details>\n\n")
+	}
+
+	rows := timelineRows(rep, o.AllEvents)
+	fmt.Fprintf(&b, "<details><summary>Timeline (%d device calls)</summary>\n\n", len(rows))
+	b.WriteString("| time | process | call | result | device |\n|---|---|---|---|---|\n")
+	for _, r := range rows {
+		for i := range r {
+			r[i] = mdCell(r[i])
+		}
+		fmt.Fprintf(&b, "| %s |\n", strings.Join(r, " | "))
+	}
+	b.WriteString("\n</details>\n\n")
+
+	if s := rep.Snapshot; s != nil {
+		b.WriteString("<details><summary>System snapshot</summary>\n\n")
+		writeSnapshotMarkdown(&b, s)
+		b.WriteString("\n</details>\n\n")
+	}
+	fmt.Fprintf(&b, "<sub>%s · cudatrace %s</sub>\n", mdEscape(traceSummary(rep)), rep.Tool.Version)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func writeSnapshotMarkdown(b *strings.Builder, s *snapshot.Snapshot) {
+	if s.Host.Kernel != "" {
+		fmt.Fprintf(b, "- kernel `%s`", s.Host.Kernel)
+		if s.Host.DriverVersion != "" {
+			fmt.Fprintf(b, ", NVIDIA driver `%s`", s.Host.DriverVersion)
+		}
+		b.WriteString("\n")
+	}
+	if c := s.Container; c.Runtime != "" {
+		fmt.Fprintf(b, "- container: %s %s\n", c.Runtime, c.ID)
+	}
+	if len(s.ProcDevices) > 0 {
+		var parts []string
+		for _, d := range s.ProcDevices {
+			if strings.HasPrefix(d.Name, "nvidia") {
+				parts = append(parts, fmt.Sprintf("%d %s", d.Major, d.Name))
+			}
+		}
+		if len(parts) > 0 {
+			fmt.Fprintf(b, "- /proc/devices: `%s`\n", strings.Join(parts, "`, `"))
+		}
+	}
+	if len(s.Nodes) > 0 {
+		b.WriteString("\n| node | type | major:minor | mode | owner |\n|---|---|---|---|---|\n")
+		for _, n := range s.Nodes {
+			if !n.Exists {
+				fmt.Fprintf(b, "| `%s` | missing | | | |\n", n.Path)
+				continue
+			}
+			fmt.Fprintf(b, "| `%s` | %s | %d:%d | %04o | %d:%d |\n", n.Path, n.Type, n.Major, n.Minor, n.Mode, n.UID, n.GID)
+		}
+		b.WriteString("\n")
+	}
+	if v2 := s.CgroupV2; v2 != nil {
+		fmt.Fprintf(b, "- cgroup v2 `%s`: %d device program(s)", v2.Path, len(v2.Programs))
+		for _, p := range v2.Programs {
+			fmt.Fprintf(b, " · id %d `%s` on `%s`", p.ID, p.Name, p.AttachedTo)
+		}
+		if v2.QueryError != "" {
+			fmt.Fprintf(b, " (query failed: %s)", v2.QueryError)
+		}
+		b.WriteString("\n")
+	}
+	if v1 := s.CgroupV1; v1 != nil {
+		fmt.Fprintf(b, "- cgroup v1 devices `%s`: `%s`\n", v1.Path, strings.Join(v1.DevicesList, "`, `"))
+	}
+	for _, u := range s.Unavailable {
+		fmt.Fprintf(b, "- not checked: %s\n", mdEscape(u))
+	}
+}
+
+// mdEscape keeps finding text from breaking the Markdown around it.
+func mdEscape(s string) string {
+	return strings.NewReplacer("<", "&lt;", ">", "&gt;").Replace(s)
+}
+
+func mdCell(s string) string {
+	return strings.NewReplacer("|", "\\|", "\n", " ", "<", "&lt;", ">", "&gt;").Replace(s)
+}
