@@ -1,0 +1,39 @@
+# cudatrace. The generated eBPF objects are committed, so build and test
+# need only Go; `make generate` needs clang-19, bpftool and libbpf-dev.
+GO       ?= go
+VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS  := -s -w -X main.version=$(VERSION)
+BIN      := bin
+
+.PHONY: all build fakecuda generate test test-short demo bench clean
+
+all: build
+
+build:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/cudatrace ./cmd/cudatrace
+
+fakecuda:
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/fakecuda ./testdata/fakecuda
+
+generate:
+	$(GO) generate ./tracer/ebpf/
+
+# The whole suite. Privileged tests run as root; with
+# CUDATRACE_REQUIRE_PRIVILEGED=1 (CI) they fail instead of skipping.
+test:
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout 30m ./...
+
+test-short:
+	$(GO) test -short ./...
+
+# Build, then diagnose the bundled fake CUDA target in a private /dev whose
+# nvidia-uvm node a cgroup v2 device program denies. Needs root.
+demo: build fakecuda
+	./scripts/demo.sh
+
+bench:
+	./scripts/bench.sh
+
+clean:
+	rm -rf $(BIN)
