@@ -108,7 +108,7 @@ func (c *collector) run() *Snapshot {
 		}
 		c.collectCgroupV1(lines, self)
 		c.collectCgroupV2(lines, self)
-		s.Container = DetectContainer(text, c.initEnv(pidDir))
+		s.Container = DetectContainer(text, c.initEnv(pidDir, targetMounts))
 	}
 
 	c.collectDriver()
@@ -216,17 +216,25 @@ func (c *collector) collectEnv(pidDir string) {
 
 // initEnv is the environment of the init of the target's PID namespace
 // (where container managers set container=), plus that variable inferred
-// from the marker files docker and podman leave in a container's root.
-func (c *collector) initEnv(pidDir string) map[string]string {
+// from the marker files docker and podman leave in a container's root. The
+// markers also survive in VM images built from container images, so they
+// count only when the target is in another PID namespace than cudatrace or
+// its root is an overlay, as container roots are.
+func (c *collector) initEnv(pidDir string, mounts []Mount) map[string]string {
 	env := map[string]string{}
-	if dir := c.pidNSInit(pidDir); dir != "" {
-		if data, err := os.ReadFile(filepath.Join(dir, "environ")); err == nil {
+	initDir, otherNS := c.pidNSInit(pidDir)
+	if initDir != "" {
+		if data, err := os.ReadFile(filepath.Join(initDir, "environ")); err == nil {
 			if v, ok := parseEnviron(data)["container"]; ok {
 				env["container"] = v
 			}
 		}
 	}
-	if env["container"] == "" {
+	overlayRoot := false
+	if i := mountOf(mounts, "/"); i >= 0 && strings.Contains(mounts[i].FSType, "overlay") {
+		overlayRoot = true
+	}
+	if env["container"] == "" && (otherNS || overlayRoot) {
 		root := filepath.Join(pidDir, "root")
 		if _, err := os.Stat(filepath.Join(root, ".dockerenv")); err == nil {
 			env["container"] = "docker"
@@ -238,18 +246,19 @@ func (c *collector) initEnv(pidDir string) map[string]string {
 }
 
 // pidNSInit finds /proc/N of the process that is PID 1 in the target's PID
-// namespace, or "" when it cannot be found.
-func (c *collector) pidNSInit(pidDir string) string {
+// namespace ("" when not found), and whether that namespace is not
+// cudatrace's own.
+func (c *collector) pidNSInit(pidDir string) (string, bool) {
 	ns, err := os.Readlink(filepath.Join(pidDir, "ns", "pid"))
 	if err != nil {
-		return ""
+		return "", false
 	}
 	if mine, err := os.Readlink(filepath.Join(c.proc, "self", "ns", "pid")); err == nil && mine == ns {
-		return filepath.Join(c.proc, "1")
+		return filepath.Join(c.proc, "1"), false
 	}
 	entries, err := os.ReadDir(c.proc)
 	if err != nil {
-		return ""
+		return "", true
 	}
 	for _, e := range entries {
 		if _, err := strconv.Atoi(e.Name()); err != nil {
@@ -267,12 +276,12 @@ func (c *collector) pidNSInit(pidDir string) string {
 			if rest, ok := strings.CutPrefix(line, "NSpid:"); ok {
 				f := strings.Fields(rest)
 				if len(f) > 0 && f[len(f)-1] == "1" {
-					return dir
+					return dir, true
 				}
 			}
 		}
 	}
-	return ""
+	return "", true
 }
 
 // unavailable records that what could not be read, in one short line.

@@ -182,8 +182,8 @@ func TestParseNVIDIAParams(t *testing.T) {
 func TestParseDriverVersion(t *testing.T) {
 	for line, want := range map[string]string{
 		"NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (dvs-builder@U22-I3-AF03-09-1)  Thu Jan 22 00:00:00 UTC 2026": "580.159.04",
-		"NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.129.03  Thu Oct 19 18:56:32 UTC 2023":                                                           "535.129.03",
-		"NVRM version: NVIDIA UNIX aarch64 Kernel Module  550.54  Tue Feb 20 00:00:00 UTC 2024":                                                                "550.54",
+		"NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.129.03  Thu Oct 19 18:56:32 UTC 2023":                                                         "535.129.03",
+		"NVRM version: NVIDIA UNIX aarch64 Kernel Module  550.54  Tue Feb 20 00:00:00 UTC 2024":                                                            "550.54",
 		"garbage": "",
 	} {
 		if got := parseDriverVersion(line); got != want {
