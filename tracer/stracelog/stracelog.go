@@ -1,0 +1,179 @@
+// Package stracelog imports strace output (strace -f -o FILE, or the
+// per-process files of -ff) into the same tracer.Event stream the live
+// tracers produce, so that a log a user pastes can be analysed like a live
+// trace. It understands the common output options: pid prefixes, -t/-tt/-ttt/-r
+// stamps, -T durations, -y/-yy fd annotations, and calls split into
+// <unfinished ...> and <... resumed> halves.
+package stracelog
+
+import (
+	"bufio"
+	"cmp"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/cudatrace/cudatrace/tracer"
+)
+
+// ErrNotStrace is returned for input with no strace output in it at all.
+var ErrNotStrace = errors.New("not strace output: no line looks like a traced syscall")
+
+// Log is what a strace log tells.
+type Log struct {
+	Events []tracer.Event
+	// What the log could tell. Without HasPIDs every event has PID 0;
+	// without HasTimes every Time is 0; without HasFDPaths (-y) ioctls are
+	// matched to NVIDIA devices only through the opens the log shows;
+	// without HasDevNumbers (-yy) opens carry no device number.
+	HasPIDs, HasTimes, HasFDPaths, HasDevNumbers bool
+	// Lines is how many lines were read; Skipped how many were not strace
+	// output or were cut off. Syscalls that do not concern NVIDIA devices
+	// are understood and dropped, not skipped.
+	Lines, Skipped int
+	// Unfinished counts NVIDIA-related calls whose result the log does not
+	// show ("= ?", or <unfinished ...> never resumed): they have no event.
+	Unfinished int
+	// Exit is how the first process ended, if the log shows it.
+	Exit *tracer.ExitStatus
+}
+
+// maxLine bounds the memory one line may take; the rest of a longer line
+// is dropped and the line counted as skipped.
+const maxLine = 1 << 20
+
+// Parse reads one log, as written by strace -f -o FILE (or strace's stderr).
+func Parse(r io.Reader) (*Log, error) {
+	in := newInterp()
+	var clk clock
+	err := readLines(r, func(line string, whole bool) {
+		in.log.Lines++
+		rec, ok := parseLine(line, &clk)
+		if !ok || !whole {
+			in.log.Skipped++
+			return
+		}
+		in.process(rec)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return in.finish()
+}
+
+// ParseFiles reads the per-process files of strace -ff -o FILE, named
+// FILE.PID. The pid comes from each name's suffix. Lines are merged by
+// timestamp when the files have them, else taken file by file in pid order.
+func ParseFiles(paths []string) (*Log, error) {
+	if len(paths) == 1 {
+		if _, err := pidSuffix(paths[0]); err != nil {
+			// One plain log given as a list.
+			f, err := os.Open(paths[0])
+			if err != nil {
+				return nil, err
+			}
+			defer f.Close()
+			return Parse(f)
+		}
+	}
+	type file struct {
+		pid  int
+		recs []record
+	}
+	in := newInterp()
+	files := make([]file, 0, len(paths))
+	allTimed := true
+	for _, p := range paths {
+		pid, err := pidSuffix(p)
+		if err != nil {
+			return nil, err
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return nil, err
+		}
+		var clk clock
+		fl := file{pid: pid}
+		err = readLines(f, func(line string, whole bool) {
+			in.log.Lines++
+			rec, ok := parseLine(line, &clk)
+			if !ok || !whole {
+				in.log.Skipped++
+				return
+			}
+			// -ff files print no prefix; the file name says whose they are.
+			rec.id, rec.hasID = pid, true
+			allTimed = allTimed && rec.hasTime
+			fl.recs = append(fl.recs, rec)
+		})
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", p, err)
+		}
+		files = append(files, fl)
+	}
+	// The parent forks before its children run, so pid order is the best
+	// guess at the order of untimed files.
+	slices.SortStableFunc(files, func(a, b file) int { return cmp.Compare(a.pid, b.pid) })
+	var all []record
+	for _, f := range files {
+		all = append(all, f.recs...)
+	}
+	if allTimed {
+		slices.SortStableFunc(all, func(a, b record) int { return cmp.Compare(a.t, b.t) })
+	}
+	in.pidsFromNames = true
+	for _, rec := range all {
+		in.process(rec)
+	}
+	return in.finish()
+}
+
+// pidSuffix returns the PID in FILE.PID.
+func pidSuffix(p string) (int, error) {
+	base := filepath.Base(p)
+	i := strings.LastIndexByte(base, '.')
+	if i >= 0 {
+		if pid, err := strconv.Atoi(base[i+1:]); err == nil && pid > 0 {
+			return pid, nil
+		}
+	}
+	return 0, fmt.Errorf("%s: not a per-process strace file (FILE.PID from strace -ff)", p)
+}
+
+// readLines calls fn for each line, without its line ending. whole is false
+// for a line longer than maxLine, of which only the start is passed.
+func readLines(r io.Reader, fn func(line string, whole bool)) error {
+	br := bufio.NewReaderSize(r, 64<<10)
+	var long []byte
+	for {
+		chunk, isPrefix, err := br.ReadLine()
+		if err == io.EOF {
+			if long != nil {
+				fn(string(long), false)
+			}
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("reading strace log: %w", err)
+		}
+		if isPrefix || long != nil {
+			if len(long) < maxLine {
+				long = append(long, chunk[:min(len(chunk), maxLine-len(long))]...)
+			}
+			if isPrefix {
+				continue
+			}
+			whole := len(long) < maxLine
+			fn(strings.TrimSuffix(string(long), "\r"), whole)
+			long = nil
+			continue
+		}
+		fn(strings.TrimSuffix(string(chunk), "\r"), true)
+	}
+}
