@@ -1,0 +1,334 @@
+package snapshot
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cudatrace/cudatrace/internal/privtest"
+	"golang.org/x/sys/unix"
+)
+
+// startPrivateDev starts a shell in its own mount namespace whose /dev is a
+// nodev tmpfs holding NVIDIA-like nodes, one of them bind-mounted from
+// another tmpfs, and waits until it is set up. The child is killed at the
+// end of the test; its namespace, and with it every mount, dies with it.
+func startPrivateDev(t *testing.T) *exec.Cmd {
+	t.Helper()
+	script := strings.Join([]string{
+		"set -e",
+		"mkdir -p /run/cudatrace-test-src",
+		"mount -t tmpfs none /run/cudatrace-test-src",
+		"mknod -m 660 /run/cudatrace-test-src/uvm c 238 0",
+		"chown 0:44 /run/cudatrace-test-src/uvm",
+		"mount -t tmpfs -o nodev none /dev",
+		"mknod -m 666 /dev/nvidiactl c 195 255",
+		"mknod -m 600 /dev/nvidia0 c 195 0",
+		"mkdir /dev/char /dev/nvidia-caps",
+		"ln -s ../nvidiactl /dev/char/195:255",
+		"mknod -m 400 /dev/nvidia-caps/nvidia-cap1 c 241 1",
+		"touch /dev/nvidia-uvm",
+		"mount --bind /run/cudatrace-test-src/uvm /dev/nvidia-uvm",
+		"echo ready",
+		"exec sleep 60",
+	}, "\n")
+	cmd := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c", script)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		privtest.Skip(t, "cannot start unshare: "+err.Error())
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || strings.TrimSpace(line) != "ready" {
+		cmd.Wait()
+		t.Fatalf("private /dev setup failed: %v %q", err, stderr.String())
+	}
+	return cmd
+}
+
+// makeCgroup creates dir and removes it at cleanup. Call it before starting
+// the process that joins it: cleanups run last-registered first, so the
+// process is then killed before its cgroup is removed.
+func makeCgroup(t *testing.T, dir string) {
+	t.Helper()
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		privtest.Skip(t, "cannot create cgroup "+dir+": "+err.Error())
+	}
+	t.Cleanup(func() {
+		// The killed child may linger for a moment as a zombie member.
+		for i := 0; i < 100; i++ {
+			if err := os.Remove(dir); err == nil || errors.Is(err, os.ErrNotExist) {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Errorf("cgroup %s left behind", dir)
+	})
+}
+
+func TestCollectPrivateDevNamespace(t *testing.T) {
+	privtest.RequireRoot(t)
+	const v1Root, v2Root = "/sys/fs/cgroup/devices", "/sys/fs/cgroup/unified"
+	for _, d := range []string{v1Root, v2Root} {
+		if _, err := os.Stat(filepath.Join(d, "cgroup.procs")); err != nil {
+			privtest.Skip(t, d+" is not a cgroup mount on this host")
+		}
+	}
+	name := fmt.Sprintf("cudatrace-snapshot-test-%d", os.Getpid())
+	v1Dir, v2Dir := filepath.Join(v1Root, name), filepath.Join(v2Root, name)
+	makeCgroup(t, v1Dir)
+	makeCgroup(t, v2Dir)
+	child := startPrivateDev(t)
+	pid := child.Process.Pid
+	for _, w := range [][2]string{
+		{v1Dir + "/cgroup.procs", strconv.Itoa(pid)},
+		{v2Dir + "/cgroup.procs", strconv.Itoa(pid)},
+		{v1Dir + "/devices.deny", "a"}, // then allow only major 195
+		{v1Dir + "/devices.allow", "c 195:* rwm"},
+	} {
+		if err := os.WriteFile(w[0], []byte(w[1]), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	fakeDevices := filepath.Join(t.TempDir(), "devices")
+	if err := os.WriteFile(fakeDevices, []byte(procDevices580), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var queried string
+	s := Collect(Options{
+		PID:             pid,
+		ProcDevicesPath: fakeDevices,
+		ExtraPaths:      []string{"/dev/nvidia-uvm-tools"},
+		QueryCgroupPrograms: func(dir, root string) ([]DeviceProgram, error) {
+			queried = dir
+			return nil, errors.New("operation not permitted (needs root or CAP_BPF)")
+		},
+	})
+
+	type nodeFacts struct {
+		Exists              bool
+		Type                string
+		Major, Minor, Mode  uint32
+		GID                 uint32
+		LinkDest, MountPont string
+	}
+	want := map[string]nodeFacts{
+		"/dev/nvidiactl":               {true, "c", 195, 255, 0o666, 0, "", "/dev"},
+		"/dev/nvidia0":                 {true, "c", 195, 0, 0o600, 0, "", "/dev"},
+		"/dev/nvidia-uvm":              {true, "c", 238, 0, 0o660, 44, "", "/dev/nvidia-uvm"},
+		"/dev/nvidia-uvm-tools":        {false, "", 0, 0, 0, 0, "", "/dev"},
+		"/dev/nvidia-caps/nvidia-cap1": {true, "c", 241, 1, 0o400, 0, "", "/dev"},
+		"/dev/char/195:255":            {true, "l", 0, 0, 0o777, 0, "../nvidiactl", "/dev"},
+	}
+	if len(s.Nodes) != len(want) {
+		t.Errorf("nodes = %+v", s.Nodes)
+	}
+	for p, w := range want {
+		n := s.Node(p)
+		if n == nil {
+			t.Errorf("%s missing from snapshot", p)
+			continue
+		}
+		got := nodeFacts{n.Exists, n.Type, n.Major, n.Minor, n.Mode, n.GID, n.LinkDest, n.MountPoint}
+		if got != w {
+			t.Errorf("%s = %+v, want %+v", p, got, w)
+		}
+	}
+	// cudatrace's own /dev has no such nodes: the view is the target's.
+	if _, err := os.Lstat("/dev/nvidiactl"); err == nil {
+		t.Log("note: host has a real /dev/nvidiactl")
+	}
+
+	mounts := map[string]Mount{}
+	for _, m := range s.Mounts {
+		mounts[m.MountPoint] = m
+	}
+	if m, ok := mounts["/dev"]; !ok || !m.NoDev || m.FSType != "tmpfs" || m.Bind {
+		t.Errorf("/dev mount = %+v (present %v)", m, ok)
+	}
+	if m, ok := mounts["/dev/nvidia-uvm"]; !ok || m.NoDev || !m.Bind || m.Root != "/uvm" {
+		t.Errorf("uvm bind mount = %+v (present %v)", m, ok)
+	}
+	if len(s.Mounts) != 2 {
+		t.Errorf("mounts = %+v", s.Mounts)
+	}
+
+	if m, _ := s.MajorOf("nvidia-uvm"); m != 238 {
+		t.Errorf("majors from the fake /proc/devices not used: %v", s.ProcDevices)
+	}
+	if s.Process.PID != pid || s.Process.Comm != "sleep" || s.Process.UID != 0 || !s.Process.CanMknod() {
+		t.Errorf("process = %+v", s.Process)
+	}
+	if s.CgroupV1 == nil || s.CgroupV1.Path != "/"+name || !reflect.DeepEqual(s.CgroupV1.DevicesList, []string{"c 195:* rwm"}) {
+		t.Errorf("cgroup v1 = %+v", s.CgroupV1)
+	}
+	if s.CgroupV2 == nil || s.CgroupV2.Path != "/"+name || s.CgroupV2.MountPoint != v2Root ||
+		queried != v2Dir || s.CgroupV2.QueryError != "operation not permitted (needs root or CAP_BPF)" {
+		t.Errorf("cgroup v2 = %+v, queried %q", s.CgroupV2, queried)
+	}
+	wantUnavail := "cgroup v2 device programs: operation not permitted (needs root or CAP_BPF)"
+	if !reflect.DeepEqual(s.Unavailable, []string{wantUnavail}) {
+		t.Errorf("unavailable = %q", s.Unavailable)
+	}
+}
+
+// mountedAt reports whether anything is mounted at dir in this namespace.
+func mountedAt(t *testing.T, dir string) bool {
+	t.Helper()
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ParseMountinfo(string(mi)) {
+		if m.MountPoint == dir {
+			return true
+		}
+	}
+	return false
+}
+
+func TestMountCgroup2Helper(t *testing.T) {
+	privtest.RequireRoot(t)
+	dir, unmount, err := mountCgroup2()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fs unix.Statfs_t
+	if err := unix.Statfs(dir, &fs); err != nil || fs.Type != unix.CGROUP2_SUPER_MAGIC {
+		unmount()
+		t.Fatalf("%s is not cgroup2 (statfs %v, type %#x)", dir, err, fs.Type)
+	}
+	if !mountedAt(t, dir) {
+		t.Errorf("%s not in mountinfo while mounted", dir)
+	}
+	// A held-open directory makes a plain unmount EBUSY; cleanup must still
+	// leave nothing visible.
+	f, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := unmount(); err != nil {
+		t.Fatal(err)
+	}
+	if mountedAt(t, dir) {
+		t.Errorf("%s still mounted", dir)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s not removed: %v", dir, err)
+	}
+}
+
+// TestCollectMountsCgroup2WhenMissing pretends nothing mounted cgroup2 (as
+// on the GPU host): Collect mounts it for the query and leaves no trace.
+func TestCollectMountsCgroup2WhenMissing(t *testing.T) {
+	privtest.RequireRoot(t)
+	c := newCollector(Options{
+		PID: os.Getpid(),
+		QueryCgroupPrograms: func(dir, root string) ([]DeviceProgram, error) {
+			var fs unix.Statfs_t
+			if err := unix.Statfs(root, &fs); err != nil || fs.Type != unix.CGROUP2_SUPER_MAGIC {
+				return nil, fmt.Errorf("%s is not a cgroup2 mount during the query", root)
+			}
+			if _, err := os.Stat(filepath.Join(dir, "cgroup.procs")); err != nil {
+				return nil, fmt.Errorf("target cgroup dir: %w", err)
+			}
+			return []DeviceProgram{{ID: 1, AttachedTo: "/"}}, nil
+		},
+	})
+	c.selfMountinfo = func() (string, error) {
+		mi, err := readString("/proc/self/mountinfo")
+		var kept []string
+		for _, line := range strings.Split(mi, "\n") {
+			if !strings.Contains(line, " - cgroup2 ") {
+				kept = append(kept, line)
+			}
+		}
+		return strings.Join(kept, "\n"), err
+	}
+	s := c.run()
+	if s.CgroupV2 == nil || s.CgroupV2.QueryError != "" || len(s.CgroupV2.Programs) != 1 {
+		t.Fatalf("cgroup v2 = %+v, unavailable %q", s.CgroupV2, s.Unavailable)
+	}
+	dir := s.CgroupV2.MountPoint
+	if !strings.Contains(dir, "cudatrace-cgroup2-") {
+		t.Fatalf("mount point %q is not a temporary one", dir)
+	}
+	if mountedAt(t, dir) {
+		t.Errorf("temporary cgroup2 mount %s left behind", dir)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("temporary dir %s left behind: %v", dir, err)
+	}
+}
+
+// TestCollectKernelLog writes a driver-looking line to the kernel log and
+// finds it in the window, and not in a window that starts after it.
+func TestCollectKernelLog(t *testing.T) {
+	privtest.RequireRoot(t)
+	start := time.Now()
+	marker := fmt.Sprintf("NVRM: cudatrace snapshot test %d-%d", os.Getpid(), start.UnixNano())
+	if err := os.WriteFile("/dev/kmsg", []byte(marker+"\n"), 0); err != nil {
+		privtest.Skip(t, "cannot write /dev/kmsg: "+err.Error())
+	}
+	found := func(since time.Time) bool {
+		s := Collect(Options{PID: os.Getpid(), KmsgSince: since})
+		for _, u := range s.Unavailable {
+			if strings.HasPrefix(u, "kernel log") {
+				t.Fatalf("unavailable: %s", u)
+			}
+		}
+		for _, l := range s.KernelLog {
+			if strings.Contains(l.Text, marker) {
+				return l.Seq > 0
+			}
+		}
+		return false
+	}
+	if !found(start.Add(-time.Second)) {
+		t.Errorf("%q not in the kernel log window", marker)
+	}
+	if found(start.Add(time.Hour)) {
+		t.Errorf("%q found in a window that starts an hour later", marker)
+	}
+}
+
+// TestCollectSelfLive checks Collect against what Go itself knows about
+// this process and host; it needs no root and no GPU.
+func TestCollectSelfLive(t *testing.T) {
+	s := Collect(Options{PID: os.Getpid(), ExtraPaths: []string{"/dev/null"}})
+	if s.Process.UID != uint32(os.Geteuid()) || s.Process.GID != uint32(os.Getegid()) || s.Process.Comm == "" {
+		t.Errorf("process = %+v", s.Process)
+	}
+	if len(s.ProcDevices) == 0 || s.MajorName(1) != "mem" {
+		t.Errorf("proc devices = %v", s.ProcDevices)
+	}
+	if n := s.Node("/dev/null"); n == nil || !n.Exists || n.Type != "c" || n.Major != 1 || n.Minor != 3 {
+		t.Errorf("/dev/null = %+v", n)
+	}
+	if h, _ := os.Hostname(); s.Host.Hostname != h || s.Host.Kernel == "" {
+		t.Errorf("host = %+v", s.Host)
+	}
+	for _, u := range s.Unavailable {
+		if strings.Contains(u, "panic") {
+			t.Error(u)
+		}
+	}
+}
