@@ -1,0 +1,94 @@
+package cgroupdev
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/cilium/ebpf/asm"
+)
+
+func TestDecodeRulesShapes(t *testing.T) {
+	nv := []Rule{
+		{Type: TypeChar, Major: 195, Minor: -1, Access: AccessAll, Allow: true},
+		{Type: TypeChar, Major: 226, Minor: -1, Access: AccessRead | AccessWrite, Allow: true},
+		{Type: TypeChar, Major: 1, Minor: 3, Access: AccessRead | AccessWrite | AccessMknod, Allow: true},
+	}
+	mixed := []Rule{
+		{Type: TypeAll, Major: -1, Minor: -1, Access: AccessMknod, Allow: true},
+		{Type: TypeChar, Major: 238, Minor: 0, Access: AccessRead, Allow: false},
+		{Type: TypeBlock, Major: 7, Minor: -1, Access: AccessAll, Allow: true},
+	}
+	tests := []struct {
+		name     string
+		insns    asm.Instructions
+		rules    []Rule
+		defAllow bool
+	}{
+		{"systemd allow list", systemdProgram(nv, false), nv, false},
+		{"systemd strict empty", systemdProgram(nil, true), nil, false},
+		{"systemd no rules", systemdProgram(nil, false), nil, false},
+		{"lxc allowlist", lxcProgram(mixed, false), mixed, false},
+		{"lxc denylist", lxcProgram(mixed[1:2], true), mixed[1:2], true},
+		{"runc", runcShapedProgram(append(nv, mixed[1]), false), append(nv, mixed[1]), false},
+		{"runc allow all", runcShapedProgram(nil, true), nil, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rules, def, ok := DecodeRules(assemble(t, tc.insns))
+			if !ok {
+				t.Fatal("shape not recognised")
+			}
+			if def != tc.defAllow || fmt.Sprint(rules) != fmt.Sprint(tc.rules) {
+				t.Fatalf("decoded %v default %v, want %v default %v", rules, def, tc.rules, tc.defAllow)
+			}
+		})
+	}
+	got := SummariseRules(nv[:2], false)
+	if got != "allows c 195:* rwm, c 226:* rw; denies everything else" {
+		t.Errorf("summary %q", got)
+	}
+}
+
+func TestDecodeRulesRandom(t *testing.T) {
+	rng := newRand(2)
+	for i := 0; i < 300; i++ {
+		rules := randRules(rng, rng.IntN(8), true, true)
+		def := rng.IntN(2) == 0
+		for _, p := range []struct {
+			shape string
+			insns asm.Instructions
+			rules []Rule
+			def   bool
+		}{
+			{"lxc", lxcProgram(rules, def), rules, def},
+			{"systemd", systemdProgram(systemdRules(rules), false), systemdRules(rules), false},
+		} {
+			got, gotDef, ok := DecodeRules(assemble(t, p.insns))
+			if !ok || gotDef != p.def || fmt.Sprint(got) != fmt.Sprint(p.rules) {
+				t.Fatalf("%s: decoded %v/%v/%v, want %v default %v", p.shape, got, gotDef, ok, p.rules, p.def)
+			}
+		}
+	}
+}
+
+func TestDecodeRulesRejects(t *testing.T) {
+	tests := map[string]asm.Instructions{
+		"helper call": {asm.FnKtimeGetNs.Call(), asm.Return()},
+		"guard without prologue": {
+			asm.JNE.Imm(asm.R4, 195, "x"), asm.Mov.Imm(asm.R0, 1), asm.Return(),
+			asm.Mov.Imm(asm.R0, 0).WithSymbol("x"), asm.Return()},
+		"guards jumping to different places": append(prologue(),
+			asm.JNE.Imm(asm.R4, 195, "a"), asm.JNE.Imm(asm.R5, 0, "b"), asm.Mov.Imm(asm.R0, 1), asm.Return(),
+			asm.Mov.Imm(asm.R0, 0).WithSymbol("a"), asm.Return(),
+			asm.Mov.Imm(asm.R0, 1).WithSymbol("b"), asm.Return()),
+		"computed verdict": append(prologue(), asm.Mov.Reg(asm.R0, asm.R4), asm.Return()),
+	}
+	for name, insns := range tests {
+		if rules, _, ok := DecodeRules(assemble(t, insns)); ok {
+			t.Errorf("%s: decoded %v, want not recognised", name, rules)
+		}
+	}
+	if _, _, ok := DecodeRules([]byte{1, 2, 3}); ok {
+		t.Error("garbage decoded")
+	}
+}
