@@ -73,9 +73,10 @@ func (c *collector) run() *Snapshot {
 	c.collectHost()
 
 	pidDir, alive := c.targetDir()
+	root := c.targetRoot(pidDir)
 	s.Process.PID = c.opts.PID
 	if alive {
-		c.collectProcess(pidDir)
+		c.collectProcess(pidDir, root)
 	}
 
 	devPath := c.opts.ProcDevicesPath
@@ -94,7 +95,7 @@ func (c *collector) run() *Snapshot {
 	} else {
 		targetMounts = ParseMountinfo(text)
 	}
-	c.collectNodes(c.targetRoot(pidDir), targetMounts)
+	c.collectNodes(root, targetMounts)
 
 	if text, err := readString(filepath.Join(pidDir, "cgroup")); err != nil {
 		c.unavailable("target cgroups", err)
@@ -141,7 +142,7 @@ func (c *collector) targetDir() (string, bool) {
 func (c *collector) targetRoot(pidDir string) string {
 	root := filepath.Join(pidDir, "root")
 	if _, err := os.Stat(filepath.Join(root, "dev")); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		c.unavailable("target root (nodes are cudatrace's own view)", err)
+		c.unavailable("target root (nodes and user names are cudatrace's own view)", err)
 		return "/"
 	}
 	return root
@@ -160,7 +161,7 @@ func (c *collector) collectHost() {
 	}
 }
 
-func (c *collector) collectProcess(pidDir string) {
+func (c *collector) collectProcess(pidDir, root string) {
 	p := &c.snap.Process
 	text, err := readString(filepath.Join(pidDir, "status"))
 	if err != nil {
@@ -175,7 +176,7 @@ func (c *collector) collectProcess(pidDir string) {
 	if comm, err := readString(filepath.Join(pidDir, "comm")); err == nil {
 		p.Comm = strings.TrimSpace(comm)
 	}
-	if pw, err := readString(filepath.Join(pidDir, "root", "etc", "passwd")); err == nil {
+	if pw, err := readString(filepath.Join(root, "etc", "passwd")); err == nil {
 		p.User = parsePasswd(pw, p.UID)
 	}
 	p.UserNS = c.inUserNS(pidDir)

@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -330,5 +332,104 @@ func TestCollectSelfLive(t *testing.T) {
 		if strings.Contains(u, "panic") {
 			t.Error(u)
 		}
+	}
+}
+
+const helperEnv = "CUDATRACE_SNAPSHOT_UNPRIV_TARGET"
+
+// TestMain doubles as the helper of TestCollectUnprivileged: started as
+// nobody with helperEnv set, the test binary collects a snapshot of another
+// user's process, prints it and exits.
+func TestMain(m *testing.M) {
+	if v := os.Getenv(helperEnv); v != "" {
+		os.Exit(unprivilegedHelper(v))
+	}
+	os.Exit(m.Run())
+}
+
+func unprivilegedHelper(pidText string) int {
+	pid, err := strconv.Atoi(pidText)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bad pid:", err)
+		return 2
+	}
+	s := Collect(Options{PID: pid, KmsgSince: time.Now().Add(-time.Minute),
+		QueryCgroupPrograms: func(string, string) ([]DeviceProgram, error) { return nil, nil }})
+	b, err := json.Marshal(s)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Printf("SNAPSHOT %s\n", b)
+	return 0
+}
+
+// TestCollectUnprivileged collects, as user nobody, a snapshot of a root
+// process: nothing fails, and what nobody may not read is listed.
+func TestCollectUnprivileged(t *testing.T) {
+	privtest.RequireRoot(t)
+	target := exec.Command("sleep", "60")
+	if err := target.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { target.Process.Kill(); target.Wait() }()
+
+	// The test binary sits in a root-only build directory; nobody needs a
+	// copy it can execute.
+	dir, err := os.MkdirTemp("", "cudatrace-snapshot-unpriv-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	bin := filepath.Join(dir, "snapshot.test")
+	data, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, data, 0o755); err != nil || os.Chmod(dir, 0o755) != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin)
+	cmd.Dir = "/"
+	cmd.Env = []string{helperEnv + "=" + strconv.Itoa(target.Process.Pid)}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("helper as nobody: %v\n%s", err, out)
+	}
+	_, js, ok := strings.Cut(string(out), "SNAPSHOT ")
+	if !ok {
+		t.Fatalf("no snapshot in helper output:\n%s", out)
+	}
+	js, _, _ = strings.Cut(js, "\n")
+	var s Snapshot
+	if err := json.Unmarshal([]byte(js), &s); err != nil {
+		t.Fatal(err)
+	}
+	has := func(prefix string) bool {
+		for _, u := range s.Unavailable {
+			if strings.HasPrefix(u, prefix) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, want := range []string{
+		"target root (nodes and user names are cudatrace's own view): permission denied",
+		"target environment: permission denied",
+	} {
+		if !has(want) {
+			t.Errorf("unavailable lacks %q: %q", want, s.Unavailable)
+		}
+	}
+	if restrict, _ := os.ReadFile("/proc/sys/kernel/dmesg_restrict"); strings.TrimSpace(string(restrict)) == "1" && !has("kernel log: operation not permitted") {
+		t.Errorf("unreadable kernel log not listed: %q", s.Unavailable)
+	}
+	// Status is world-readable, so the credentials are still right.
+	if s.Process.PID != target.Process.Pid || s.Process.UID != 0 || s.Process.Comm != "sleep" || s.Env != nil {
+		t.Errorf("process = %+v env %v", s.Process, s.Env)
+	}
+	if len(s.ProcDevices) == 0 || s.CgroupV2 == nil {
+		t.Errorf("host-wide facts missing: devices %v cgroup v2 %+v", s.ProcDevices, s.CgroupV2)
 	}
 }
