@@ -111,15 +111,16 @@ func parseResult(rest string) (r result, ok bool) {
 		r.anno = parseAnnotation(s[1 : end-1])
 		s = s[end:]
 	}
-	if v < 0 {
+	if strings.HasPrefix(num, "-") {
 		// "-1 ENOENT (No such file or directory)", or "-1 (errno 524)".
+		// Without either the line was cut, and -1 would read as EPERM.
 		s = strings.TrimLeft(s, " ")
 		if e := errnoNumber(firstWord(s)); e != 0 {
 			r.val = -int64(e)
-		} else if strings.HasPrefix(s, "(errno ") {
-			if n, i := leadingInt(s[len("(errno "):]); i > 0 {
-				r.val = -int64(n)
-			}
+		} else if n, i := leadingInt(strings.TrimPrefix(s, "(errno ")); strings.HasPrefix(s, "(errno ") && i > 0 {
+			r.val = -int64(n)
+		} else {
+			return r, false
 		}
 	}
 	return r, true
@@ -210,7 +211,8 @@ func parseFD(s string) (fdArg, bool) {
 		num = s[:i]
 		rest := s[i:]
 		end := annotationEnd(rest)
-		if end != len(rest) {
+		// -y prints a memfd as 3</memfd:name>(deleted).
+		if end < 0 || (end != len(rest) && rest[end:] != "(deleted)") {
 			return a, false
 		}
 		a.anno = parseAnnotation(rest[1 : end-1])
