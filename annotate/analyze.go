@@ -1,0 +1,667 @@
+package annotate
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cudatrace/cudatrace/snapshot"
+	"github.com/cudatrace/cudatrace/tracer"
+)
+
+// Analyze finds the call that makes CUDA initialisation fail, explains it
+// with the snapshot, and adds what else the trace shows. It is a pure
+// function: the same inputs give the same Analysis, byte for byte.
+func Analyze(events []tracer.Event, snap *snapshot.Snapshot) Analysis {
+	if snap == nil {
+		snap = &snapshot.Snapshot{}
+	}
+	a := &analyzer{ev: events, s: snap, fail: -1, retry: -1, byID: map[string]bool{}}
+	a.pinpoint()
+	if a.fail >= 0 {
+		a.explaining = true
+		a.explainFailing()
+		a.explaining = false
+	}
+	a.checkAll()
+	sort.SliceStable(a.out, func(i, j int) bool {
+		return severityRank(a.out[i].Severity) < severityRank(a.out[j].Severity)
+	})
+	res := Analysis{Findings: a.out, Verdict: a.verdict()}
+	if res.Findings == nil {
+		res.Findings = []Finding{}
+	}
+	if a.fail >= 0 {
+		c := a.ev[a.fail]
+		c.Argv = append([]string(nil), c.Argv...)
+		c.Arg = append([]byte(nil), c.Arg...)
+		if c.Dev != nil {
+			d := *c.Dev
+			c.Dev = &d
+		}
+		res.Failing = &c
+	}
+	return res
+}
+
+func severityRank(s Severity) int {
+	switch s {
+	case SeverityError:
+		return 0
+	case SeverityWarning:
+		return 1
+	}
+	return 2
+}
+
+type analyzer struct {
+	ev    []tracer.Event
+	s     *snapshot.Snapshot
+	fail  int // index of the failing call, -1 when none
+	retry int // index of libcuda's retry of the failing open, -1 when none
+	// chain holds failed mknod/unlink calls on the failing path before it:
+	// the reason the node was still missing or stale.
+	chain      []int
+	out        []Finding
+	byID       map[string]bool
+	explaining bool
+	cause      string // the verdict's "because" phrase
+}
+
+// add appends f unless a finding with its ID exists (the first, most
+// specific one wins). cause, when set while explaining the failing call,
+// becomes the verdict's reason.
+func (a *analyzer) add(f Finding, cause string) {
+	if a.byID[f.ID] {
+		return
+	}
+	a.byID[f.ID] = true
+	sort.Slice(f.Events, func(i, j int) bool { return f.Events[i] < f.Events[j] })
+	a.out = append(a.out, f)
+	if a.explaining && a.cause == "" && cause != "" {
+		a.cause = cause
+	}
+}
+
+var fatalOpenErrnos = map[syscall.Errno]bool{
+	unix.EPERM: true, unix.EACCES: true, unix.ENOENT: true, unix.ENXIO: true,
+	unix.ENODEV: true, unix.EIO: true, unix.EBUSY: true,
+}
+
+// pinpoint picks the failing call, in order of how directly it stops
+// cuInit: a device open that is never recovered from; a failed mknod or
+// unlink of a device node; an ioctl the driver refused; memfd_create refused
+// by seccomp; and finally a stub libcuda that was loaded.
+func (a *analyzer) pinpoint() {
+	// MIG capability nodes matter less than the core nodes: try those last.
+	for pass := 0; pass < 2; pass++ {
+		for i := range a.ev {
+			e := &a.ev[i]
+			if e.Kind != tracer.KindOpen || !isNvidiaNode(e.Path) || !e.Failed() || !fatalOpenErrnos[e.Errno()] {
+				continue
+			}
+			if isCapsNode(e.Path) != (pass == 1) || a.recovered(i) {
+				continue
+			}
+			a.fail, a.retry = i, a.findRetry(i)
+			for j := 0; j < i; j++ {
+				p := &a.ev[j]
+				if (p.Kind == tracer.KindMknod || p.Kind == tracer.KindUnlink) && p.Path == e.Path && p.Failed() {
+					a.chain = append(a.chain, j)
+				}
+			}
+			return
+		}
+	}
+	for i := range a.ev {
+		e := &a.ev[i]
+		if (e.Kind == tracer.KindMknod || e.Kind == tracer.KindUnlink) && isNvidiaNode(e.Path) && e.Failed() &&
+			(e.Errno() == unix.EACCES || e.Errno() == unix.EPERM || e.Errno() == unix.EROFS) && !a.recovered(i) {
+			a.fail = i
+			return
+		}
+	}
+	ioctlTiers := []func(e *tracer.Event) bool{
+		func(e *tracer.Event) bool { return isRMRequest(e, escCheckVersionStr) && e.Errno() == unix.EINVAL },
+		func(e *tracer.Event) bool { return e.Errno() == unix.EIO || e.Errno() == unix.ENODEV },
+		func(e *tracer.Event) bool {
+			st, ok := uvmInitStatus(e)
+			return e.Request == uvmInitialize && (e.Failed() || ok && st != 0)
+		},
+	}
+	for _, tier := range ioctlTiers {
+		for i := range a.ev {
+			e := &a.ev[i]
+			if e.Kind == tracer.KindIoctl && e.FD >= 0 && tier(e) {
+				a.fail = i
+				return
+			}
+		}
+	}
+	for i := range a.ev {
+		e := &a.ev[i]
+		if e.Kind == tracer.KindMemfd && e.Errno() == unix.EPERM {
+			a.fail = i
+			return
+		}
+	}
+	for i := range a.ev {
+		if libcudaKind(&a.ev[i]) == "stub" {
+			a.fail = i
+			return
+		}
+	}
+}
+
+// recovered is whether the same process later did the same thing to the
+// same path successfully (a retry that worked, or a node libcuda repaired).
+func (a *analyzer) recovered(i int) bool {
+	e := &a.ev[i]
+	for j := i + 1; j < len(a.ev); j++ {
+		o := &a.ev[j]
+		if o.PID == e.PID && o.Kind == e.Kind && o.Path == e.Path && !o.Failed() {
+			return true
+		}
+	}
+	return false
+}
+
+// findRetry finds libcuda's immediate retry of a failed open (O_CLOEXEC
+// dropped, or O_RDONLY after O_RDWR).
+func (a *analyzer) findRetry(i int) int {
+	e := &a.ev[i]
+	for j := i + 1; j < len(a.ev); j++ {
+		o := &a.ev[j]
+		if o.PID != e.PID || o.Kind != tracer.KindOpen || o.Path != e.Path {
+			continue
+		}
+		if o.Failed() {
+			return j
+		}
+		return -1
+	}
+	return -1
+}
+
+// failEvents are the Seq numbers that show the failure.
+func (a *analyzer) failEvents() []uint64 {
+	var s []uint64
+	for _, j := range a.chain {
+		s = append(s, a.ev[j].Seq)
+	}
+	s = append(s, a.ev[a.fail].Seq)
+	if a.retry >= 0 {
+		s = append(s, a.ev[a.retry].Seq)
+	}
+	return s
+}
+
+// headLines open the failing call's explanation: the call, its retry, the
+// failed repairs before it, and the node.
+func (a *analyzer) headLines(i int, f nodeFacts) []string {
+	e := &a.ev[i]
+	d := []string{callLine(e)}
+	if i == a.fail && a.retry >= 0 {
+		r := &a.ev[a.retry]
+		d = append(d, fmt.Sprintf("Retried as `%s` %s.", FormatCall(r), FormatResult(r)))
+	}
+	if i == a.fail {
+		for _, j := range a.chain {
+			c := &a.ev[j]
+			d = append(d, fmt.Sprintf("Before that, `%s` by %s %s.", FormatCall(c), who(c), FormatResult(c)))
+		}
+	}
+	d = append(d, f.describe(a.s))
+	if mt := f.modeText(); mt != "" && f.exists != 0 {
+		if e.Errno() == unix.EPERM {
+			if ok, known := dacAllows(f, a.s.Process, e.Flags); (known && ok) || f.mode&0o006 == 0o006 {
+				mt += ", so permissions are not the cause"
+			}
+		}
+		d = append(d, mt+".")
+	}
+	return d
+}
+
+func (a *analyzer) explainFailing() {
+	e := &a.ev[a.fail]
+	switch e.Kind {
+	case tracer.KindOpen:
+		switch e.Errno() {
+		case unix.EPERM:
+			a.explainEPERM(a.fail)
+		case unix.EACCES:
+			a.explainEACCES(a.fail)
+		case unix.ENOENT:
+			a.explainENOENT(a.fail)
+		case unix.ENXIO:
+			a.explainENXIO(a.fail)
+		case unix.ENODEV:
+			a.gpuLost(a.fail, SeverityError)
+		case unix.EIO:
+			a.rmInitFailed(a.fail, SeverityError)
+		}
+	case tracer.KindMknod, tracer.KindUnlink:
+		a.explainRepairFailed(a.fail)
+	case tracer.KindIoctl:
+		a.explainIoctl(a.fail)
+	case tracer.KindMemfd:
+		a.seccompMemfd(a.fail)
+	}
+	if libcudaKind(e) == "stub" {
+		a.libcudaStub(a.fail)
+	}
+	if a.cause == "" {
+		// Nothing above recognised it: still say what is known.
+		f := factsFor(a.s, a.ev, a.fail, e, e.Path)
+		d := []string{callLine(e)}
+		if isNvidiaNode(e.Path) {
+			d = a.headLines(a.fail, f)
+		}
+		if e.Errno() == unix.EBUSY {
+			d = append(d, "EBUSY from the NVIDIA driver means the device is sequestered or its open queue is closed (e.g. during a GPU reset).")
+		}
+		a.add(Finding{ID: "call-failed", Severity: SeverityError,
+			Summary: fmt.Sprintf("%s failed with %s", FormatCall(e), e.ErrnoName()),
+			Detail:  d, Events: a.failEvents()}, "")
+		if a.cause == "" {
+			a.cause = "the cause is not one cudatrace recognises"
+		}
+	}
+}
+
+func (a *analyzer) explainEACCES(i int) {
+	e := &a.ev[i]
+	f := factsFor(a.s, a.ev, i, e, e.Path)
+	head := a.headLines(i, f)
+	events := a.failEvents()
+	if m := mountOf(a.s, f.snapNode, e.Path); m != nil && m.NoDev {
+		d := append(head, fmt.Sprintf("%s lives on the mount %s (%s, options %s), which is mounted nodev: the kernel refuses to open any device node there with EACCES, before permissions or cgroups are checked.", e.Path, m.MountPoint, m.FSType, strings.Join(m.Options, ",")))
+		if a.s.Process.UserNS {
+			d = append(d, "The target runs in a user namespace; a filesystem mounted from inside an unprivileged user namespace is always nodev.")
+		}
+		a.add(Finding{ID: "nodev", Severity: SeverityError,
+			Summary: fmt.Sprintf("%s is on a nodev mount (%s)", e.Path, m.MountPoint),
+			Detail:  d,
+			Fix:     fmt.Sprintf("Remount %s without nodev (`mount -o remount,dev %s`), or bind-mount the host's device nodes into the target's /dev instead of creating them on a nodev filesystem (e.g. `--device %s`, or an lxc.mount.entry bind).", m.MountPoint, m.MountPoint, e.Path),
+			Events:  events}, fmt.Sprintf("%s is mounted nodev", m.MountPoint))
+		return
+	}
+	p := a.s.Process
+	if ok, known := dacAllows(f, p, e.Flags); known && !ok {
+		d := append(head, fmt.Sprintf("The target runs as uid %d gid %d (groups %v): mode %04o with owner uid %d gid %d gives it no %s permission.", p.UID, p.GID, p.Groups, f.mode, f.uid, f.gid, accessWord(e.Flags)))
+		fix := fmt.Sprintf("Let the user open it: add the user to group %d (`usermod -aG <group> <user>`), or have the driver create the nodes world-accessible (`options nvidia NVreg_DeviceFileMode=0666` or NVreg_DeviceFileGID=<gid> in /etc/modprobe.d/nvidia.conf, then reload the module), or `chmod 0666 %s`.", f.gid, e.Path)
+		if m, ok := a.s.Driver.Params["DeviceFileMode"]; ok {
+			d = append(d, fmt.Sprintf("The driver's DeviceFileMode is %s, DeviceFileGID %s (/proc/driver/nvidia/params); nvidia-modprobe creates the uvm nodes root:root regardless.", m, a.s.Driver.Params["DeviceFileGID"]))
+		}
+		if p.UserNS {
+			d = append(d, "The target runs in a user namespace (rootless container): host groups it is not mapped into appear as nogroup, so group permission does not apply.")
+			fix += "\nRootless containers: keep the supplementary groups (`--group-add keep-groups` with crun, or `--userns keep-id`), or make the node 0666."
+		}
+		a.add(Finding{ID: "mode-denied", Severity: SeverityError,
+			Summary: fmt.Sprintf("%s (mode %04o, uid %d gid %d) does not let uid %d open it", e.Path, f.mode, f.uid, f.gid, p.UID),
+			Detail:  d, Fix: fix, Events: events},
+			fmt.Sprintf("mode %04o (uid %d gid %d) does not let uid %d open it", f.mode, f.uid, f.gid, p.UID))
+		return
+	}
+	d := append(head, "Neither a nodev mount nor the node's mode explains it (as far as the snapshot shows). EACCES then comes from a Linux security module: AppArmor or SELinux (check the kernel log for apparmor=\"DENIED\" or avc: denied).")
+	a.add(Finding{ID: "eacces-unexplained", Severity: SeverityError,
+		Summary:  fmt.Sprintf("%s was refused with EACCES, probably by AppArmor/SELinux", e.Path),
+		Detail:   d,
+		Fix:      "Check the kernel log for an LSM denial; to confirm, run once with `--security-opt apparmor=unconfined` (Docker) or `lxc.apparmor.profile: unconfined` (LXC).",
+		Inferred: true, Events: events}, "refused with EACCES (not nodev, not the mode)")
+}
+
+func accessWord(flags uint64) string {
+	switch flags & unix.O_ACCMODE {
+	case unix.O_RDONLY:
+		return "read"
+	case unix.O_WRONLY:
+		return "write"
+	}
+	return "read/write"
+}
+
+// repairTries describes libcuda's failed mknod/unlink/modprobe attempts on
+// path before index upto.
+func (a *analyzer) repairTries(upto int, path string) []string {
+	var d []string
+	p := a.s.Process
+	for j := 0; j < upto; j++ {
+		c := &a.ev[j]
+		if (c.Kind == tracer.KindMknod || c.Kind == tracer.KindUnlink) && c.Path == path && c.Failed() && !containsIdx(a.chain, j) {
+			d = append(d, fmt.Sprintf("libcuda tried `%s` → %s.", FormatCall(c), c.ErrnoName()))
+		}
+	}
+	if len(d) > 0 || len(a.chain) > 0 {
+		if !p.CanMknod() {
+			d = append(d, "The target cannot create device nodes (no CAP_MKNOD, or it runs in a user namespace), so libcuda cannot repair the node itself.")
+		}
+	}
+	for _, m := range a.modprobeFailures() {
+		if m.exec < upto {
+			d = append(d, fmt.Sprintf("libcuda ran `%s`, which %s.", FormatCall(&a.ev[m.exec]), m.how))
+		}
+	}
+	return d
+}
+
+func containsIdx(xs []int, i int) bool {
+	for _, x := range xs {
+		if x == i {
+			return true
+		}
+	}
+	return false
+}
+
+func (a *analyzer) inContainer() bool {
+	return runtimeKind(a.s) != "" || a.s.Process.UserNS
+}
+
+func (a *analyzer) explainENOENT(i int) {
+	e := &a.ev[i]
+	f := factsFor(a.s, a.ev, i, e, e.Path)
+	f.exists = 0
+	d := a.headLines(i, f)
+	d = append(d, a.repairTries(i, e.Path)...)
+	driverMissing := false
+	if f.expOK {
+		switch {
+		case f.regOK:
+			d = append(d, fmt.Sprintf("%s is registered at major %d (/proc/devices): the driver is loaded, but the node was not created in the target's /dev.", f.regName, f.regMajor))
+		case len(a.s.ProcDevices) > 0:
+			driverMissing = true
+			d = append(d, fmt.Sprintf("%s is not in /proc/devices: its kernel module is not loaded, so there is nothing to create the node for.", f.exp.names[0]))
+		}
+	}
+	fix := nodeCreateFix(e.Path)
+	if a.inContainer() {
+		if b := bindNodeFix(a.s, e.Path); b != "" {
+			fix += "\n" + b
+		}
+	}
+	a.add(Finding{ID: "node-missing", Severity: SeverityError,
+		Summary: fmt.Sprintf("%s does not exist", e.Path),
+		Detail:  d, Fix: fix, Events: a.failEvents()}, fmt.Sprintf("%s does not exist", e.Path))
+	if driverMissing {
+		a.driverNotLoaded(f.exp.names[0], a.failEvents())
+	}
+}
+
+func (a *analyzer) explainENXIO(i int) {
+	e := &a.ev[i]
+	f := factsFor(a.s, a.ev, i, e, e.Path)
+	d := a.headLines(i, f)
+	if f.stale() {
+		owner := fmt.Sprintf("major %d belongs to no driver now", f.dev.Major)
+		if f.driver != "" {
+			owner = fmt.Sprintf("major %d belongs to %s now", f.dev.Major, f.driver)
+		}
+		d = append(d, fmt.Sprintf("The node has major %d, but %s is registered at %d (/proc/devices); %s, hence ENXIO.", f.dev.Major, f.regName, f.regMajor, owner))
+		d = append(d, a.repairTries(i, e.Path)...)
+		a.nodeStale(e.Path, f, d, SeverityError, a.failEvents())
+		return
+	}
+	if f.dev != nil && f.driver == "" && len(a.s.ProcDevices) > 0 {
+		d = append(d, fmt.Sprintf("No driver owns major %d, so the kernel has nothing to open (ENXIO).", f.dev.Major))
+		name := "nvidia"
+		if f.expOK {
+			name = f.exp.names[0]
+		}
+		a.driverNotLoadedWith(name, d, a.failEvents())
+		return
+	}
+	if isGPUNode(e.Path) {
+		d = append(d, "The driver has no GPU at this minor (ENXIO: \"open of non-existent GPU\"): the GPU is absent, unbound, or failed to probe; check /proc/driver/nvidia/gpus and the kernel log.")
+	}
+	a.add(Finding{ID: "call-failed", Severity: SeverityError,
+		Summary: fmt.Sprintf("%s failed with ENXIO", FormatCall(e)),
+		Detail:  d, Events: a.failEvents()}, "no device behind the node (ENXIO)")
+}
+
+func (a *analyzer) nodeStale(path string, f nodeFacts, d []string, sev Severity, events []uint64) {
+	fix := fmt.Sprintf("Recreate %s with the current major on the host: `rm %s && nvidia-modprobe%s -c=0` (or `mknod -m 666 %s c %d %d`).", path, path, uvmFlag(path), path, f.regMajor, f.dev.Minor)
+	if a.inContainer() {
+		if b := bindNodeFix(a.s, path); b != "" {
+			fix += "\n" + b + " A bind mount follows the host's node; a copied node keeps the old major."
+		}
+	}
+	fix += "\nIf a CDI spec created the node, regenerate it: `nvidia-ctk cdi generate`."
+	if n := dynamicMajorNote(f.regMajor, f.regName); n != "" {
+		fix += "\n" + n
+	}
+	a.add(Finding{ID: "node-stale-major", Severity: sev,
+		Summary: fmt.Sprintf("%s is c %d:%d, but %s is now %d", path, f.dev.Major, f.dev.Minor, f.regName, f.regMajor),
+		Detail:  d, Fix: fix, Events: events}, fmt.Sprintf("the node's major %d is stale; %s is %d", f.dev.Major, f.regName, f.regMajor))
+}
+
+func uvmFlag(path string) string {
+	if strings.HasPrefix(path, "/dev/nvidia-uvm") {
+		return " -u"
+	}
+	return ""
+}
+
+// explainRepairFailed covers a failed mknod/unlink with no failing open
+// after it (libcuda gave up, or the trace ended).
+func (a *analyzer) explainRepairFailed(i int) {
+	e := &a.ev[i]
+	f := factsFor(a.s, a.ev, i, e, e.Path)
+	d := []string{callLine(e), f.describe(a.s)}
+	d = append(d, a.repairTries(i, e.Path)...)
+	if !a.s.Process.CanMknod() {
+		d = append(d, "The target cannot create device nodes (no CAP_MKNOD, or it runs in a user namespace).")
+	}
+	if e.Kind == tracer.KindUnlink && f.stale() {
+		a.nodeStale(e.Path, f, d, SeverityError, []uint64{e.Seq})
+		return
+	}
+	fix := nodeCreateFix(e.Path)
+	if a.inContainer() {
+		if b := bindNodeFix(a.s, e.Path); b != "" {
+			fix += "\n" + b
+		}
+	}
+	a.add(Finding{ID: "node-missing", Severity: SeverityError,
+		Summary: fmt.Sprintf("%s is missing or wrong and libcuda could not recreate it", e.Path),
+		Detail:  d, Fix: fix, Events: []uint64{e.Seq}}, fmt.Sprintf("libcuda could not recreate %s", e.Path))
+}
+
+func (a *analyzer) explainIoctl(i int) {
+	e := &a.ev[i]
+	switch {
+	case isRMRequest(e, escCheckVersionStr) && e.Errno() == unix.EINVAL:
+		a.versionMismatch(i)
+	case e.Errno() == unix.EIO:
+		a.rmInitFailed(i, SeverityError)
+	case e.Errno() == unix.ENODEV:
+		a.gpuLost(i, SeverityError)
+	case e.Request == uvmInitialize:
+		d := []string{callLine(e)}
+		cause := "UVM initialisation failed"
+		if st, ok := uvmInitStatus(e); ok && st != 0 {
+			d = append(d, "rmStatus: "+StatusName(st)+".")
+			cause += " with " + nvStatusShort(st)
+		}
+		a.add(Finding{ID: "call-failed", Severity: SeverityError,
+			Summary: "UVM_INITIALIZE on /dev/nvidia-uvm failed", Detail: d, Events: []uint64{e.Seq}}, cause)
+	}
+}
+
+func nvStatusShort(code uint32) string {
+	if s, ok := nvStatusNames[code]; ok {
+		return s[0]
+	}
+	return fmt.Sprintf("NV_STATUS %#x", code)
+}
+
+func (a *analyzer) seccompMemfd(i int) {
+	e := &a.ev[i]
+	d := []string{callLine(e)}
+	inferred := a.s.Process.Seccomp != 2
+	if inferred {
+		d = append(d, fmt.Sprintf("The snapshot shows Seccomp: %d for the target; memfd_create has no other common reason to return EPERM, so a seccomp filter is still the likely cause.", a.s.Process.Seccomp))
+	} else {
+		d = append(d, "The target runs under a seccomp filter (Seccomp: 2) that refuses memfd_create.")
+	}
+	d = append(d, "libcuda needs memfd_create; without it CUDA reports 304 (CUDA_ERROR_OPERATING_SYSTEM) while NVML still works.")
+	a.add(Finding{ID: "seccomp-memfd", Severity: SeverityError,
+		Summary:  "seccomp forbids memfd_create",
+		Detail:   d,
+		Fix:      "Allow memfd_create in the seccomp profile of the container or sandbox; `--security-opt seccomp=unconfined` (Docker) confirms it.",
+		Inferred: inferred, Events: []uint64{e.Seq}}, "seccomp forbids memfd_create (CUDA error 304)")
+}
+
+func (a *analyzer) gpuLost(i int, sev Severity) {
+	var d []string
+	var events []uint64
+	if i >= 0 {
+		e := &a.ev[i]
+		f := factsFor(a.s, a.ev, i, e, e.Path)
+		if e.Kind == tracer.KindOpen {
+			d = a.headLines(i, f)
+			events = a.failEvents()
+		} else {
+			d = []string{callLine(e)}
+			events = []uint64{e.Seq}
+		}
+		d = append(d, "ENODEV from the NVIDIA driver means no GPU at that minor, or the GPU has been lost.")
+	}
+	d = append(d, a.kernelLines(isXidLost)...)
+	a.add(Finding{ID: "gpu-lost", Severity: sev,
+		Summary: "the GPU is lost (fell off the bus)",
+		Detail:  d,
+		Fix:     "This is a hardware or platform fault: check power, cooling and seating, then reset the GPU or reboot the host. Repeated Xid 79 needs the vendor.",
+		Events:  events}, "the GPU is lost")
+}
+
+func (a *analyzer) rmInitFailed(i int, sev Severity) {
+	var d []string
+	var events []uint64
+	if i >= 0 {
+		e := &a.ev[i]
+		f := factsFor(a.s, a.ev, i, e, e.Path)
+		if e.Kind == tracer.KindOpen {
+			d = a.headLines(i, f)
+			events = a.failEvents()
+		} else {
+			d = []string{callLine(e)}
+			events = []uint64{e.Seq}
+		}
+		d = append(d, "EIO from the NVIDIA driver means it could not initialise the GPU (rm_init_adapter failed).")
+	}
+	d = append(d, a.kernelLines(isRMInitLine)...)
+	a.add(Finding{ID: "rm-init-failed", Severity: sev,
+		Summary: "the NVIDIA driver failed to initialise the GPU (RmInitAdapter)",
+		Detail:  d,
+		Fix:     fmt.Sprintf("Read the NVRM lines in the kernel log. Missing or mismatched GSP firmware: install the firmware for driver %s under /lib/firmware/nvidia/<version>/; a GPU in a bad state: reset it (`nvidia-smi -r`) or power-cycle the host.", orUnknown(a.s.Host.DriverVersion)),
+		Events:  events}, "the driver could not initialise the GPU")
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "<version>"
+	}
+	return s
+}
+
+func (a *analyzer) versionMismatch(i int) {
+	var d []string
+	var events []uint64
+	if i >= 0 {
+		e := &a.ev[i]
+		d = append(d, callLine(e), "The driver refused the version handshake (NV_ESC_CHECK_VERSION_STR → EINVAL): the user-space driver libraries and the kernel module are different versions.")
+		events = []uint64{e.Seq}
+		if len(e.Arg) > 8 {
+			if v := cString(e.Arg[8:]); v != "" {
+				d = append(d, "The kernel module answered with its version: "+v+".")
+			}
+		}
+	}
+	if v := a.s.Host.DriverVersion; v != "" {
+		d = append(d, "Kernel module: "+v+" (/proc/driver/nvidia/version).")
+	}
+	if libs := a.libraryVersions(); len(libs) > 0 {
+		d = append(d, "User-space libraries opened: "+strings.Join(libs, ", ")+".")
+	}
+	d = append(d, a.kernelLines(func(t string) bool { return strings.Contains(t, "API mismatch") })...)
+	a.add(Finding{ID: "version-mismatch", Severity: SeverityError,
+		Summary: "the NVIDIA user-space libraries do not match the kernel module",
+		Detail:  d,
+		Fix:     "Reboot, or reload the kernel modules (`rmmod nvidia_uvm nvidia_drm nvidia_modeset nvidia && modprobe nvidia`), so the module matches the installed libraries. In containers, do not ship driver libraries in the image; let the NVIDIA Container Toolkit mount the host's.",
+		Events:  events}, "the user-space driver does not match the kernel module")
+}
+
+func cString(b []byte) string {
+	for i, c := range b {
+		if c == 0 {
+			b = b[:i]
+			break
+		}
+		if c < 0x20 || c > 0x7e {
+			return ""
+		}
+	}
+	return string(b)
+}
+
+// libraryVersions lists the versioned NVIDIA libraries the trace opened
+// (libcuda.so.580.159.04).
+func (a *analyzer) libraryVersions() []string {
+	seen := map[string]bool{}
+	var out []string
+	for i := range a.ev {
+		e := &a.ev[i]
+		if e.Kind != tracer.KindOpen || e.Failed() {
+			continue
+		}
+		b := baseName(e.Path)
+		if (strings.HasPrefix(b, "libcuda.so.") || strings.HasPrefix(b, "libnvidia-ml.so.")) && strings.Count(b, ".") >= 4 && !seen[b] {
+			seen[b] = true
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+func isXidLost(t string) bool {
+	return strings.Contains(t, "fallen off the bus") || (strings.Contains(t, "Xid") && strings.Contains(t, ": 79,"))
+}
+
+func isRMInitLine(t string) bool {
+	return strings.Contains(t, "RmInitAdapter") || strings.Contains(t, "rm_init_adapter") ||
+		(strings.Contains(t, "GSP") && (strings.Contains(t, "fail") || strings.Contains(t, "Cannot")))
+}
+
+func (a *analyzer) kernelLines(match func(string) bool) []string {
+	var d []string
+	for _, l := range a.s.KernelLog {
+		if match(l.Text) {
+			d = append(d, "Kernel log: "+l.Text)
+		}
+	}
+	return d
+}
+
+func (a *analyzer) driverNotLoaded(name string, events []uint64) {
+	a.driverNotLoadedWith(name, nil, events)
+}
+
+func (a *analyzer) driverNotLoadedWith(name string, d []string, events []uint64) {
+	var fix string
+	switch name {
+	case "nvidia-uvm":
+		d = append(d, "nvidia-uvm is not in /proc/devices: the nvidia_uvm module is not loaded (it is loaded on demand, which fails without root or inside a container).")
+		fix = "On the host: `nvidia-modprobe -u -c=0` or `modprobe nvidia_uvm`, and load it at boot (add nvidia_uvm to /etc/modules-load.d/nvidia.conf)."
+	default:
+		d = append(d, "No NVIDIA driver is registered in /proc/devices (no major 195): the nvidia kernel module is not loaded.")
+		fix = "Load it on the host (`modprobe nvidia`); if that fails, the kernel log says why: an unsigned module under Secure Boot (\"Key was rejected by service\"), a GPU the open module does not support, or a module built for another kernel."
+	}
+	a.add(Finding{ID: "driver-not-loaded", Severity: SeverityError,
+		Summary: fmt.Sprintf("the %s kernel driver is not loaded", name),
+		Detail:  d, Fix: fix, Events: events}, fmt.Sprintf("the %s driver is not loaded", name))
+}

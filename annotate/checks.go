@@ -1,0 +1,398 @@
+package annotate
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cudatrace/cudatrace/tracer"
+)
+
+// checkAll adds what the trace and snapshot show beyond the failing call.
+func (a *analyzer) checkAll() {
+	if len(a.s.ProcDevices) > 0 {
+		if _, ok := a.s.MajorOf("nvidia"); !ok && a.s.MajorName(nvidiaCtlMajor) == "" {
+			a.driverNotLoaded("nvidia", nil)
+		}
+	}
+	if l := a.kernelLines(func(t string) bool { return strings.Contains(t, "API mismatch") }); len(l) > 0 {
+		a.versionMismatch(-1)
+	}
+	if l := a.kernelLines(isRMInitLine); len(l) > 0 {
+		a.rmInitFailed(-1, SeverityWarning)
+	}
+	if l := a.kernelLines(isXidLost); len(l) > 0 {
+		a.gpuLost(-1, SeverityError)
+	}
+	a.checkLibcuda()
+	a.checkVisibleDevices()
+	a.checkStaleNodes()
+	a.checkRepaired()
+	a.checkMIGCaps()
+	a.checkModprobe()
+	a.checkUVMInit()
+	a.checkCallsOK()
+}
+
+// libcudaKind classifies an open of libcuda: "stub", "compat", or "".
+func libcudaKind(e *tracer.Event) string {
+	if e.Kind != tracer.KindOpen || e.Failed() || !strings.HasPrefix(baseName(e.Path), "libcuda.so") {
+		return ""
+	}
+	switch {
+	case strings.Contains(e.Path, "/stubs/"):
+		return "stub"
+	case strings.Contains(e.Path, "/compat/"):
+		return "compat"
+	}
+	return ""
+}
+
+func (a *analyzer) checkLibcuda() {
+	for i := range a.ev {
+		switch libcudaKind(&a.ev[i]) {
+		case "stub":
+			a.libcudaStub(i)
+		case "compat":
+			e := &a.ev[i]
+			a.add(Finding{ID: "libcuda-compat", Severity: SeverityWarning,
+				Summary: "a forward-compatibility libcuda was loaded: " + e.Path,
+				Detail: []string{callLine(e),
+					"The CUDA forward-compatibility package replaces the host's libcuda with a newer one. It works only on data-center GPUs; elsewhere cuInit fails with 804 (CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE), and it must match the kernel driver's branch."},
+				Fix:    "If CUDA reports 804 or a driver mismatch, remove the compat directory from LD_LIBRARY_PATH / ld.so.conf (or use an image without cuda-compat), or upgrade the host driver so compat is not needed.",
+				Events: []uint64{e.Seq}}, "")
+		}
+	}
+}
+
+func (a *analyzer) libcudaStub(i int) {
+	e := &a.ev[i]
+	d := []string{callLine(e),
+		"That is the CUDA toolkit's link-time stub, not the driver: cuInit returns 34 (CUDA_ERROR_STUB_LIBRARY)."}
+	if v, ok := a.s.Env["LD_LIBRARY_PATH"]; ok && strings.Contains(v, "stubs") {
+		d = append(d, "LD_LIBRARY_PATH="+v)
+	}
+	a.add(Finding{ID: "libcuda-stub", Severity: SeverityError,
+		Summary: "the stub libcuda was loaded: " + e.Path,
+		Detail:  d,
+		Fix:     "Remove the toolkit's lib64/stubs directory from LD_LIBRARY_PATH (and from ld.so.conf / rpath) so the driver's libcuda.so.1 is found.",
+		Events:  []uint64{e.Seq}}, "the CUDA toolkit's stub libcuda was loaded instead of the driver's (CUDA_ERROR_STUB_LIBRARY, 34)")
+}
+
+// cvdHidesAll applies CUDA's parsing of CUDA_VISIBLE_DEVICES: it stops at
+// the first entry that is not a valid index or GPU/MIG UUID, so an invalid
+// first entry hides everything.
+func cvdHidesAll(v string, nGPU int) bool {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return true
+	}
+	first := strings.TrimSpace(strings.SplitN(v, ",", 2)[0])
+	if strings.HasPrefix(first, "GPU-") || strings.HasPrefix(first, "MIG-") {
+		return false
+	}
+	n, err := strconv.Atoi(first)
+	if err != nil || n < 0 {
+		return true
+	}
+	return nGPU > 0 && n >= nGPU
+}
+
+func (a *analyzer) checkVisibleDevices() {
+	v, ok := a.s.Env["CUDA_VISIBLE_DEVICES"]
+	if !ok || !cvdHidesAll(v, len(a.s.Driver.GPUs)) {
+		return
+	}
+	for i := range a.ev {
+		e := &a.ev[i]
+		if e.Kind == tracer.KindOpen && !e.Failed() && isGPUNode(e.Path) {
+			return
+		}
+	}
+	d := []string{fmt.Sprintf("CUDA_VISIBLE_DEVICES=%q in the target's environment, and the trace shows no /dev/nvidiaN opened.", v)}
+	if n := len(a.s.Driver.GPUs); n > 0 {
+		d = append(d, fmt.Sprintf("The driver sees %d GPU(s) (valid indices 0..%d); CUDA stops at the first invalid entry.", n, n-1))
+	} else {
+		d = append(d, "CUDA stops at the first invalid entry (indices start at 0; -1 or an empty value hides every GPU).")
+	}
+	a.add(Finding{ID: "cuda-visible-devices-hides-all", Severity: SeverityError,
+		Summary: fmt.Sprintf("CUDA_VISIBLE_DEVICES=%q hides every GPU", v),
+		Detail:  d,
+		Fix:     "Unset CUDA_VISIBLE_DEVICES, or set it to valid indices (0-based) or GPU UUIDs from `nvidia-smi -L`. cuInit otherwise reports 100 (CUDA_ERROR_NO_DEVICE) while nvidia-smi lists the GPUs."}, "")
+}
+
+// checkStaleNodes flags snapshot nodes whose major is not their driver's
+// current one, even when no call failed on them yet.
+func (a *analyzer) checkStaleNodes() {
+	for _, n := range a.s.Nodes {
+		if !n.Exists || n.Type != "c" {
+			continue
+		}
+		f := factsFor(a.s, nil, 0, nil, n.Path)
+		if !f.stale() {
+			continue
+		}
+		a.nodeStale(n.Path, f, []string{
+			f.describe(a.s),
+			fmt.Sprintf("%s is registered at major %d (/proc/devices); opening the node gives ENXIO, or reaches the wrong driver.", f.regName, f.regMajor),
+		}, SeverityWarning, nil)
+	}
+}
+
+// checkRepaired reports nodes libcuda recreated itself (as root): the run
+// worked, but the environment was wrong before it started.
+func (a *analyzer) checkRepaired() {
+	type repair struct {
+		lines  []string
+		events []uint64
+	}
+	var order []string
+	byPath := map[string]*repair{}
+	for i := range a.ev {
+		e := &a.ev[i]
+		if (e.Kind != tracer.KindMknod && e.Kind != tracer.KindUnlink) || e.Failed() || !isNvidiaNode(e.Path) {
+			continue
+		}
+		r := byPath[e.Path]
+		if r == nil {
+			r = &repair{}
+			byPath[e.Path] = r
+			order = append(order, e.Path)
+		}
+		line := fmt.Sprintf("`%s` by %s %s", FormatCall(e), who(e), FormatResult(e))
+		if e.Kind == tracer.KindUnlink {
+			f := factsFor(a.s, a.ev, i, nil, e.Path)
+			if f.dev != nil {
+				line += fmt.Sprintf(" (it was c %d:%d", f.dev.Major, f.dev.Minor)
+				if f.stale() {
+					line += fmt.Sprintf("; %s is %d", f.regName, f.regMajor)
+				}
+				line += ")"
+			}
+		}
+		r.lines = append(r.lines, line+".")
+		r.events = append(r.events, e.Seq)
+	}
+	if len(order) == 0 {
+		return
+	}
+	var d []string
+	var events []uint64
+	for _, p := range order {
+		d = append(d, byPath[p].lines...)
+		events = append(events, byPath[p].events...)
+	}
+	d = append(d, "libcuda repairs missing or stale nodes only when it may create device nodes (root with CAP_MKNOD, outside a user namespace); the same environment fails for other users and in containers.")
+	fix := nodeCreateFix(order[0])
+	a.add(Finding{ID: "node-repaired", Severity: SeverityWarning,
+		Summary: fmt.Sprintf("the run is not clean: the node was recreated by libcuda (%s)", strings.Join(order, ", ")),
+		Detail:  d, Fix: fix, Events: events}, "")
+}
+
+func (a *analyzer) checkMIGCaps() {
+	var d []string
+	var events []uint64
+	for i := range a.ev {
+		e := &a.ev[i]
+		if !isCapsNode(e.Path) || !e.Failed() {
+			continue
+		}
+		switch {
+		case e.Kind == tracer.KindOpen && fatalOpenErrnos[e.Errno()]:
+		case e.Kind == tracer.KindStat && e.Errno() == unix.ENOENT && !a.recoveredAny(i, tracer.KindOpen):
+		default:
+			continue
+		}
+		d = append(d, callLine(e))
+		events = append(events, e.Seq)
+	}
+	if len(d) == 0 {
+		return
+	}
+	if m, ok := a.s.MajorOf("nvidia-caps"); ok {
+		d = append(d, fmt.Sprintf("nvidia-caps is registered at major %d (/proc/devices); cap1 is mig/config, cap2 is mig/monitor.", m))
+	}
+	fix := "Pass the MIG capability nodes (/dev/nvidia-caps/nvidia-cap1, -cap2 and the per-instance caps) into the container and allow the nvidia-caps major in its device cgroup, or run privileged; with the NVIDIA Container Toolkit's CDI mode, regenerate the spec after creating MIG instances (`nvidia-ctk cdi generate`) or set NVIDIA_MIG_CONFIG_DEVICES / NVIDIA_MIG_MONITOR_DEVICES.\n" + nodeCreateFix("/dev/nvidia-caps/")
+	if m, ok := a.s.MajorOf("nvidia-caps"); ok {
+		fix += "\n" + dynamicMajorNote(m, "nvidia-caps")
+	}
+	a.add(Finding{ID: "mig-caps", Severity: SeverityWarning,
+		Summary: "MIG capability nodes are missing or denied",
+		Detail:  d, Fix: fix, Events: events}, "")
+}
+
+// recoveredAny is whether the same process later did kind on the same path
+// successfully.
+func (a *analyzer) recoveredAny(i int, kind tracer.Kind) bool {
+	e := &a.ev[i]
+	for j := i + 1; j < len(a.ev); j++ {
+		o := &a.ev[j]
+		if o.PID == e.PID && o.Kind == kind && o.Path == e.Path && !o.Failed() {
+			return true
+		}
+	}
+	return false
+}
+
+type modprobeRun struct {
+	exec int
+	how  string
+}
+
+// modprobeFailures pairs each successful exec of nvidia-modprobe with its
+// process's exit and keeps the ones that did not exit 0.
+func (a *analyzer) modprobeFailures() []modprobeRun {
+	var out []modprobeRun
+	for i := range a.ev {
+		e := &a.ev[i]
+		if e.Kind != tracer.KindExec || e.Failed() {
+			continue
+		}
+		name := baseName(e.Path)
+		if len(e.Argv) > 0 && name != "nvidia-modprobe" {
+			name = baseName(e.Argv[0])
+		}
+		if name != "nvidia-modprobe" {
+			continue
+		}
+		for j := i + 1; j < len(a.ev); j++ {
+			x := &a.ev[j]
+			if x.Kind != tracer.KindExit || x.PID != e.PID {
+				continue
+			}
+			switch {
+			case x.Signal != 0:
+				out = append(out, modprobeRun{i, "was killed by " + unix.SignalName(unix.Signal(x.Signal))})
+			case x.ExitCode != 0:
+				out = append(out, modprobeRun{i, fmt.Sprintf("exited %d", x.ExitCode)})
+			}
+			break
+		}
+	}
+	return out
+}
+
+func (a *analyzer) checkModprobe() {
+	runs := a.modprobeFailures()
+	if len(runs) == 0 {
+		return
+	}
+	var d []string
+	var events []uint64
+	for _, r := range runs {
+		e := &a.ev[r.exec]
+		d = append(d, fmt.Sprintf("`%s` by %s %s.", FormatCall(e), who(e), r.how))
+		events = append(events, e.Seq)
+	}
+	d = append(d, "libcuda runs nvidia-modprobe to load nvidia/nvidia_uvm and create missing nodes; it needs root (or its setuid bit) and a host /dev, so it fails inside containers and for ordinary users.")
+	a.add(Finding{ID: "modprobe-failed", Severity: SeverityWarning,
+		Summary: "nvidia-modprobe failed",
+		Detail:  d,
+		Fix:     "Load the modules and create the nodes on the host before CUDA starts: `nvidia-modprobe -u -c=0` (as root), e.g. at boot.",
+		Events:  events}, "")
+}
+
+// checkUVMInit adds the low-confidence HMM hint when UVM_INITIALIZE fails.
+func (a *analyzer) checkUVMInit() {
+	for i := range a.ev {
+		e := &a.ev[i]
+		if e.Kind != tracer.KindIoctl || e.Request != uvmInitialize || e.FD < 0 {
+			continue
+		}
+		st, ok := uvmInitStatus(e)
+		if !e.Failed() && !(ok && st != 0) {
+			continue
+		}
+		d := []string{callLine(e)}
+		if ok && st != 0 {
+			d = append(d, "rmStatus: "+StatusName(st)+".")
+		}
+		hmm, set := a.s.Driver.UVMParams["uvm_disable_hmm"]
+		if set && (hmm == "1" || hmm == "Y") {
+			return // HMM already off: not this
+		}
+		d = append(d, "The device opens worked but UVM initialisation failed. On open kernel modules with recent kernels this is often HMM (heterogeneous memory management); uvm_disable_hmm is "+orNotSet(hmm, set)+". This is a hint, not a diagnosis.")
+		a.add(Finding{ID: "uvm-hmm", Severity: SeverityWarning,
+			Summary:  "UVM initialisation failed; HMM may be the cause",
+			Detail:   d,
+			Fix:      "Try `options nvidia_uvm uvm_disable_hmm=1` in /etc/modprobe.d/nvidia-uvm.conf, then reload nvidia_uvm (`rmmod nvidia_uvm && modprobe nvidia_uvm`).",
+			Inferred: true, Events: []uint64{e.Seq}}, "")
+		return
+	}
+}
+
+func orNotSet(v string, set bool) string {
+	if !set {
+		return "not set"
+	}
+	return v
+}
+
+// checkCallsOK lists the device calls that worked: the contrast with the
+// failing one is evidence.
+func (a *analyzer) checkCallsOK() {
+	st := Summarize(a.ev)
+	var d []string
+	var paths []string
+	for _, n := range st.Nodes {
+		if n.Opens == 0 {
+			continue
+		}
+		line := n.Path
+		if n.Dev != nil {
+			line += fmt.Sprintf(" (c %d:%d)", n.Dev.Major, n.Dev.Minor)
+		}
+		line += fmt.Sprintf(" opened %dx, allowed", n.Opens)
+		if n.Ioctls > 0 {
+			line += fmt.Sprintf("; %d ioctls", n.Ioctls)
+			if n.IoctlFailures > 0 {
+				line += fmt.Sprintf(" (%d failed)", n.IoctlFailures)
+			}
+		}
+		d = append(d, line)
+		paths = append(paths, n.Path)
+	}
+	if len(d) == 0 {
+		return
+	}
+	a.add(Finding{ID: "calls-ok", Severity: SeverityInfo,
+		Summary: fmt.Sprintf("%d NVIDIA device node(s) opened fine: %s", len(paths), strings.Join(paths, ", ")),
+		Detail:  d}, "")
+}
+
+// verdict is the report's headline.
+func (a *analyzer) verdict() string {
+	if a.fail >= 0 {
+		e := &a.ev[a.fail]
+		s := "cuInit cannot succeed: " + FormatCall(e) + " by " + who(e)
+		if e.Failed() {
+			s += " → " + e.ErrnoName()
+		}
+		if a.cause != "" {
+			s += ": " + a.cause
+		}
+		return s + "."
+	}
+	for _, f := range a.out {
+		if f.Severity == SeverityError {
+			return "cuInit cannot succeed: " + f.Summary + "."
+		}
+	}
+	s := "No NVIDIA device call failed."
+	if a.byID["node-repaired"] {
+		s += " libcuda recreated a device node during the run, so the setup is not clean (see node-repaired)."
+	}
+	touched := false
+	for i := range a.ev {
+		if isNvidiaNode(a.ev[i].Path) || a.ev[i].Kind == tracer.KindIoctl {
+			touched = true
+			break
+		}
+	}
+	if !touched {
+		s += " The trace touched no /dev/nvidia* node, so CUDA was not initialised."
+	}
+	return s
+}

@@ -1,0 +1,328 @@
+package annotate
+
+import (
+	"encoding/binary"
+	"fmt"
+	"path"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cudatrace/cudatrace/tracer"
+)
+
+// nvidiaCtlMajor is fixed for /dev/nvidiactl, /dev/nvidiaN and
+// /dev/nvidia-modeset (nv-chardev-numbers.h); every other NVIDIA major is
+// allocated dynamically.
+const nvidiaCtlMajor = 195
+
+// RM escape numbers the analysis reacts to (nv-ioctl-numbers.h).
+const (
+	escCheckVersionStr = 0xD2
+	escIoctlXferCmd    = 0xD3
+	rmIoctlMagic       = 0x46 // 'F'
+	uvmInitialize      = 0x30000001
+)
+
+// openFlagNames lists the single-bit open flags in value order, as strace
+// prints them. O_SYNC and O_TMPFILE are multi-bit and handled first.
+var openFlagNames = []struct {
+	bit  uint64
+	name string
+}{
+	{unix.O_CREAT, "O_CREAT"},
+	{unix.O_EXCL, "O_EXCL"},
+	{unix.O_NOCTTY, "O_NOCTTY"},
+	{unix.O_TRUNC, "O_TRUNC"},
+	{unix.O_APPEND, "O_APPEND"},
+	{unix.O_NONBLOCK, "O_NONBLOCK"},
+	{unix.O_DSYNC, "O_DSYNC"},
+	{unix.O_ASYNC, "O_ASYNC"},
+	{unix.O_DIRECT, "O_DIRECT"},
+	{unix.O_LARGEFILE, "O_LARGEFILE"},
+	{unix.O_DIRECTORY, "O_DIRECTORY"},
+	{unix.O_NOFOLLOW, "O_NOFOLLOW"},
+	{unix.O_NOATIME, "O_NOATIME"},
+	{unix.O_CLOEXEC, "O_CLOEXEC"},
+	{unix.O_PATH, "O_PATH"},
+}
+
+// OpenFlagsString renders open(2) flags the way strace does:
+// O_RDWR|O_CLOEXEC. Unknown bits are kept as a hex remainder so nothing is
+// hidden.
+func OpenFlagsString(flags uint64) string {
+	var parts []string
+	switch flags & unix.O_ACCMODE {
+	case unix.O_RDONLY:
+		parts = append(parts, "O_RDONLY")
+	case unix.O_WRONLY:
+		parts = append(parts, "O_WRONLY")
+	case unix.O_RDWR:
+		parts = append(parts, "O_RDWR")
+	default:
+		parts = append(parts, "O_ACCMODE")
+	}
+	rest := flags &^ unix.O_ACCMODE
+	if rest&unix.O_TMPFILE == unix.O_TMPFILE {
+		parts = append(parts, "O_TMPFILE")
+		rest &^= unix.O_TMPFILE
+	}
+	if rest&unix.O_SYNC == unix.O_SYNC {
+		parts = append(parts, "O_SYNC")
+		rest &^= unix.O_SYNC
+	}
+	for _, f := range openFlagNames {
+		if rest&f.bit != 0 {
+			parts = append(parts, f.name)
+			rest &^= f.bit
+		}
+	}
+	if rest != 0 {
+		parts = append(parts, fmt.Sprintf("%#x", rest))
+	}
+	return strings.Join(parts, "|")
+}
+
+// accessModeString renders access(2) modes: F_OK or R_OK|W_OK|X_OK.
+func accessModeString(mode uint64) string {
+	if mode == 0 {
+		return "F_OK"
+	}
+	var parts []string
+	for _, m := range []struct {
+		bit  uint64
+		name string
+	}{{unix.R_OK, "R_OK"}, {unix.W_OK, "W_OK"}, {unix.X_OK, "X_OK"}} {
+		if mode&m.bit != 0 {
+			parts = append(parts, m.name)
+			mode &^= m.bit
+		}
+	}
+	if mode != 0 {
+		parts = append(parts, fmt.Sprintf("%#x", mode))
+	}
+	return strings.Join(parts, "|")
+}
+
+// fileTypeString renders the S_IFMT part of a mode.
+func fileTypeString(mode uint32) string {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFCHR:
+		return "S_IFCHR"
+	case unix.S_IFBLK:
+		return "S_IFBLK"
+	case unix.S_IFREG:
+		return "S_IFREG"
+	case unix.S_IFIFO:
+		return "S_IFIFO"
+	case unix.S_IFSOCK:
+		return "S_IFSOCK"
+	case unix.S_IFDIR:
+		return "S_IFDIR"
+	case unix.S_IFLNK:
+		return "S_IFLNK"
+	}
+	return ""
+}
+
+// IoctlName names an ioctl request on an NVIDIA node. dev is the device the
+// fd refers to, or nil when unknown (fd -1 after a failed open). Major 195
+// carries RM escapes, keyed by _IOC_NR only because the driver ignores the
+// other bits; other NVIDIA majors (nvidia-uvm) use plain numbers. Unknown
+// requests come back in strace's _IOC notation.
+func IoctlName(request uint32, dev *tracer.Dev) string {
+	nr := request & 0xff
+	typ := (request >> 8) & 0xff
+	isRM := dev != nil && dev.Major == nvidiaCtlMajor
+	if dev == nil && typ == rmIoctlMagic {
+		isRM = true
+	}
+	if !isRM {
+		if n, ok := uvmIoctlNames[request]; ok {
+			return n
+		}
+		if typ == rmIoctlMagic {
+			isRM = true
+		}
+	}
+	if isRM {
+		if n, ok := rmEscapeNames[nr]; ok {
+			return n
+		}
+	}
+	return rawIoctl(request)
+}
+
+// rawIoctl prints a request as strace does for unknown numbers.
+func rawIoctl(request uint32) string {
+	dir := request >> 30
+	var d string
+	switch dir {
+	case 0:
+		d = "_IOC_NONE"
+	case 1:
+		d = "_IOC_WRITE"
+	case 2:
+		d = "_IOC_READ"
+	case 3:
+		d = "_IOC_READ|_IOC_WRITE"
+	}
+	return fmt.Sprintf("_IOC(%s, %#x, %#x, %#x)", d, (request>>8)&0xff, request&0xff, (request>>16)&0x3fff)
+}
+
+// isRMRequest reports whether request is RM escape nr on a 195 node (or an
+// unknown node with the 'F' magic).
+func isRMRequest(e *tracer.Event, nr uint32) bool {
+	if e.Request&0xff != nr {
+		return false
+	}
+	if e.Dev != nil {
+		return e.Dev.Major == nvidiaCtlMajor
+	}
+	return (e.Request>>8)&0xff == rmIoctlMagic
+}
+
+// StatusName renders an NV_STATUS code: "NV_ERR_INVALID_STATE (0x40): Invalid
+// state".
+func StatusName(code uint32) string {
+	if s, ok := nvStatusNames[code]; ok {
+		return fmt.Sprintf("%s (%#x): %s", s[0], code, s[1])
+	}
+	return fmt.Sprintf("NV_STATUS %#x", code)
+}
+
+// CUResultName renders a CUresult value: "CUDA_ERROR_UNKNOWN (999)".
+func CUResultName(code int) string {
+	if n, ok := cuResultNames[code]; ok {
+		return fmt.Sprintf("%s (%d)", n, code)
+	}
+	return fmt.Sprintf("CUresult %d", code)
+}
+
+// uvmInitStatus reads rmStatus (@8) from UVM_INITIALIZE's params block as
+// returned by the call, if the tracer captured it.
+func uvmInitStatus(e *tracer.Event) (uint32, bool) {
+	if e.Request != uvmInitialize || len(e.Arg) < 12 {
+		return 0, false
+	}
+	return binary.LittleEndian.Uint32(e.Arg[8:12]), true
+}
+
+// FormatCall renders an event like strace: openat("/dev/nvidia-uvm",
+// O_RDWR|O_CLOEXEC), ioctl(8, NV_ESC_RM_CONTROL). The result is not
+// included; callers add "→ EPERM" where it matters.
+func FormatCall(e *tracer.Event) string {
+	if e == nil {
+		return ""
+	}
+	name := e.Syscall
+	if name == "" {
+		name = defaultSyscall(e.Kind)
+	}
+	q := strconv.Quote
+	switch e.Kind {
+	case tracer.KindOpen:
+		s := fmt.Sprintf("%s(%s, %s", name, q(e.Path), OpenFlagsString(e.Flags))
+		if e.Flags&unix.O_CREAT != 0 || e.Flags&unix.O_TMPFILE == unix.O_TMPFILE {
+			s += fmt.Sprintf(", %#o", e.Mode&0o7777)
+		}
+		return s + ")"
+	case tracer.KindIoctl:
+		req := IoctlName(e.Request, e.Dev)
+		if e.Request&0xff == escIoctlXferCmd && len(e.Arg) >= 4 && strings.HasPrefix(req, "NV_ESC_") {
+			inner := binary.LittleEndian.Uint32(e.Arg[0:4])
+			if n, ok := rmEscapeNames[inner&0xff]; ok {
+				req += "(" + n + ")"
+			}
+		}
+		return fmt.Sprintf("%s(%d, %s)", name, e.FD, req)
+	case tracer.KindStat, tracer.KindUnlink:
+		return fmt.Sprintf("%s(%s)", name, q(e.Path))
+	case tracer.KindAccess:
+		return fmt.Sprintf("%s(%s, %s)", name, q(e.Path), accessModeString(e.Flags))
+	case tracer.KindMknod:
+		s := fmt.Sprintf("%s(%s, ", name, q(e.Path))
+		if t := fileTypeString(e.Mode); t != "" {
+			s += t + "|"
+		}
+		s += fmt.Sprintf("%#o", e.Mode&0o7777)
+		if e.Dev != nil {
+			s += fmt.Sprintf(", makedev(%d, %d)", e.Dev.Major, e.Dev.Minor)
+		}
+		return s + ")"
+	case tracer.KindSymlink:
+		return fmt.Sprintf("%s(%s, %s)", name, q(e.Target), q(e.Path))
+	case tracer.KindMkdir:
+		return fmt.Sprintf("%s(%s, %#o)", name, q(e.Path), e.Mode&0o7777)
+	case tracer.KindMemfd:
+		return fmt.Sprintf("%s(%s, %#x)", name, q(e.Path), e.Flags)
+	case tracer.KindExec:
+		args := make([]string, len(e.Argv))
+		for i, a := range e.Argv {
+			args[i] = q(a)
+		}
+		return fmt.Sprintf("%s(%s, [%s])", name, q(e.Path), strings.Join(args, ", "))
+	case tracer.KindExit:
+		if e.Signal != 0 {
+			return fmt.Sprintf("killed by %s", unix.SignalName(unix.Signal(e.Signal)))
+		}
+		return fmt.Sprintf("exit(%d)", e.ExitCode)
+	}
+	if e.Path != "" {
+		return fmt.Sprintf("%s(%s)", name, q(e.Path))
+	}
+	return name + "()"
+}
+
+// FormatResult renders what a call returned: "→ EPERM", "→ 8".
+func FormatResult(e *tracer.Event) string {
+	if e.Kind == tracer.KindExit {
+		return ""
+	}
+	if e.Failed() {
+		return "→ " + e.ErrnoName()
+	}
+	return fmt.Sprintf("→ %d", e.Ret)
+}
+
+// who renders the process that made a call: python3[4242].
+func who(e *tracer.Event) string {
+	comm := e.Comm
+	if comm == "" {
+		comm = "pid"
+	}
+	return fmt.Sprintf("%s[%d]", comm, e.PID)
+}
+
+// callLine is the first Detail line of most findings: the call, who made
+// it, and what it returned.
+func callLine(e *tracer.Event) string {
+	return fmt.Sprintf("`%s` by %s %s", FormatCall(e), who(e), FormatResult(e))
+}
+
+func defaultSyscall(k tracer.Kind) string {
+	switch k {
+	case tracer.KindOpen:
+		return "openat"
+	case tracer.KindStat:
+		return "stat"
+	case tracer.KindMknod:
+		return "mknodat"
+	case tracer.KindMemfd:
+		return "memfd_create"
+	case tracer.KindExec:
+		return "execve"
+	case tracer.KindExit:
+		return "exit"
+	}
+	return string(k)
+}
+
+// baseName is path.Base for a possibly empty path.
+func baseName(p string) string {
+	if p == "" {
+		return ""
+	}
+	return path.Base(p)
+}
