@@ -216,7 +216,9 @@ func TestDeny195SMI(t *testing.T) {
 		t.Errorf("access: %+v", acc)
 	}
 	// stat("/dev/nvidia-caps/nvidia-cap2", {st_mode=S_IFCHR|0444, st_rdev=makedev(0xf1, 0x2), ...}) = 0
-	st := find(lg, func(e *tracer.Event) bool { return e.Kind == tracer.KindStat && e.Path == "/dev/nvidia-caps/nvidia-cap2" })
+	st := find(lg, func(e *tracer.Event) bool {
+		return e.Kind == tracer.KindStat && e.Path == "/dev/nvidia-caps/nvidia-cap2"
+	})
 	if len(st) == 0 || st[0].Mode != 0o20444 || !sameDev(st[0].Dev, dev(241, 2)) {
 		t.Errorf("cap2 stat: %+v", st)
 	}

@@ -51,8 +51,13 @@ const maxLine = 1 << 20
 func Parse(r io.Reader) (*Log, error) {
 	in := newInterp()
 	var clk clock
+	var carry string
 	err := readLines(r, func(line string, whole bool) {
 		in.log.Lines++
+		line, carry = unsplit(carry, line)
+		if line == "" && carry != "" {
+			return
+		}
 		rec, ok := parseLine(line, &clk)
 		if !ok || !whole {
 			in.log.Skipped++
@@ -63,7 +68,29 @@ func Parse(r io.Reader) (*Log, error) {
 	if err != nil {
 		return nil, err
 	}
+	if carry != "" {
+		in.log.Skipped++ // the log ends inside the split line
+	}
 	return in.finish()
+}
+
+// unsplit undoes what happens when strace writes to stderr and a message
+// of its own lands inside a syscall line:
+//
+//	clone(child_stack=NULL, flags=...|SIGCHLDstrace: Process 15565 attached
+//	, child_tidptr=0x7fb802387a10) = 15565
+//
+// It returns the line to parse ("" for none yet) and what to prepend to the
+// next one.
+func unsplit(carry, line string) (string, string) {
+	if carry != "" && len(carry)+len(line) <= maxLine {
+		line = carry + line
+	}
+	if i := strings.Index(line, "strace: Process "); i > 0 &&
+		(strings.HasSuffix(line, " attached") || strings.HasSuffix(line, " detached")) {
+		return "", line[:i]
+	}
+	return line, ""
 }
 
 // ParseFiles reads the per-process files of strace -ff -o FILE, named
