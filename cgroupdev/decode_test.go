@@ -54,13 +54,14 @@ func TestDecodeRulesRandom(t *testing.T) {
 	for i := 0; i < 300; i++ {
 		rules := randRules(rng, rng.IntN(8), true, true)
 		def := rng.IntN(2) == 0
+		lxcRules, lxcDef := lxcNormalise(rules, def)
 		for _, p := range []struct {
 			shape string
 			insns asm.Instructions
 			rules []Rule
 			def   bool
 		}{
-			{"lxc", lxcProgram(rules, def), rules, def},
+			{"lxc", lxcProgram(rules, def), lxcRules, lxcDef},
 			{"systemd", systemdProgram(systemdRules(rules), false), systemdRules(rules), false},
 		} {
 			got, gotDef, ok := DecodeRules(assemble(t, p.insns))

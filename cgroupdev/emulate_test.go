@@ -232,6 +232,7 @@ func TestEmulateSameAsRules(t *testing.T) {
 		rules := randRules(rng, rng.IntN(7), true, true)
 		def := rng.IntN(2) == 0
 		lxc := assemble(t, lxcProgram(rules, def))
+		lxcRules, lxcDef := lxcNormalise(rules, def)
 		sdRules := systemdRules(rules)
 		sd := assemble(t, systemdProgram(sdRules, false))
 		var runcRules []Rule
@@ -250,7 +251,7 @@ func TestEmulateSameAsRules(t *testing.T) {
 					t.Fatalf("%s %v default %v, %+v: emulated %+v, want allowed=%v", shape, rules, def, req, v, want)
 				}
 			}
-			check("lxc", lxc, rules, def)
+			check("lxc", lxc, lxcRules, lxcDef)
 			check("systemd", sd, sdRules, false)
 			check("runc", rc, runcRules, def)
 		}

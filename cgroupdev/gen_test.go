@@ -38,9 +38,11 @@ func accessGuard(a Access, next string) asm.Instructions {
 
 // systemdProgram builds systemd's shape: allow blocks (access, type, major,
 // minor guards) jump to a shared PASS; no match falls through to DENY.
-// DevicePolicy=strict with no rules is just "return 0".
+// DevicePolicy=strict with no rules is just "return 0". (With no rules and
+// the PASS tail, PASS would be unreachable and the verifier would refuse the
+// program; systemd always has its built-in entries then, so use "return 0".)
 func systemdProgram(allow []Rule, denyEverything bool) asm.Instructions {
-	if denyEverything {
+	if denyEverything || len(allow) == 0 {
 		return asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}
 	}
 	p := prologue()
@@ -73,6 +75,7 @@ func systemdProgram(allow []Rule, denyEverything bool) asm.Instructions {
 // 'a'), major, minor; each block returns its allow value; the final return
 // is the list type (allowlist 0, denylist 1).
 func lxcProgram(rules []Rule, denylist bool) asm.Instructions {
+	rules, denylist = lxcNormalise(rules, denylist)
 	p := prologue()
 	for i, r := range rules {
 		next := "lxc-" + strconv.Itoa(i+1)
@@ -239,4 +242,20 @@ func randRequest(rng *rand.Rand) Request {
 		Minor:  poolMinors[rng.IntN(len(poolMinors))],
 		Access: randAccess(rng),
 	}
+}
+
+// lxcNormalise applies what LXC does with a rule that restricts nothing
+// ("a *:* rwm"): it is a global rule that switches the list type, not a
+// block (a block without guards would make the rest unreachable, which the
+// verifier rejects).
+func lxcNormalise(rules []Rule, denylist bool) ([]Rule, bool) {
+	var out []Rule
+	for _, r := range rules {
+		if r.Type == TypeAll && r.Major < 0 && r.Minor < 0 && r.Access&AccessAll == AccessAll {
+			denylist = r.Allow
+			continue
+		}
+		out = append(out, r)
+	}
+	return out, denylist
 }

@@ -86,7 +86,7 @@ const (
 )
 
 // AccessForOpen is the access an open(2) of a device node with flags is
-// checked for. It mirrors the kernel: build_open_flags maps O_ACCMODE through
+// checked for by may_open (for block devices see also OpenChecks). It mirrors the kernel: build_open_flags maps O_ACCMODE through
 // ACC_MODE (so the invalid mode 3 means read+write) and adds write for
 // O_TRUNC; devcgroup_inode_permission turns MAY_READ/MAY_WRITE into r/w.
 // O_PATH opens skip may_open entirely, so they are not checked: 0.
@@ -107,4 +107,31 @@ func AccessForOpen(flags uint64) Access {
 		a |= AccessWrite
 	}
 	return a
+}
+
+// OpenChecks lists every device cgroup check an open(2) of a node of type
+// typ with flags goes through; the open is refused if any one is denied.
+// Every open is checked by may_open (AccessForOpen). Block devices are
+// checked a second time by blkdev_open (bdev_permission), with the access
+// of the file's mode: O_TRUNC adds nothing there, and O_ACCMODE 3, which
+// opens with neither FMODE_READ nor FMODE_WRITE, is checked with access 0.
+// O_PATH opens are not checked at all: nil.
+func OpenChecks(typ DevType, flags uint64) []Access {
+	if flags&oPath != 0 {
+		return nil
+	}
+	checks := []Access{AccessForOpen(flags)}
+	if typ == TypeBlock {
+		var a Access
+		switch flags & oAccMode {
+		case 0:
+			a = AccessRead
+		case oWronly:
+			a = AccessWrite
+		case oRdwr:
+			a = AccessRead | AccessWrite
+		}
+		checks = append(checks, a)
+	}
+	return checks
 }

@@ -1,6 +1,7 @@
 package cgroupdev
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -138,5 +139,26 @@ func TestEvaluateV1(t *testing.T) {
 	}
 	if ok, _ := EvaluateV1(nil, Request{TypeChar, 1, 3, AccessRead}); ok {
 		t.Errorf("an empty list must deny")
+	}
+}
+
+func TestOpenChecks(t *testing.T) {
+	tests := []struct {
+		typ   DevType
+		flags uint64
+		want  string
+	}{
+		{TypeChar, 2, "[rw]"},
+		{TypeChar, 3, "[rw]"},
+		{TypeChar, 0o10000000, "[]"},
+		{TypeBlock, 0, "[r r]"},
+		{TypeBlock, 0o1000, "[rw r]"}, // O_TRUNC: may_open checks w, blkdev_open does not
+		{TypeBlock, 3, "[rw ]"},       // neither FMODE_READ nor FMODE_WRITE: access 0
+		{TypeBlock, 1, "[w w]"},
+	}
+	for _, tc := range tests {
+		if got := fmt.Sprint(OpenChecks(tc.typ, tc.flags)); got != tc.want {
+			t.Errorf("OpenChecks(%s, %#o) = %s, want %s", tc.typ, tc.flags, got, tc.want)
+		}
 	}
 }
