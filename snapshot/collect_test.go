@@ -272,3 +272,37 @@ func TestContainerMarkers(t *testing.T) {
 		})
 	}
 }
+
+// TestRecordedH200Snapshot reads back a snapshot Collect took on the H200
+// host of the recordings (driver 580.159.04, root target, cgroup2 only), so
+// a change to the JSON shape that would break stored reports shows here.
+func TestRecordedH200Snapshot(t *testing.T) {
+	data, err := os.ReadFile("testdata/h200-root.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s Snapshot
+	if err := json.Unmarshal(data, &s); err != nil {
+		t.Fatal(err)
+	}
+	if s.Host.DriverVersion != "580.159.04" || !s.Driver.Loaded || s.Driver.Params["DeviceFileMode"] != "438" ||
+		s.Driver.UVMParams["uvm_disable_hmm"] != "N" || len(s.Driver.GPUs) != 1 {
+		t.Errorf("driver facts: %+v %+v", s.Host, s.Driver.GPUs)
+	}
+	if m, _ := s.MajorOf("nvidia-uvm"); m != 238 || s.MajorName(195) != "nvidia" {
+		t.Errorf("majors: %v", s.ProcDevices)
+	}
+	for p, w := range map[string][2]uint32{"/dev/nvidiactl": {195, 255}, "/dev/nvidia-uvm": {238, 0}, "/dev/nvidia-caps/nvidia-cap1": {241, 1}} {
+		if n := s.Node(p); n == nil || !n.Exists || n.Major != w[0] || n.Minor != w[1] {
+			t.Errorf("%s = %+v", p, n)
+		}
+	}
+	if s.CgroupV1 != nil || s.CgroupV2 == nil || s.CgroupV2.MountPoint != "/sys/fs/cgroup" {
+		t.Errorf("cgroups: v1 %+v v2 %+v", s.CgroupV1, s.CgroupV2)
+	}
+	for k := range s.Env {
+		if !keepEnv(k) {
+			t.Errorf("env %s should not have been kept", k)
+		}
+	}
+}
