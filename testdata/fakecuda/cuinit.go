@@ -36,6 +36,8 @@ const (
 	ioctlRegisterFD  = 0xC00446C9 // NV_ESC_REGISTER_FD on nvidia0
 	ioctlUVMInit     = 0x30000001 // UVM_INITIALIZE
 	ioctlUVMDeinit   = 0x30000002 // UVM_DEINITIALIZE, issued on fd -1 after a failed open
+	ioctlUVMMMInit   = 0x4b       // UVM_MM_INITIALIZE (75), on the second uvm fd
+	ioctlUVMPageable = 0x27       // UVM_PAGEABLE_MEM_ACCESS (39)
 	defaultModprobe  = "/usr/bin/nvidia-modprobe"
 	defaultProcDevs  = "/proc/devices"
 	defaultDevPrefix = "/dev"
@@ -168,8 +170,20 @@ func (q *sequence) openUVM(ctl int) int {
 		return cudaUnknown
 	}
 	q.keep(fd)
-	if err := q.ioctl(fd, ioctlUVMInit); !fakeDriverOK(err) {
+	// libcuda opens a second fd for the mm half of UVM (recorded: two opens,
+	// then UVM_INITIALIZE on the first, 0x4b on the second, 0x27 on the first).
+	mm, err := q.openat(uvm, unix.O_RDWR|unix.O_CLOEXEC)
+	if err != nil {
 		return cudaUnknown
+	}
+	q.keep(mm)
+	for _, c := range []struct {
+		fd  int
+		req uint32
+	}{{fd, ioctlUVMInit}, {mm, ioctlUVMMMInit}, {fd, ioctlUVMPageable}} {
+		if err := q.ioctl(c.fd, c.req); !fakeDriverOK(err) {
+			return cudaUnknown
+		}
 	}
 	return cudaSuccess
 }
