@@ -297,3 +297,12 @@ func TestDecodeInsnLayout(t *testing.T) {
 		t.Fatalf("decoded %+v", in)
 	}
 }
+
+func BenchmarkEmulateSystemd(b *testing.B) {
+	rules := randRules(newRand(5), 20, false, false)
+	raw := assemble(b, systemdProgram(systemdRules(rules), false))
+	req := Request{Type: TypeChar, Major: 238, Minor: 0, Access: AccessRead | AccessWrite}
+	for b.Loop() {
+		Emulate(raw, req)
+	}
+}

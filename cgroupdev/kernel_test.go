@@ -347,7 +347,7 @@ func TestKernelV2Differential(t *testing.T) {
 	h := startHelper(t)
 	h.joinCgroup(t, child)
 
-	rng := newRand(3)
+	rng := newRand(testSeed(t, 3))
 	relParent := "/" + filepath.Base(parent)
 	relChild := relParent + "/" + filepath.Base(child)
 	var cases, denied, mismatches, refused int
@@ -478,7 +478,7 @@ func TestKernelV1(t *testing.T) {
 	write := func(file, line string) error {
 		return os.WriteFile(filepath.Join(dir, file), []byte(line), 0)
 	}
-	rng := newRand(4)
+	rng := newRand(testSeed(t, 4))
 	var cases, denied, mismatches int
 	for round := 0; round < 40; round++ {
 		if err := write("devices.deny", "a"); err != nil { // default deny, no exceptions
@@ -565,4 +565,18 @@ func TestQueryEffectiveEdges(t *testing.T) {
 	if !ok || def || SummariseRules(rules, def) != "allows c 195:* rwm; denies everything else" {
 		t.Errorf("decoded %v %v %v", rules, def, ok)
 	}
+}
+
+// testSeed is def, or CGROUPDEV_SEED when set, so that more random cases
+// can be run without editing the test; the seed is logged for replay.
+func testSeed(t *testing.T, def uint64) uint64 {
+	if s := os.Getenv("CGROUPDEV_SEED"); s != "" {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("CGROUPDEV_SEED=%q: %v", s, err)
+		}
+		def = n
+	}
+	t.Logf("seed %d (set CGROUPDEV_SEED to change)", def)
+	return def
 }
