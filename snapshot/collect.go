@@ -73,7 +73,8 @@ func (c *collector) run() *Snapshot {
 	c.collectHost()
 
 	pidDir, alive := c.targetDir()
-	root := c.targetRoot(pidDir)
+	viewDir := c.targetView(pidDir)
+	root := filepath.Join(viewDir, "root")
 	s.Process.PID = c.opts.PID
 	if alive {
 		c.collectProcess(pidDir, root)
@@ -90,8 +91,8 @@ func (c *collector) run() *Snapshot {
 	}
 
 	var targetMounts []Mount
-	if text, err := readString(filepath.Join(pidDir, "mountinfo")); err != nil {
-		c.unavailable("target mountinfo", err)
+	if text, err := readString(filepath.Join(viewDir, "mountinfo")); err != nil {
+		c.unavailable("mountinfo", err)
 	} else {
 		targetMounts = ParseMountinfo(text)
 	}
@@ -129,6 +130,8 @@ func (c *collector) targetDir() (string, bool) {
 		return self, false
 	}
 	dir := filepath.Join(c.proc, strconv.Itoa(c.opts.PID))
+	// A zombie still has its status and cgroup; targetView deals with
+	// its missing root.
 	if _, err := os.Stat(dir); err != nil {
 		c.snap.Unavailable = append(c.snap.Unavailable,
 			"target had exited: nodes, mounts and cgroups are cudatrace's own view; its credentials are unknown")
@@ -137,15 +140,25 @@ func (c *collector) targetDir() (string, bool) {
 	return dir, true
 }
 
-// targetRoot is the directory through which paths resolve as the target
-// sees them; cudatrace's own root when the target's cannot be entered.
-func (c *collector) targetRoot(pidDir string) string {
-	root := filepath.Join(pidDir, "root")
-	if _, err := os.Stat(filepath.Join(root, "dev")); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		c.unavailable("target root (nodes and user names are cudatrace's own view)", err)
-		return "/"
+// targetView returns the /proc directory whose root and mount table show
+// the filesystem as the target sees it: pidDir, or cudatrace's own when the
+// target's root cannot be entered (another user's process, or a zombie,
+// whose root is already gone while its status still holds its credentials).
+func (c *collector) targetView(pidDir string) string {
+	self := filepath.Join(c.proc, "self")
+	if pidDir == self {
+		return self
 	}
-	return root
+	if _, err := os.Stat(filepath.Join(pidDir, "root")); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			c.snap.Unavailable = append(c.snap.Unavailable,
+				"target has exited (its root is gone): nodes and mounts are cudatrace's own view")
+		} else {
+			c.unavailable("target root (nodes, mounts and user names are cudatrace's own view)", err)
+		}
+		return self
+	}
+	return pidDir
 }
 
 func (c *collector) collectHost() {

@@ -415,7 +415,7 @@ func TestCollectUnprivileged(t *testing.T) {
 		return false
 	}
 	for _, want := range []string{
-		"target root (nodes and user names are cudatrace's own view): permission denied",
+		"target root (nodes, mounts and user names are cudatrace's own view): permission denied",
 		"target environment: permission denied",
 	} {
 		if !has(want) {

@@ -4,11 +4,14 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // fakeTree writes files (path → content; a value starting with "->" makes a
@@ -304,5 +307,35 @@ func TestRecordedH200Snapshot(t *testing.T) {
 		if !keepEnv(k) {
 			t.Errorf("env %s should not have been kept", k)
 		}
+	}
+}
+
+// TestCollectZombie: a target that has exited but is not yet reaped keeps
+// its credentials in status, but its root is gone; nodes then come from
+// cudatrace's own view, and that is said.
+func TestCollectZombie(t *testing.T) {
+	cmd := exec.Command("true")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	// Wait for the exit without reaping, so the child stays a zombie.
+	var info unix.Siginfo
+	if err := unix.Waitid(unix.P_PID, cmd.Process.Pid, &info, unix.WEXITED|unix.WNOWAIT, nil); err != nil {
+		t.Fatal(err)
+	}
+	s := Collect(Options{PID: cmd.Process.Pid, ExtraPaths: []string{"/dev/null"}})
+	if n := s.Node("/dev/null"); n == nil || !n.Exists || n.Major != 1 {
+		t.Errorf("/dev/null from cudatrace's view = %+v", n)
+	}
+	if s.Process.UID != uint32(os.Geteuid()) || s.Process.Comm != "true" {
+		t.Errorf("zombie's credentials lost: %+v", s.Process)
+	}
+	found := false
+	for _, u := range s.Unavailable {
+		found = found || strings.HasPrefix(u, "target has exited (its root is gone)")
+	}
+	if !found || len(s.Mounts) == 0 {
+		t.Errorf("unavailable = %q, mounts %+v", s.Unavailable, s.Mounts)
 	}
 }

@@ -42,10 +42,10 @@ func (c *collector) collectKernelLog() {
 	buf := make([]byte, 16384)
 	for {
 		n, err := unix.Read(fd, buf)
-		if errors.Is(err, unix.EPIPE) {
-			continue // the record we were at was overwritten; go on with the next
+		if errors.Is(err, unix.EPIPE) || errors.Is(err, unix.EINTR) {
+			continue // EPIPE: the record we were at was overwritten; go on with the next
 		}
-		if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) && n <= 0 {
+		if errors.Is(err, unix.EAGAIN) {
 			break
 		}
 		if err != nil {
