@@ -20,9 +20,25 @@
 // and StandInProcDevices registers those majors under the NVIDIA names, so
 // fakecuda finds nvidia-uvm's major (7) by name as libcuda would.
 //
+// unshare and the setup shell exec into ARGV, so the started command's PID
+// is ARGV's: attach tests can pass cmd.Process.Pid to a tracer.
+//
 // Resources are made by Prepare (Command calls it) and removed by
 // t.Cleanup: processes still in the scratch cgroups are killed, BPF
 // programs detached, cgroups removed, temp files deleted.
+//
+// FakeCUDA builds testdata/fakecuda (once per test binary when the package's
+// TestMain calls RunMain, else once per test) into a directory every user
+// can read. A typical test:
+//
+//	env := &scenario.Env{
+//		Nodes:        scenario.StandInNodes(),
+//		ProcDevices:  scenario.StandInProcDevices,
+//		CgroupV2Deny: []scenario.DeviceRule{{'c', scenario.UVMMajor, scenario.Wildcard, "rwm"}},
+//	}
+//	env.Prepare(t)
+//	cmd := env.Command(t, cudatrace, "--", scenario.FakeCUDA(t), "--proc-devices", env.ProcDevicesPath())
+//	// fakecuda prints "cuInit 999"; the program that denied it is env.ProgramIDs()[0].
 package scenario
 
 import (

@@ -243,6 +243,7 @@ func TestFakeCUDAExitAndErrors(t *testing.T) {
 		{"libcuda opened", Env{Nodes: StandInNodes()}, []string{"--libcuda", filepath.Join(root, "testdata/fakecuda/lib/libcuda.so.1")}, "cuInit 0\n", 0, `/lib/libcuda.so.1", O_RDONLY|O_CLOEXEC) = `},
 		{"stub libcuda", Env{Nodes: StandInNodes()}, []string{"--libcuda", filepath.Join(root, "testdata/fakecuda/lib/stubs/libcuda.so")}, "cuInit 34\n", 0, ""},
 		{"libcuda missing", Env{Nodes: StandInNodes()}, []string{"--libcuda", "/nonexistent/libcuda.so.1"}, "", 1, "fakecuda: libcuda.so.1: cannot open shared object file"},
+		{"exit status through two forks", Env{Nodes: withoutNode(StandInNodes(), "nvidiactl")}, []string{"--fork-depth", "2", "--exit-nonzero"}, "cuInit 100\n", 1, ""},
 		{"bad flag", Env{Nodes: StandInNodes()}, []string{"--loop", "-1"}, "", 2, "fakecuda: --fork-depth, --loop"},
 	}
 	for _, tc := range cases {
@@ -363,4 +364,29 @@ func (f *fatalRecorder) Fatal(args ...any) {
 func (f *fatalRecorder) Fatalf(format string, args ...any) {
 	f.failed, f.msg = true, fmt.Sprintf(format, args...)
 	panic(f)
+}
+
+// When it cannot repair a node itself, fakecuda runs nvidia-modprobe as
+// libcuda does, and waits for it.
+func TestFakeCUDARunsModprobe(t *testing.T) {
+	privtest.RequireRoot(t)
+	dir := sharedTempDir(t, "cudatrace-modprobe-")
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	modprobe := filepath.Join(dir, "nvidia-modprobe")
+	script := "#!/bin/sh\necho \"$@\" >> " + quote(filepath.Join(dir, "args")) + "\nexit 1\n"
+	if err := os.WriteFile(modprobe, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	env := &Env{Nodes: withoutNode(StandInNodes(), "nvidia-uvm"), ProcDevices: StandInProcDevices, User: "nobody"}
+	o := runFake(t, env, "--modprobe", modprobe)
+	if o.stdout != "cuInit 999\n" {
+		t.Fatalf("stdout %q; log:\n%s", o.stdout, o.stderr)
+	}
+	args, err := os.ReadFile(filepath.Join(dir, "args"))
+	if err != nil || string(args) != "-u -c=0\n" {
+		t.Fatalf("nvidia-modprobe ran with %q (%v), want once with -u -c=0", args, err)
+	}
+	assertInOrder(t, o.stderr, []string{`mknodat(AT_FDCWD, "/dev/nvidia-uvm"`, "EACCES", modprobe + " -u -c=0: exit status 1", `"/dev/nvidia-uvm", O_RDWR|O_CLOEXEC) = -1 ENOENT`})
 }

@@ -131,22 +131,11 @@ func cuInit(o *options) (int, error) {
 	return r.code, r.err
 }
 
-// reexec runs this program again with --fork-depth=depth and the same other
-// arguments, and returns the child's exit status.
+// reexec runs this program again with the same arguments and
+// --fork-depth=depth (the last value of a flag wins), and returns the child's
+// exit status.
 func reexec(depth int) int {
-	args := []string{}
-	for i := 1; i < len(os.Args); i++ {
-		a := os.Args[i]
-		switch {
-		case a == "--fork-depth" || a == "-fork-depth":
-			i++ // skip its value
-			continue
-		case hasFlagPrefix(a, "fork-depth="):
-			continue
-		}
-		args = append(args, a)
-	}
-	args = append([]string{"--fork-depth=" + strconv.Itoa(depth)}, args...)
+	args := append(os.Args[1:len(os.Args):len(os.Args)], "--fork-depth="+strconv.Itoa(depth))
 	cmd := exec.Command("/proc/self/exe", args...)
 	cmd.Args[0] = os.Args[0]
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
@@ -164,8 +153,4 @@ func reexec(depth int) int {
 		fmt.Fprintln(os.Stderr, "fakecuda:", err)
 		return 1
 	}
-}
-
-func hasFlagPrefix(arg, name string) bool {
-	return len(arg) > len(name) && (arg[:2] == "--" && arg[2:2+len(name)] == name || arg[1:1+len(name)] == name && arg[0] == '-')
 }
