@@ -339,3 +339,12 @@ func TestCollectZombie(t *testing.T) {
 		t.Errorf("unavailable = %q, mounts %+v", s.Unavailable, s.Mounts)
 	}
 }
+
+// BenchmarkCollectSelf measures a full collection of this process's view
+// (taken twice per trace: at the first failure and at exit).
+func BenchmarkCollectSelf(b *testing.B) {
+	opts := Options{PID: os.Getpid(), KmsgSince: time.Now().Add(-time.Hour)}
+	for b.Loop() {
+		Collect(opts)
+	}
+}
