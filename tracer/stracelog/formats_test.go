@@ -26,7 +26,7 @@ type step struct {
 	check func(e *tracer.Event) bool
 }
 
-func enoent(e *tracer.Event) bool { return e.Errno() == syscall.ENOENT }
+func isENOENT(e *tracer.Event) bool { return e.Errno() == syscall.ENOENT }
 
 // callsSteps is what calls.c does, in its order.
 func callsSteps(killed bool) []step {
@@ -40,27 +40,27 @@ func callsSteps(killed bool) []step {
 				e.Comm == "cuda-calls-with" && len(e.Argv) == map[bool]int{false: 1, true: 2}[killed] &&
 				strings.HasPrefix(e.Argv[0], "/tmp/")
 		}},
-		{"main", tracer.KindStat, "/dev/nvidiactl", func(e *tracer.Event) bool { return enoent(e) && e.Dev == nil && e.Mode == 0 }},
-		{"main", tracer.KindUnlink, "/dev/char/nonexistent/195:255", enoent},
+		{"main", tracer.KindStat, "/dev/nvidiactl", func(e *tracer.Event) bool { return isENOENT(e) && e.Dev == nil && e.Mode == 0 }},
+		{"main", tracer.KindUnlink, "/dev/char/nonexistent/195:255", isENOENT},
 		{"main", tracer.KindSymlink, "/dev/char/nonexistent/195:255", func(e *tracer.Event) bool {
-			return enoent(e) && e.Target == "../nvidiactl"
+			return isENOENT(e) && e.Target == "../nvidiactl"
 		}},
-		{"main", tracer.KindMkdir, "/dev/nvidia-nonexistent/caps", func(e *tracer.Event) bool { return enoent(e) && e.Mode == 0o755 }},
+		{"main", tracer.KindMkdir, "/dev/nvidia-nonexistent/caps", func(e *tracer.Event) bool { return isENOENT(e) && e.Mode == 0o755 }},
 		{"main", tracer.KindMknod, "/dev/nvidia-nonexistent/nvidia-uvm", func(e *tracer.Event) bool {
-			return enoent(e) && e.Mode == 0o20666 && sameDev(e.Dev, dev(238, 0))
+			return isENOENT(e) && e.Mode == 0o20666 && sameDev(e.Dev, dev(238, 0))
 		}},
-		{"main", tracer.KindOpen, "/dev/nvidiactl", func(e *tracer.Event) bool { return enoent(e) && e.Flags == 2 }},
-		{"main", tracer.KindAccess, "/dev/nvidiactl", func(e *tracer.Event) bool { return enoent(e) && e.Flags == 6 }},
+		{"main", tracer.KindOpen, "/dev/nvidiactl", func(e *tracer.Event) bool { return isENOENT(e) && e.Flags == 2 }},
+		{"main", tracer.KindAccess, "/dev/nvidiactl", func(e *tracer.Event) bool { return isENOENT(e) && e.Flags == 6 }},
 		{"main", tracer.KindMemfd, "cuda-jit", func(e *tracer.Event) bool { return e.Ret == 3 && e.Flags == 1 }},
 		{"main", tracer.KindIoctl, "", func(e *tracer.Event) bool {
 			return e.FD == -1 && e.Request == 0xC020462A && e.Errno() == syscall.EBADF
 		}},
-		{"thread", tracer.KindOpen, "/dev/nvidia0", func(e *tracer.Event) bool { return enoent(e) && e.Flags == 0x80002 }},
+		{"thread", tracer.KindOpen, "/dev/nvidia0", func(e *tracer.Event) bool { return isENOENT(e) && e.Flags == 0x80002 }},
 		{"child", tracer.KindExec, "", func(e *tracer.Event) bool {
 			return e.Ret == 0 && e.Comm == "cuda-calls-with" && strings.Join(e.Argv, " ") == "child child "+map[bool]string{false: "exit", true: "kill"}[killed]
 		}},
 		{"child", tracer.KindOpen, "/dev/nvidia-uvm", func(e *tracer.Event) bool {
-			return enoent(e) && e.Flags == 0x80002 && e.Comm == "cuda-calls-with"
+			return isENOENT(e) && e.Flags == 0x80002 && e.Comm == "cuda-calls-with"
 		}},
 		{"child", tracer.KindIoctl, "", func(e *tracer.Event) bool {
 			return e.FD == -1 && e.Request == 0x30000002 && e.Errno() == syscall.EBADF

@@ -19,6 +19,7 @@ strace -f -t -o "$out/f-t.strace" "$bin"
 strace -f -ttt -T -y -o "$out/f-ttt-T-y.strace" "$bin"
 strace -f -r -y "$bin" 2>"$out/stderr-r-y.strace"
 strace -o "$out/nof.strace" "$bin"
+strace -f -tt -yy -o "$out/true.strace" /bin/true  # nothing NVIDIA-related
 mkdir -p "$out/ff" "$out/ff-notime"
 strace -ff -tt -yy -o "$out/ff/calls" "$bin"
 strace -ff -o "$out/ff-notime/calls" "$bin"
