@@ -320,11 +320,11 @@ func (a *analyzer) cgroup2Denied(e *tracer.Event, f nodeFacts, req cgroupdev.Req
 		d = append(d, "Could not emulate "+err.Error()+".")
 	}
 	d = append(d, fmt.Sprintf("The kernel checked %s for %s; the target's cgroup is %s, with %d effective device program(s).", reqString(req), e.Path, a.s.CgroupV2.Path, len(a.s.CgroupV2.Programs)))
-	word := "program"
+	word, verb := "program", "denies"
 	if len(ids) > 1 {
-		word = "programs"
+		word, verb = "programs", "deny"
 	}
-	sum := fmt.Sprintf("cgroup v2 device %s %s denies %s (%s)", word, strings.Join(ids, ", "), reqString(req), e.Path)
+	sum := fmt.Sprintf("cgroup v2 device %s %s %s %s (%s)", word, strings.Join(ids, ", "), verb, reqString(req), e.Path)
 	a.add(Finding{ID: "cgroup2-denied", Severity: SeverityError, Summary: sum, Detail: d,
 		Fix:    deviceAllowFix(a.s, "v2", major, name, e.Path, a.s.CgroupV2.Path),
 		Events: events}, fmt.Sprintf("denied by cgroup v2 device %s %s", word, strings.Join(ids, ", ")))
@@ -509,8 +509,8 @@ func (a *analyzer) daemonReload(e *tracer.Event, f nodeFacts, req cgroupdev.Requ
 		sev = SeverityWarning
 	}
 	a.add(Finding{ID: "ctl-denied-daemon-reload", Severity: sev,
-		Summary: "the NVIDIA device rules were dropped from a running container (daemon-reload / docker update / CPU manager pattern)",
-		Detail:  d,
-		Fix:     "Restart the container to restore access now. To stop it recurring, create the /dev/char links on the host at boot (`nvidia-ctk system create-dev-char-symlinks --create-all`, e.g. from a udev rule), or pass the nodes explicitly (`--device /dev/nvidiactl --device /dev/nvidia0 --device /dev/nvidia-uvm …`), or use the cgroupfs cgroup driver; under Kubernetes with the static CPU manager, use a device plugin that passes device specs.",
+		Summary:  "the NVIDIA device rules were dropped from a running container (daemon-reload / docker update / CPU manager pattern)",
+		Detail:   d,
+		Fix:      "Restart the container to restore access now. To stop it recurring, create the /dev/char links on the host at boot (`nvidia-ctk system create-dev-char-symlinks --create-all`, e.g. from a udev rule), or pass the nodes explicitly (`--device /dev/nvidiactl --device /dev/nvidia0 --device /dev/nvidia-uvm …`), or use the cgroupfs cgroup driver; under Kubernetes with the static CPU manager, use a device plugin that passes device specs.",
 		Inferred: !systemd, Events: events}, "")
 }
