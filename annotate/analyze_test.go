@@ -663,3 +663,63 @@ func TestOrderAndDeterminism(t *testing.T) {
 		t.Error("Failing aliases the input")
 	}
 }
+
+func TestStaleNodeInSnapshotOnly(t *testing.T) {
+	s := h200()
+	s.ProcDevices[4].Major = 509
+	s.Nodes[2].Major = 509 // uvm was fixed, uvm-tools still has 238
+	b := newEvents(3, "python3")
+	b.open("/dev/nvidiactl", unix.O_RDWR, 3, dev(195, 255))
+	a := Analyze(b.evs, s)
+	f := find(t, a, "node-stale-major")
+	if f.Severity != SeverityWarning || a.Failing != nil {
+		t.Errorf("severity %s failing %v", f.Severity, a.Failing)
+	}
+	mustContain(t, "summary", f.Summary, "/dev/nvidia-uvm-tools is c 238:1, but nvidia-uvm is now 509")
+	mustContain(t, "fix", f.Fix, "mknod -m 666 /dev/nvidia-uvm-tools c 509 1")
+	if a.Verdict != "No NVIDIA device call failed." {
+		t.Errorf("verdict %q", a.Verdict)
+	}
+}
+
+func TestEACCESUnexplained(t *testing.T) {
+	b := newEvents(3, "python3")
+	b.open("/dev/nvidiactl", unix.O_RDWR, errno(unix.EACCES), nil)
+	a := Analyze(b.evs, h200()) // mode 0666, /dev not nodev
+	f := a.Findings[0]
+	if f.ID != "eacces-unexplained" || !f.Inferred {
+		t.Fatalf("got %+v", f)
+	}
+	mustContain(t, "detail", detail(f), "AppArmor")
+}
+
+// BenchmarkAnalyze runs a torch-sized trace: ~2,000 events, mostly ioctls
+// on nvidiactl/nvidia0/nvidia-uvm, ending in the deny-uvm failure.
+func BenchmarkAnalyze(b *testing.B) {
+	s := lxcDenyUVM(b)
+	eb := newEvents(639, "python3")
+	eb.open("/dev/nvidiactl", unix.O_RDWR, 8, dev(195, 255))
+	eb.open("/dev/nvidia0", unix.O_RDWR|unix.O_CLOEXEC, 9, dev(195, 0))
+	for i := 0; i < 1600; i++ {
+		eb.ioctl(8, 0xc020462a, 0, dev(195, 255))
+		if i%8 == 0 {
+			eb.ioctl(9, 0xc00446c9, 0, dev(195, 0))
+			eb.stat("/dev/nvidiactl", 0, dev(195, 255))
+			eb.open("/dev/char/195:255", unix.O_RDONLY, errno(unix.ENOENT), nil)
+		}
+	}
+	eb.evs = append(eb.evs, denyUVMEvents()...)
+	for i := range eb.evs {
+		eb.evs[i].Seq = uint64(i + 1)
+	}
+	if len(eb.evs) < 1900 {
+		b.Fatalf("only %d events", len(eb.evs))
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		a := Analyze(eb.evs, s)
+		if a.Failing == nil || a.Failing.Path != "/dev/nvidia-uvm" {
+			b.Fatal("wrong failing call")
+		}
+	}
+}

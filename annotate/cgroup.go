@@ -130,8 +130,7 @@ func fixMajor(f nodeFacts, req cgroupdev.Request) (uint32, string) {
 }
 
 // programRules phrases what a program allows, from its decoded rules.
-func programRules(p snapshot.DeviceProgram) string {
-	rules, defAllow, ok := cgroupdev.DecodeRules(p.Instructions)
+func programRules(rules []cgroupdev.Rule, defAllow, ok bool) string {
 	if !ok {
 		return "Its program shape was not recognised; its emulated verdict is deny."
 	}
@@ -304,8 +303,9 @@ func (a *analyzer) cgroup2Denied(e *tracer.Event, f nodeFacts, req cgroupdev.Req
 	var allowMajors []int64
 	for _, p := range v2.deniedBy {
 		ids = append(ids, fmt.Sprint(p.ID))
-		d = append(d, fmt.Sprintf("Denied by cgroup v2 device program %s. %s", progName(p), programRules(p)))
-		if rules, _, ok := cgroupdev.DecodeRules(p.Instructions); ok {
+		rules, defAllow, ok := cgroupdev.DecodeRules(p.Instructions)
+		d = append(d, fmt.Sprintf("Denied by cgroup v2 device program %s. %s", progName(p), programRules(rules, defAllow, ok)))
+		if ok {
 			for _, r := range rules {
 				if r.Allow && r.Type != cgroupdev.TypeBlock {
 					allowMajors = append(allowMajors, r.Major)

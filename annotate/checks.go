@@ -336,6 +336,12 @@ func (a *analyzer) checkCallsOK() {
 	st := Summarize(a.ev)
 	var d []string
 	var paths []string
+	var events []uint64
+	for i := range a.ev {
+		if e := &a.ev[i]; e.Kind == tracer.KindOpen && !e.Failed() && isNvidiaNode(e.Path) {
+			events = append(events, e.Seq)
+		}
+	}
 	for _, n := range st.Nodes {
 		if n.Opens == 0 {
 			continue
@@ -359,7 +365,7 @@ func (a *analyzer) checkCallsOK() {
 	}
 	a.add(Finding{ID: "calls-ok", Severity: SeverityInfo,
 		Summary: fmt.Sprintf("%d NVIDIA device node(s) opened fine: %s", len(paths), strings.Join(paths, ", ")),
-		Detail:  d}, "")
+		Detail:  d, Events: events}, "")
 }
 
 // verdict is the report's headline.

@@ -168,7 +168,15 @@ func rawIoctl(request uint32) string {
 	case 3:
 		d = "_IOC_READ|_IOC_WRITE"
 	}
-	return fmt.Sprintf("_IOC(%s, %#x, %#x, %#x)", d, (request>>8)&0xff, request&0xff, (request>>16)&0x3fff)
+	return fmt.Sprintf("_IOC(%s, %s, %s, %s)", d, hex0((request>>8)&0xff), hex0(request&0xff), hex0((request>>16)&0x3fff))
+}
+
+// hex0 prints like strace's %#x: 0 stays "0".
+func hex0(v uint32) string {
+	if v == 0 {
+		return "0"
+	}
+	return fmt.Sprintf("%#x", v)
 }
 
 // isRMRequest reports whether request is RM escape nr on a 195 node (or an
