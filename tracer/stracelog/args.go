@@ -13,6 +13,16 @@ import (
 // -y/-yy hide the commas inside them. ok is false when the closing
 // parenthesis is missing (a line cut off).
 func splitArgs(s string) (args []string, rest string, ok bool) {
+	return scanArgs(s, true)
+}
+
+// skipArgs is splitArgs for calls nobody looks into: it only finds the end.
+func skipArgs(s string) (rest string, ok bool) {
+	_, rest, ok = scanArgs(s, false)
+	return rest, ok
+}
+
+func scanArgs(s string, collect bool) (args []string, rest string, ok bool) {
 	depth, angle := 0, 0
 	start := 0
 	for i := 0; i < len(s); i++ {
@@ -54,12 +64,14 @@ func splitArgs(s string) (args []string, rest string, ok bool) {
 				depth--
 				continue
 			}
-			if a := strings.TrimSpace(s[start:i]); a != "" || len(args) > 0 {
+			if a := strings.TrimSpace(s[start:i]); collect && (a != "" || len(args) > 0) {
 				args = append(args, a)
 			}
 			return args, s[i+1:], true
 		case c == ',' && depth == 0:
-			args = append(args, strings.TrimSpace(s[start:i]))
+			if collect {
+				args = append(args, strings.TrimSpace(s[start:i]))
+			}
 			start = i + 1
 		}
 	}

@@ -109,8 +109,9 @@ func parseIoctlRequest(s string) (uint32, bool) {
 	if v, ok := namedIoctls[s]; ok {
 		return v, true
 	}
-	if n, err := strconv.ParseUint(s, 0, 32); err == nil {
-		return uint32(n), true
+	if s != "" && s[0] >= '0' && s[0] <= '9' {
+		n, err := strconv.ParseUint(s, 0, 32)
+		return uint32(n), err == nil
 	}
 	macro, inner, found := strings.Cut(s, "(")
 	if !found {

@@ -61,6 +61,7 @@ type interp struct {
 	aliased       bool
 	pidsFromNames bool
 	recognised    int
+	cur           call
 }
 
 func newInterp() *interp {
@@ -195,7 +196,17 @@ var handlers = map[string]handler{
 }
 
 func (in *interp) syscall(tk *task, name, body string, t int64, hasTime bool) {
-	args, rest, ok := splitArgs(body)
+	h := handlers[name]
+	var (
+		args []string
+		rest string
+		ok   bool
+	)
+	if h != nil {
+		args, rest, ok = splitArgs(body)
+	} else {
+		rest, ok = skipArgs(body)
+	}
 	if !ok {
 		in.log.Skipped++
 		return
@@ -212,8 +223,10 @@ func (in *interp) syscall(tk *task, name, body string, t int64, hasTime bool) {
 	if !in.log.HasDevNumbers && (res.anno.dev != nil || strings.Contains(body, "<char ") || strings.Contains(body, "<block ")) {
 		in.log.HasDevNumbers = true
 	}
-	if h := handlers[name]; h != nil {
-		h(in, &call{tk: tk, name: name, args: args, res: res, t: t, hasTime: hasTime})
+	if h != nil {
+		// One call value, reused: handlers do not keep it.
+		in.cur = call{tk: tk, name: name, args: args, res: res, t: t, hasTime: hasTime}
+		h(in, &in.cur)
 	}
 }
 

@@ -83,8 +83,10 @@ func Parse(r io.Reader) (*Log, error) {
 // It returns the line to parse ("" for none yet) and what to prepend to the
 // next one.
 func unsplit(carry, line string) (string, string) {
-	if carry != "" && len(carry)+len(line) <= maxLine {
-		line = carry + line
+	if carry != "" {
+		// One join per line: a message in the joined line stays, so
+		// that no line is copied more than twice.
+		return carry + line, ""
 	}
 	if i := strings.Index(line, "strace: Process "); i > 0 &&
 		(strings.HasSuffix(line, " attached") || strings.HasSuffix(line, " detached")) {
