@@ -1,0 +1,7 @@
+//go:build !amd64
+
+package ptracetrace
+
+func legacyCalls(prefix string) {}
+
+const haveLegacy = false

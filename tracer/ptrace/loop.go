@@ -1,0 +1,394 @@
+package ptracetrace
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cudatrace/cudatrace/tracer"
+)
+
+// stopMode is how tracees stop on syscalls.
+type stopMode int
+
+const (
+	// stopSeccomp: a launched target runs under our SECCOMP_RET_TRACE
+	// filter and stops only on traced syscalls.
+	stopSeccomp stopMode = iota
+	// stopEverySyscall: an attached process cannot be given a filter, so
+	// it stops at every syscall entry and exit (PTRACE_SYSCALL).
+	stopEverySyscall
+)
+
+// task is one traced thread.
+type task struct {
+	tid, tgid int
+	comm      string
+	fresh     bool  // auto-attached; its first stop is still to come
+	call      *call // traced call awaiting its exit stop
+	listening bool  // in group-stop, parked with PTRACE_LISTEN
+	detaching bool
+	stops     int // stops taken by the current traced call
+	// inSyscall (attach mode): the last syscall stop was an entry, so the
+	// next one is its exit. Lets an untraced exit skip GET_SYSCALL_INFO.
+	inSyscall bool
+}
+
+// Stats count ptrace stops, for tests and benchmarks.
+type Stats struct {
+	Stops        uint64 // every ptrace stop
+	SeccompStops uint64 // PTRACE_EVENT_SECCOMP stops (launch mode)
+	SyscallStops uint64 // syscall-entry and -exit stops
+	TracedCalls  uint64 // traced syscalls (seccomp stops, or entries of traced numbers)
+	// MaxStopsPerCall is the most stops one traced syscall took, from its
+	// entry (or seccomp) stop to its completion.
+	MaxStopsPerCall int
+}
+
+// session is the state of one Run, owned by the tracer thread.
+type session struct {
+	mode   stopMode
+	rules  rules
+	sink   tracer.Sink
+	start  time.Time
+	seq    uint64
+	tasks  map[int]*task
+	root   int // launched PID, 0 when attaching
+	rootSt *tracer.ExitStatus
+	stats  Stats
+	// detachAll is set once the trace ends early: every task is
+	// interrupted and detached at its next stop.
+	detachAll bool
+	detached  int // tasks detached before they exited
+	waker     *waker
+	debug     bool
+}
+
+func newSession(mode stopMode, spec tracer.Spec, sink tracer.Sink) *session {
+	return &session{
+		mode:  mode,
+		rules: newRules(spec.DeviceMajors),
+		sink:  sink,
+		tasks: map[int]*task{},
+		debug: spec.Debug,
+	}
+}
+
+func (s *session) emit(t *task, e *tracer.Event) {
+	s.seq++
+	e.Seq = s.seq
+	e.Time = time.Since(s.start)
+	e.PID, e.TID, e.Comm = t.tgid, t.tid, t.comm
+	s.sink.Event(e)
+}
+
+// loop services stops until no tracee is left. shouldStop is checked after
+// every wake-up; when it says so, the remaining tasks are detached.
+func (s *session) loop(shouldStop func() bool) {
+	var ws unix.WaitStatus
+	for len(s.tasks) > 0 {
+		if !s.detachAll && shouldStop() {
+			s.startDetach()
+			if len(s.tasks) == 0 {
+				break
+			}
+		}
+		pid, err := wait4(&ws)
+		if err != nil {
+			// ECHILD: nothing left to wait for (should not happen while
+			// tasks remain, but never spin).
+			s.debugf("wait4: %v with %d tasks left", err, len(s.tasks))
+			return
+		}
+		if s.waker != nil && s.waker.reaped(pid) {
+			continue
+		}
+		s.handle(pid, ws)
+	}
+}
+
+func (s *session) handle(pid int, ws unix.WaitStatus) {
+	t := s.tasks[pid]
+	if t == nil {
+		// An auto-attached child whose first stop beat its parent's
+		// fork event.
+		t = s.adopt(pid, 0, "")
+	}
+	if ws.Exited() || ws.Signaled() {
+		s.reap(t, ws)
+		return
+	}
+	if !ws.Stopped() {
+		return
+	}
+	s.stats.Stops++
+	if t.call != nil {
+		t.stops++
+	}
+	sig := ws.StopSignal()
+	event := int(ws>>16) & 0xff
+	fresh := t.fresh
+	t.fresh, t.listening = false, false
+
+	if t.detaching {
+		s.detachAt(t, sig, event)
+		return
+	}
+	switch {
+	case sig == unix.SIGTRAP|0x80:
+		s.stats.SyscallStops++
+		s.syscallStop(t)
+	case sig == unix.SIGTRAP && event == unix.PTRACE_EVENT_SECCOMP:
+		s.stats.SeccompStops++
+		s.seccompStop(t)
+	case sig == unix.SIGTRAP && (event == unix.PTRACE_EVENT_FORK || event == unix.PTRACE_EVENT_VFORK || event == unix.PTRACE_EVENT_CLONE):
+		if msg, err := eventMsg(t.tid); err == nil {
+			s.adopt(int(msg), event, t.comm)
+		}
+		s.resume(t, 0)
+	case sig == unix.SIGTRAP && event == unix.PTRACE_EVENT_EXEC:
+		s.execStop(t)
+	case event == unix.PTRACE_EVENT_STOP:
+		if !fresh && isStopSignal(sig) {
+			// Group-stop: stay stopped, but let SIGCONT wake us.
+			t.listening = true
+			listen(t.tid)
+			return
+		}
+		s.resume(t, 0) // first stop of a new task, PTRACE_INTERRUPT, or end of a group-stop
+	case event != 0:
+		s.resume(t, 0) // PTRACE_EVENT_EXIT and anything newer
+	default:
+		// Signal-delivery-stop: deliver the signal as if we were not here.
+		s.resume(t, int(sig))
+	}
+}
+
+func isStopSignal(sig unix.Signal) bool {
+	return sig == unix.SIGSTOP || sig == unix.SIGTSTP || sig == unix.SIGTTIN || sig == unix.SIGTTOU
+}
+
+// resume restarts a tracee: it must stop at this syscall's exit when a call
+// is pending (or always, when attached); otherwise it runs until the next
+// traced syscall.
+func (s *session) resume(t *task, sig int) {
+	var err error
+	if s.mode == stopEverySyscall || t.call != nil {
+		err = toSyscall(t.tid, sig)
+	} else {
+		err = cont(t.tid, sig)
+	}
+	if err != nil {
+		// ESRCH: killed meanwhile (SIGKILL); its exit is still reported.
+		s.debugf("resume %d: %v", t.tid, err)
+	}
+}
+
+func (s *session) seccompStop(t *task) {
+	var si syscallInfo
+	if err := getSyscallInfo(t.tid, &si); err != nil || si.Op != unix.PTRACE_SYSCALL_INFO_SECCOMP {
+		s.resume(t, 0)
+		return
+	}
+	s.enter(t, &si)
+	s.resume(t, 0)
+}
+
+func (s *session) syscallStop(t *task) {
+	if t.inSyscall && t.call == nil {
+		// The exit of an untraced syscall: nothing to read.
+		t.inSyscall = false
+		s.resume(t, 0)
+		return
+	}
+	var si syscallInfo
+	if err := getSyscallInfo(t.tid, &si); err != nil {
+		s.resume(t, 0)
+		return
+	}
+	t.inSyscall = si.Op == unix.PTRACE_SYSCALL_INFO_ENTRY
+	switch si.Op {
+	case unix.PTRACE_SYSCALL_INFO_ENTRY:
+		s.enter(t, &si)
+	case unix.PTRACE_SYSCALL_INFO_EXIT:
+		if c := t.call; c != nil {
+			t.call = nil
+			s.finish(t, c, si.rval())
+		}
+	}
+	s.resume(t, 0)
+}
+
+// enter handles a syscall entry (seccomp or syscall-entry stop).
+func (s *session) enter(t *task, si *syscallInfo) {
+	id := lookupSyscall(si.Arch, si.Nr)
+	if id == sysNone {
+		return
+	}
+	s.stats.TracedCalls++
+	t.stops = 1
+	t.call = s.rules.entry(t.tid, id, si.Args)
+	if t.call == nil {
+		s.noteStops(t)
+	}
+}
+
+func (s *session) finish(t *task, c *call, ret int64) {
+	s.noteStops(t)
+	if e := s.rules.exit(t.tid, c, ret); e != nil {
+		s.emit(t, e)
+	}
+}
+
+func (s *session) noteStops(t *task) {
+	if t.stops > s.stats.MaxStopsPerCall {
+		s.stats.MaxStopsPerCall = t.stops
+	}
+	t.stops = 0
+}
+
+// execStop: a successful execve. A thread other than the leader that
+// execs takes over the leader's tid; the old leader vanishes silently.
+func (s *session) execStop(t *task) {
+	if former, err := eventMsg(t.tid); err == nil && int(former) != t.tid {
+		if ex := s.tasks[int(former)]; ex != nil {
+			delete(s.tasks, int(former))
+			ex.tid = t.tid
+			s.tasks[t.tid] = ex
+			t = ex
+		}
+	}
+	t.comm = readComm(t.tid)
+	if c := t.call; c != nil && (c.id == sysExecve || c.id == sysExecveat) {
+		t.call = nil
+		s.finish(t, c, 0)
+	}
+	s.resume(t, 0)
+}
+
+// adopt registers a new task: from a fork/clone event (event != 0, comm
+// inherited from the parent) or from a stop of an unknown tid.
+func (s *session) adopt(tid, event int, comm string) *task {
+	if t := s.tasks[tid]; t != nil {
+		return t
+	}
+	t := &task{tid: tid, tgid: tid, fresh: true, comm: comm, detaching: s.detachAll}
+	if event != unix.PTRACE_EVENT_FORK && event != unix.PTRACE_EVENT_VFORK {
+		// A clone may be a thread or a process; /proc knows.
+		if tgid, ok := readTgid(tid); ok {
+			t.tgid = tgid
+		}
+	}
+	if t.comm == "" {
+		t.comm = readComm(tid)
+	}
+	s.tasks[tid] = t
+	return t
+}
+
+// reap: a task is gone. The process is gone when its leader is reaped (the
+// kernel reports a traced leader only after all its threads).
+func (s *session) reap(t *task, ws unix.WaitStatus) {
+	delete(s.tasks, t.tid)
+	if t.tid != t.tgid {
+		return
+	}
+	e := &tracer.Event{Kind: tracer.KindExit}
+	if ws.Signaled() {
+		e.Signal = int(ws.Signal())
+	} else {
+		e.ExitCode = ws.ExitStatus()
+	}
+	if t.call != nil && (t.call.id == sysExecve || t.call.id == sysExecveat) {
+		// Killed inside execve: nothing more to report about that call.
+		t.call = nil
+	}
+	s.emit(t, e)
+	if t.tid == s.root {
+		s.rootSt = &tracer.ExitStatus{Code: e.ExitCode, Signal: e.Signal}
+	}
+}
+
+// startDetach interrupts every task; each is detached at its next stop.
+func (s *session) startDetach() {
+	s.detachAll = true
+	for _, t := range s.tasks {
+		t.detaching = true
+		if err := interrupt(t.tid); err != nil {
+			s.debugf("interrupt %d: %v", t.tid, err)
+		}
+	}
+}
+
+// detachAt detaches a task at whatever stop it reported, passing on a
+// signal it was about to receive.
+func (s *session) detachAt(t *task, sig unix.Signal, event int) {
+	deliver := 0
+	switch {
+	case sig == unix.SIGTRAP|0x80:
+		// At an exit stop the pending call can still be completed.
+		var si syscallInfo
+		if c := t.call; c != nil && getSyscallInfo(t.tid, &si) == nil && si.Op == unix.PTRACE_SYSCALL_INFO_EXIT {
+			s.finish(t, c, si.rval())
+		}
+		t.call = nil
+	case event == unix.PTRACE_EVENT_FORK || event == unix.PTRACE_EVENT_VFORK || event == unix.PTRACE_EVENT_CLONE:
+		// The new task is already attached: detach it too when it stops.
+		if msg, err := eventMsg(t.tid); err == nil {
+			s.adopt(int(msg), event, t.comm)
+		}
+	case event == 0:
+		deliver = int(sig)
+	}
+	if err := detach(t.tid, deliver); err != nil {
+		// ESRCH: it is dying; its exit will be reported and reaped.
+		s.debugf("detach %d: %v", t.tid, err)
+		return
+	}
+	delete(s.tasks, t.tid)
+	s.detached++
+}
+
+func (s *session) debugf(format string, args ...any) {
+	if s.debug {
+		fmt.Fprintf(os.Stderr, "cudatrace: ptrace: "+format+"\n", args...)
+	}
+}
+
+func readComm(tid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(tid) + "/comm")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSuffix(string(b), "\n")
+}
+
+// procStatusField reads one "Name:\tvalue" line of /proc/TID/status.
+func procStatusField(tid int, name string) (string, bool) {
+	f, err := os.Open("/proc/" + strconv.Itoa(tid) + "/status")
+	if err != nil {
+		return "", false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+":"); ok {
+			return strings.TrimSpace(v), true
+		}
+	}
+	return "", false
+}
+
+func readTgid(tid int) (int, bool) {
+	v, ok := procStatusField(tid, "Tgid")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(v)
+	return n, err == nil
+}

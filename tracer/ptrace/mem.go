@@ -1,0 +1,81 @@
+package ptracetrace
+
+import (
+	"bytes"
+	"encoding/binary"
+
+	"golang.org/x/sys/unix"
+)
+
+// maxPath bounds every string read from tracee memory (PATH_MAX).
+const maxPath = 4096
+
+const pageSize = 4096
+
+// readMem copies len(buf) bytes at addr in tid's address space, all or
+// nothing: a short read reports false, as a kernel probe read would.
+func readMem(tid int, addr uint64, buf []byte) bool {
+	if addr == 0 || len(buf) == 0 {
+		return false
+	}
+	local := []unix.Iovec{{Base: &buf[0], Len: uint64(len(buf))}}
+	remote := []unix.RemoteIovec{{Base: uintptr(addr), Len: len(buf)}}
+	n, err := unix.ProcessVMReadv(tid, local, remote, 0)
+	if err == nil && n == len(buf) {
+		return true
+	}
+	if err == unix.ENOSYS || err == unix.EPERM {
+		return peekMem(tid, addr, buf)
+	}
+	return false
+}
+
+// peekMem is the slow path for kernels or sandboxes without
+// process_vm_readv: one word per PTRACE_PEEKDATA.
+func peekMem(tid int, addr uint64, buf []byte) bool {
+	n, err := unix.PtracePeekData(tid, uintptr(addr), buf)
+	return err == nil && n == len(buf)
+}
+
+// readString reads a NUL-terminated string of at most maxPath bytes, a page
+// at a time so that a string ending just before an unmapped page still reads.
+func readString(tid int, addr uint64) (string, bool) {
+	if addr == 0 {
+		return "", false
+	}
+	var out []byte
+	var chunk [pageSize]byte
+	for len(out) < maxPath {
+		n := pageSize - int(addr%pageSize)
+		if n > maxPath-len(out) {
+			n = maxPath - len(out)
+		}
+		if !readMem(tid, addr, chunk[:n]) {
+			return string(out), len(out) > 0
+		}
+		if i := bytes.IndexByte(chunk[:n], 0); i >= 0 {
+			return string(append(out, chunk[:i]...)), true
+		}
+		out = append(out, chunk[:n]...)
+		addr += uint64(n)
+	}
+	return string(out), true
+}
+
+// readArgv reads up to max strings from a NULL-terminated pointer array.
+func readArgv(tid int, addr uint64, max int) []string {
+	var argv []string
+	var buf [8]byte // the supported architectures are 64-bit
+	for i := 0; i < max; i++ {
+		if !readMem(tid, addr+uint64(i)*8, buf[:]) {
+			break
+		}
+		p := binary.NativeEndian.Uint64(buf[:])
+		if p == 0 {
+			break
+		}
+		s, _ := readString(tid, p)
+		argv = append(argv, s)
+	}
+	return argv
+}

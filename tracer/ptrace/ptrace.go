@@ -1,0 +1,342 @@
+// Package ptracetrace is the ptrace backend: it works where eBPF cannot
+// (no root, no CAP_BPF, nested containers) and emits the same events.
+//
+// A launched target runs under a seccomp filter that returns
+// SECCOMP_RET_TRACE for the traced syscalls only (strace's --seccomp-bpf
+// technique), so it stops at most twice per traced syscall and never on the
+// others. A running process cannot be given a filter, so an attached one
+// stops at every syscall entry and exit; the tracer filters in user space.
+//
+// Programs using this backend must call launch.RunLoaderIfRequested first
+// thing in main (and TestMain).
+package ptracetrace
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cudatrace/cudatrace/tracer"
+	"github.com/cudatrace/cudatrace/tracer/launch"
+)
+
+// NoNewPrivsNote is the Result note when the target had to run with
+// no_new_privs.
+const NoNewPrivsNote = "no_new_privs was set on the target (unprivileged seccomp): setuid helpers such as nvidia-modprobe cannot gain privileges"
+
+const baseOptions = unix.PTRACE_O_TRACESYSGOOD | unix.PTRACE_O_TRACECLONE | unix.PTRACE_O_TRACEFORK |
+	unix.PTRACE_O_TRACEVFORK | unix.PTRACE_O_TRACEEXEC | unix.PTRACE_O_TRACEEXIT
+
+// Backend traces with ptrace.
+type Backend struct {
+	mu    sync.Mutex
+	stats Stats
+}
+
+// New returns the ptrace backend.
+func New() tracer.Backend { return &Backend{} }
+
+func (b *Backend) Name() string { return "ptrace" }
+
+// Stats are the stop counts of the last Run.
+func (b *Backend) Stats() Stats {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.stats
+}
+
+// Probe reports whether ptrace tracing can work here; its errors wrap
+// tracer.ErrUnavailable.
+func Probe() error {
+	unavailable := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", tracer.ErrUnavailable, fmt.Sprintf(format, args...))
+	}
+	if nativeArch == 0 {
+		return unavailable("the ptrace backend supports amd64 and arm64, not %s", runtime.GOARCH)
+	}
+	if scope, ok := yamaScope(); ok && scope >= 3 {
+		return unavailable("ptrace is disabled: kernel.yama.ptrace_scope=3 (until reboot)")
+	}
+	// A request on a process we do not trace fails with ESRCH when ptrace
+	// itself is allowed; a seccomp profile or LSM answers EPERM or ENOSYS.
+	if err := interrupt(os.Getpid()); err != unix.ESRCH {
+		return unavailable("ptrace is blocked here (%v): a seccomp profile or security module forbids it", err)
+	}
+	if !kernelAtLeast(5, 3) {
+		return unavailable("the ptrace backend needs Linux 5.3 or later (PTRACE_GET_SYSCALL_INFO)")
+	}
+	if _, ok := procStatusField(os.Getpid(), "Seccomp"); !ok {
+		return unavailable("the kernel has no seccomp support")
+	}
+	return nil
+}
+
+// Run traces spec: it launches spec.Argv or attaches to spec.PIDs.
+func (b *Backend) Run(ctx context.Context, spec tracer.Spec, sink tracer.Sink) (*tracer.Result, error) {
+	if (len(spec.Argv) == 0) == (len(spec.PIDs) == 0) {
+		return nil, errors.New("ptrace: give either a command or PIDs to attach to")
+	}
+	if err := Probe(); err != nil {
+		return nil, err
+	}
+	type outcome struct {
+		res *tracer.Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		// Every ptrace request must come from the thread that attached.
+		// The thread is never unlocked: it exits with this goroutine, and
+		// the kernel then detaches anything it still traces.
+		runtime.LockOSThread()
+		var o outcome
+		var s *session
+		if len(spec.Argv) > 0 {
+			s, o.res, o.err = b.launch(ctx, spec, sink)
+		} else {
+			s, o.res, o.err = b.attach(ctx, spec, sink)
+		}
+		if s != nil {
+			b.mu.Lock()
+			b.stats = s.stats
+			b.mu.Unlock()
+		}
+		done <- o
+	}()
+	o := <-done
+	return o.res, o.err
+}
+
+// watch turns ctx cancellation and spec.Duration into waker requests until
+// the returned stop function is called.
+func watch(ctx context.Context, d time.Duration, w *waker) (stop func()) {
+	quit := make(chan struct{})
+	go func() {
+		var expire <-chan time.Time
+		if d > 0 {
+			t := time.NewTimer(d)
+			defer t.Stop()
+			expire = t.C
+		}
+		cancelled := ctx.Done()
+		for cancelled != nil || expire != nil {
+			select {
+			case <-quit:
+				return
+			case <-cancelled:
+				w.request(false)
+				cancelled = nil
+			case <-expire:
+				w.request(true)
+				expire = nil
+			}
+		}
+	}()
+	return func() { close(quit) }
+}
+
+func (b *Backend) launch(ctx context.Context, spec tracer.Spec, sink tracer.Sink) (*session, *tracer.Result, error) {
+	res := &tracer.Result{Backend: b.Name(), Launched: true}
+	opts := launch.Options{Argv: spec.Argv, Cred: spec.Cred, Seccomp: seccompFilter()}
+	if !hasCapSysAdmin() {
+		// seccomp(2) without CAP_SYS_ADMIN requires no_new_privs.
+		opts.NoNewPrivs = true
+		res.Notes = append(res.Notes, NoNewPrivsNote)
+	}
+	w, err := newWaker()
+	if err != nil {
+		return nil, nil, fmt.Errorf("ptrace: start helper process: %w", err)
+	}
+	defer w.close()
+
+	child, err := launch.Start(opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := seize(child.PID, baseOptions|unix.PTRACE_O_TRACESECCOMP|unix.PTRACE_O_EXITKILL); err != nil {
+		child.Abort()
+		return nil, nil, ptraceRefused(child.PID, err)
+	}
+	s := newSession(stopSeccomp, spec, sink)
+	s.waker = w
+	s.root = child.PID
+	s.tasks[child.PID] = &task{tid: child.PID, tgid: child.PID, comm: readComm(child.PID)}
+	s.start = time.Now()
+	res.Started = s.start
+	if err := child.Release(); err != nil {
+		// The loader sees EOF and exits; reap it through the loop.
+		s.debugf("release: %v", err)
+	}
+	stop := watch(ctx, spec.Duration, w)
+	defer stop()
+	// ctx cancellation does not end a launch (the caller forwards the
+	// signal to the target); it only stops waiting for descendants that
+	// outlive the target. spec.Duration ends it.
+	s.loop(func() bool {
+		cancelled, expired := w.state()
+		return expired || (cancelled && s.rootSt != nil)
+	})
+	res.Ended = time.Now()
+	res.Events = s.seq
+	res.Exit = s.rootSt
+	if s.detached > 0 {
+		res.Notes = append(res.Notes, fmt.Sprintf("the trace ended before the target's processes did: %d threads were detached and run on under the seccomp filter, where the traced syscalls now fail with ENOSYS", s.detached))
+	}
+	return s, res, nil
+}
+
+func (b *Backend) attach(ctx context.Context, spec tracer.Spec, sink tracer.Sink) (*session, *tracer.Result, error) {
+	res := &tracer.Result{Backend: b.Name()}
+	w, err := newWaker()
+	if err != nil {
+		return nil, nil, fmt.Errorf("ptrace: start helper process: %w", err)
+	}
+	defer w.close()
+	s := newSession(stopEverySyscall, spec, sink)
+	s.waker = w
+	s.start = time.Now()
+	res.Started = s.start
+	for _, pid := range spec.PIDs {
+		if err := s.seizeProcess(pid); err != nil {
+			// Let go of what was already seized, unharmed.
+			s.startDetach()
+			s.loop(func() bool { return false })
+			return s, nil, err
+		}
+	}
+	res.Notes = append(res.Notes, fmt.Sprintf("attached at %s: calls made before the attach are not in this trace",
+		s.start.Format("2006-01-02 15:04:05.000 MST")))
+	stop := watch(ctx, spec.Duration, w)
+	defer stop()
+	s.loop(func() bool {
+		cancelled, expired := w.state()
+		return cancelled || expired
+	})
+	res.Ended = time.Now()
+	res.Events = s.seq
+	return s, res, nil
+}
+
+// seizeProcess seizes every thread of pid. Threads may be created while we
+// go: those made by an already seized thread are attached by the kernel
+// (PTRACE_O_TRACECLONE); the others show up in the next listing, so list
+// until a pass finds nothing new.
+func (s *session) seizeProcess(pid int) error {
+	if pid <= 0 {
+		return fmt.Errorf("no such process: %d", pid)
+	}
+	tgid, ok := readTgid(pid)
+	if !ok {
+		return fmt.Errorf("no such process: %d", pid)
+	}
+	if tgid == os.Getpid() {
+		return fmt.Errorf("cannot attach to PID %d: it is cudatrace itself", pid)
+	}
+	if tgid != pid {
+		return fmt.Errorf("PID %d is a thread of process %d: attach to %d", pid, tgid, tgid)
+	}
+	for pass := 0; ; pass++ {
+		tids, err := listTasks(pid)
+		if err != nil {
+			return fmt.Errorf("process %d exited during attach", pid)
+		}
+		added := 0
+		for _, tid := range tids {
+			if s.tasks[tid] != nil {
+				continue
+			}
+			err := seize(tid, baseOptions)
+			switch {
+			case err == nil:
+				interrupt(tid) // stop it so that it restarts in syscall-stop mode
+			case err == unix.ESRCH && tid != pid:
+				continue // a thread that just exited
+			case err == unix.ESRCH:
+				return fmt.Errorf("process %d exited during attach", pid)
+			case err == unix.EPERM && tid != pid && tracerOf(tid) == os.Getpid():
+				// Auto-attached meanwhile by its seized creator.
+			default:
+				return ptraceRefused(pid, err)
+			}
+			s.tasks[tid] = &task{tid: tid, tgid: pid, comm: readComm(tid), fresh: err != nil}
+			added++
+		}
+		if added == 0 {
+			return nil
+		}
+	}
+}
+
+func listTasks(pid int) ([]int, error) {
+	ents, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+	if err != nil {
+		return nil, err
+	}
+	if len(ents) == 0 {
+		return nil, unix.ESRCH // a zombie
+	}
+	tids := make([]int, 0, len(ents))
+	for _, e := range ents {
+		if n, err := strconv.Atoi(e.Name()); err == nil {
+			tids = append(tids, n)
+		}
+	}
+	return tids, nil
+}
+
+// ptraceRefused explains an EPERM from PTRACE_SEIZE in one line.
+func ptraceRefused(pid int, err error) error {
+	if err != unix.EPERM {
+		return fmt.Errorf("ptrace %d: %v", pid, err)
+	}
+	if scope, ok := yamaScope(); ok && scope > 0 {
+		return fmt.Errorf("ptrace refused: kernel.yama.ptrace_scope=%d; run as root or `sysctl kernel.yama.ptrace_scope=0`", scope)
+	}
+	if t := tracerOf(pid); t != 0 {
+		return fmt.Errorf("ptrace refused: process %d is already traced by PID %d (a debugger or strace?)", pid, t)
+	}
+	return fmt.Errorf("ptrace refused for process %d: operation not permitted (another user's process, or not dumpable; run as root)", pid)
+}
+
+func tracerOf(tid int) int {
+	v, _ := procStatusField(tid, "TracerPid")
+	n, _ := strconv.Atoi(v)
+	return n
+}
+
+func yamaScope() (int, bool) {
+	b, err := os.ReadFile("/proc/sys/kernel/yama/ptrace_scope")
+	if err != nil {
+		return 0, false
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	return n, err == nil
+}
+
+// hasCapSysAdmin: installing a seccomp filter without no_new_privs needs it.
+func hasCapSysAdmin() bool {
+	v, ok := procStatusField(os.Getpid(), "CapEff")
+	if !ok {
+		return false
+	}
+	caps, err := strconv.ParseUint(v, 16, 64)
+	return err == nil && caps&(1<<unix.CAP_SYS_ADMIN) != 0
+}
+
+func kernelAtLeast(major, minor int) bool {
+	var u unix.Utsname
+	if unix.Uname(&u) != nil {
+		return false
+	}
+	var ma, mi int
+	fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &ma, &mi)
+	return ma > major || (ma == major && mi >= minor)
+}

@@ -1,0 +1,277 @@
+package ptracetrace
+
+import (
+	"encoding/binary"
+	"path"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cudatrace/cudatrace/tracer"
+)
+
+// The rules below mirror the eBPF backend's in-kernel filter, so that both
+// backends emit the same events for the same target. Paths are matched as
+// the target passed them (not resolved), as the kernel filter sees them.
+
+// isDevicePath: device nodes and the /dev/char links libcuda creates.
+func isDevicePath(p string) bool {
+	return strings.HasPrefix(p, "/dev/nvidia") || strings.HasPrefix(p, "/dev/char/")
+}
+
+// isInterestingOpen adds the files that tell which driver and library were
+// used: /proc/driver/nvidia, /proc/devices, module parameters, libcuda.
+func isInterestingOpen(p string) bool {
+	if isDevicePath(p) ||
+		strings.HasPrefix(p, "/proc/driver/nvidia") ||
+		strings.HasPrefix(p, "/proc/devices") ||
+		strings.HasPrefix(p, "/sys/module/nvidia") {
+		return true
+	}
+	base := path.Base(p)
+	return strings.HasPrefix(base, "libcuda.so") || strings.HasPrefix(base, "libnvidia-ml.so")
+}
+
+// isInterestingStat also catches libcuda looking for nvidia-modprobe.
+func isInterestingStat(p string) bool {
+	return isDevicePath(p) || strings.Contains(p, "nvidia-modprobe")
+}
+
+// call is a traced syscall seen at entry whose exit must be seen too.
+type call struct {
+	id   sysID
+	args [6]uint64
+	ev   tracer.Event // filled at entry, completed at exit
+	// open: whether the path alone qualifies; otherwise the new fd must be
+	// an NVIDIA character device.
+	pathMatched bool
+}
+
+// rules decides which calls become events.
+type rules struct {
+	majors map[uint32]bool
+}
+
+func newRules(majors []uint32) rules {
+	r := rules{majors: make(map[uint32]bool, len(majors))}
+	for _, m := range majors {
+		r.majors[m] = true
+	}
+	return r
+}
+
+const creatFlags = unix.O_CREAT | unix.O_WRONLY | unix.O_TRUNC
+
+// entry inspects a traced syscall at its entry stop and returns the call to
+// complete at the exit stop, or nil when it will not be recorded.
+func (r *rules) entry(tid int, id sysID, a [6]uint64) *call {
+	c := &call{id: id, args: a}
+	e := &c.ev
+	e.Syscall = id.String()
+	str := func(i int) string { s, _ := readString(tid, a[i]); return s }
+	switch id {
+	case sysOpen, sysCreat, sysOpenat, sysOpenat2:
+		e.Kind = tracer.KindOpen
+		switch id {
+		case sysOpen:
+			e.Path, e.Flags, e.Mode = str(0), a[1], uint32(a[2])
+		case sysCreat:
+			e.Path, e.Flags, e.Mode = str(0), creatFlags, uint32(a[1])
+		case sysOpenat:
+			e.Path, e.Flags, e.Mode = str(1), a[2], uint32(a[3])
+		case sysOpenat2:
+			e.Path = str(1)
+			var how [16]byte // struct open_how: u64 flags, u64 mode, u64 resolve
+			if readMem(tid, a[2], how[:]) {
+				e.Flags = binary.NativeEndian.Uint64(how[0:])
+				e.Mode = uint32(binary.NativeEndian.Uint64(how[8:]))
+			}
+		}
+		// Any open may return an NVIDIA fd (a symlink, a relative path),
+		// so every open is seen to its exit.
+		c.pathMatched = isInterestingOpen(e.Path)
+		return c
+	case sysIoctl:
+		fd := int32(a[0])
+		e.Kind, e.FD, e.Request = tracer.KindIoctl, int(fd), uint32(a[1])
+		if fd >= 0 {
+			dev, ok := r.nvidiaFD(tid, int(fd))
+			if !ok {
+				return nil
+			}
+			e.Dev = dev
+		}
+		return c
+	case sysStat, sysLstat, sysNewfstatat, sysStatx:
+		e.Kind = tracer.KindStat
+		switch id {
+		case sysStat, sysLstat:
+			e.Path = str(0)
+		case sysNewfstatat:
+			e.Path, e.Flags = str(1), a[3]
+		case sysStatx:
+			e.Path, e.Flags = str(1), a[2]
+		}
+		if !isInterestingStat(e.Path) {
+			return nil
+		}
+		return c
+	case sysAccess, sysFaccessat, sysFaccessat2:
+		e.Kind = tracer.KindAccess
+		switch id {
+		case sysAccess:
+			e.Path, e.Flags = str(0), a[1]
+		case sysFaccessat:
+			e.Path, e.Flags = str(1), a[2]
+		case sysFaccessat2:
+			// AT_* flags do not overlap R_OK|W_OK|X_OK, so one field holds both.
+			e.Path, e.Flags = str(1), a[2]|a[3]
+		}
+		if !isInterestingStat(e.Path) {
+			return nil
+		}
+		return c
+	case sysMknod, sysMknodat:
+		e.Kind = tracer.KindMknod
+		var dev uint64
+		if id == sysMknod {
+			e.Path, e.Mode, dev = str(0), uint32(a[1]), a[2]
+		} else {
+			e.Path, e.Mode, dev = str(1), uint32(a[2]), a[3]
+		}
+		e.Dev = kernelDev(uint32(dev))
+	case sysUnlink:
+		e.Kind, e.Path = tracer.KindUnlink, str(0)
+	case sysUnlinkat:
+		e.Kind, e.Path, e.Flags = tracer.KindUnlink, str(1), a[2]
+	case sysSymlink:
+		e.Kind, e.Target, e.Path = tracer.KindSymlink, str(0), str(1)
+	case sysSymlinkat:
+		e.Kind, e.Target, e.Path = tracer.KindSymlink, str(0), str(2)
+	case sysMkdir:
+		e.Kind, e.Path, e.Mode = tracer.KindMkdir, str(0), uint32(a[1])
+	case sysMkdirat:
+		e.Kind, e.Path, e.Mode = tracer.KindMkdir, str(1), uint32(a[2])
+	case sysMemfdCreate:
+		e.Kind, e.Path, e.Flags = tracer.KindMemfd, str(0), a[1]
+		return c
+	case sysExecve:
+		e.Kind, e.Path, e.Argv = tracer.KindExec, str(0), readArgv(tid, a[1], 4)
+		return c
+	case sysExecveat:
+		e.Kind, e.Path, e.Argv, e.Flags = tracer.KindExec, str(1), readArgv(tid, a[2], 4), a[4]
+		return c
+	default:
+		return nil
+	}
+	// mknod, unlink, symlink, mkdir: device paths only.
+	if !isDevicePath(e.Path) {
+		return nil
+	}
+	return c
+}
+
+// exit completes a call with its return value; nil means not recorded.
+func (r *rules) exit(tid int, c *call, ret int64) *tracer.Event {
+	e := &c.ev
+	e.Ret = ret
+	a := c.args
+	switch c.id {
+	case sysOpen, sysCreat, sysOpenat, sysOpenat2:
+		if ret >= 0 {
+			if st, ok := fdStat(tid, int(ret)); ok && st.Mode&unix.S_IFMT == unix.S_IFCHR {
+				e.Dev = &tracer.Dev{Major: unix.Major(st.Rdev), Minor: unix.Minor(st.Rdev)}
+				if r.majors[e.Dev.Major] {
+					c.pathMatched = true
+				}
+			}
+		}
+		if !c.pathMatched {
+			return nil
+		}
+	case sysIoctl:
+		e.Arg = ioctlArg(tid, e.Request, a[2])
+	case sysStat, sysLstat, sysNewfstatat:
+		buf := a[1]
+		if c.id == sysNewfstatat {
+			buf = a[2]
+		}
+		if ret == 0 {
+			var st [statSize]byte
+			if readMem(tid, buf, st[:]) {
+				e.Mode = binary.NativeEndian.Uint32(st[statModeOff:])
+				e.Dev = statDev(e.Mode, userDev(binary.NativeEndian.Uint64(st[statRdevOff:])))
+			}
+		}
+	case sysStatx:
+		if ret == 0 {
+			var stx [0x88]byte
+			if readMem(tid, a[4], stx[:]) {
+				e.Mode = uint32(binary.NativeEndian.Uint16(stx[0x1c:]))
+				e.Dev = statDev(e.Mode, tracer.Dev{
+					Major: binary.NativeEndian.Uint32(stx[0x80:]),
+					Minor: binary.NativeEndian.Uint32(stx[0x84:]),
+				})
+			}
+		}
+	}
+	return e
+}
+
+// statDev reports st_rdev for device files, or any non-zero value.
+func statDev(mode uint32, d tracer.Dev) *tracer.Dev {
+	t := mode & unix.S_IFMT
+	if t == unix.S_IFCHR || t == unix.S_IFBLK || d.Major != 0 || d.Minor != 0 {
+		return &d
+	}
+	return nil
+}
+
+// kernelDev decodes the 32-bit dev_t mknod takes (new_decode_dev).
+func kernelDev(dev uint32) *tracer.Dev {
+	return &tracer.Dev{Major: (dev & 0xfff00) >> 8, Minor: (dev & 0xff) | ((dev >> 12) & 0xfff00)}
+}
+
+// userDev decodes the 64-bit dev_t of struct stat (glibc's encoding).
+func userDev(dev uint64) tracer.Dev {
+	return tracer.Dev{
+		Major: uint32(((dev >> 8) & 0xfff) | ((dev >> 32) &^ 0xfff)),
+		Minor: uint32((dev & 0xff) | ((dev >> 12) &^ 0xff)),
+	}
+}
+
+// ioctlArg reads the leading bytes of the params block: _IOC_SIZE bytes
+// (at most 64), or 64 when the request does not encode a size.
+func ioctlArg(tid int, req uint32, ptr uint64) []byte {
+	if ptr == 0 {
+		return nil
+	}
+	n := int(req>>16) & 0x3fff
+	if n == 0 || n > 64 {
+		n = 64
+	}
+	buf := make([]byte, n)
+	if !readMem(tid, ptr, buf) {
+		return nil
+	}
+	return buf
+}
+
+// fdStat stats what tid's fd refers to, through /proc (the fd table may be
+// private to the thread, so /proc/TID, not /proc/PID).
+func fdStat(tid, fd int) (unix.Stat_t, bool) {
+	var st unix.Stat_t
+	err := unix.Stat("/proc/"+strconv.Itoa(tid)+"/fd/"+strconv.Itoa(fd), &st)
+	return st, err == nil
+}
+
+// nvidiaFD reports whether fd is a character device with an NVIDIA major.
+func (r *rules) nvidiaFD(tid, fd int) (*tracer.Dev, bool) {
+	st, ok := fdStat(tid, fd)
+	if !ok || st.Mode&unix.S_IFMT != unix.S_IFCHR {
+		return nil, false
+	}
+	d := &tracer.Dev{Major: unix.Major(st.Rdev), Minor: unix.Minor(st.Rdev)}
+	return d, r.majors[d.Major]
+}

@@ -1,0 +1,76 @@
+package ptracetrace
+
+// sysID names a traced syscall independently of the architecture's numbers.
+type sysID uint8
+
+const (
+	sysNone sysID = iota
+	sysOpen
+	sysOpenat
+	sysOpenat2
+	sysCreat
+	sysIoctl
+	sysStat
+	sysLstat
+	sysNewfstatat
+	sysStatx
+	sysAccess
+	sysFaccessat
+	sysFaccessat2
+	sysMknod
+	sysMknodat
+	sysUnlink
+	sysUnlinkat
+	sysSymlink
+	sysSymlinkat
+	sysMkdir
+	sysMkdirat
+	sysMemfdCreate
+	sysExecve
+	sysExecveat
+)
+
+// kernelName is what the event's Syscall field says (the kernel's name).
+var kernelName = [...]string{
+	sysOpen: "open", sysOpenat: "openat", sysOpenat2: "openat2", sysCreat: "creat",
+	sysIoctl: "ioctl",
+	sysStat:  "stat", sysLstat: "lstat", sysNewfstatat: "newfstatat", sysStatx: "statx",
+	sysAccess: "access", sysFaccessat: "faccessat", sysFaccessat2: "faccessat2",
+	sysMknod: "mknod", sysMknodat: "mknodat",
+	sysUnlink: "unlink", sysUnlinkat: "unlinkat",
+	sysSymlink: "symlink", sysSymlinkat: "symlinkat",
+	sysMkdir: "mkdir", sysMkdirat: "mkdirat",
+	sysMemfdCreate: "memfd_create",
+	sysExecve:      "execve", sysExecveat: "execveat",
+}
+
+func (s sysID) String() string { return kernelName[s] }
+
+// sysTable maps the native architecture's syscall numbers to sysIDs. A
+// slice, not a map: in attach mode it is consulted on every syscall.
+var sysTable = func() []sysID {
+	max := uint64(0)
+	for nr := range nativeSyscalls {
+		max = maxU64(max, nr)
+	}
+	t := make([]sysID, max+1)
+	for nr, id := range nativeSyscalls {
+		t[nr] = id
+	}
+	return t
+}()
+
+func maxU64(a, b uint64) uint64 {
+	if a > b {
+		return a
+	}
+	return b
+}
+
+// lookupSyscall returns the traced syscall for (arch, nr), or sysNone.
+func lookupSyscall(arch uint32, nr uint64) sysID {
+	if arch != nativeArch || nr >= uint64(len(sysTable)) {
+		return sysNone
+	}
+	return sysTable[nr]
+}

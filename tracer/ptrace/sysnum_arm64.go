@@ -1,0 +1,28 @@
+package ptracetrace
+
+import "golang.org/x/sys/unix"
+
+const nativeArch = unix.AUDIT_ARCH_AARCH64
+
+const x32SyscallBit = 0 // no such thing on arm64
+
+// arm64 has only the *at variants.
+var nativeSyscalls = map[uint64]sysID{
+	unix.SYS_OPENAT: sysOpenat, unix.SYS_OPENAT2: sysOpenat2,
+	unix.SYS_IOCTL:      sysIoctl,
+	unix.SYS_NEWFSTATAT: sysNewfstatat, unix.SYS_STATX: sysStatx,
+	unix.SYS_FACCESSAT: sysFaccessat, unix.SYS_FACCESSAT2: sysFaccessat2,
+	unix.SYS_MKNODAT:      sysMknodat,
+	unix.SYS_UNLINKAT:     sysUnlinkat,
+	unix.SYS_SYMLINKAT:    sysSymlinkat,
+	unix.SYS_MKDIRAT:      sysMkdirat,
+	unix.SYS_MEMFD_CREATE: sysMemfdCreate,
+	unix.SYS_EXECVE:       sysExecve, unix.SYS_EXECVEAT: sysExecveat,
+}
+
+// struct stat layout (asm-generic/stat.h).
+const (
+	statSize    = 128
+	statModeOff = 16
+	statRdevOff = 32
+)

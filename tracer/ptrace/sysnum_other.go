@@ -1,0 +1,16 @@
+//go:build !amd64 && !arm64
+
+package ptracetrace
+
+// Other architectures: no table, and Probe reports the backend unavailable.
+const nativeArch = 0
+
+const x32SyscallBit = 0
+
+var nativeSyscalls = map[uint64]sysID{}
+
+const (
+	statSize    = 0
+	statModeOff = 0
+	statRdevOff = 0
+)

@@ -1,0 +1,103 @@
+package ptracetrace
+
+import (
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cudatrace/cudatrace/tracer/launch"
+)
+
+// waker lets another goroutine interrupt the tracer thread's blocking
+// wait4. Only the tracer thread may issue ptrace requests, and Go restarts
+// wait4 after every signal, so the tracer thread keeps one idle child (a
+// loader that is never released): killing it makes wait4 return. The
+// alternative, polling wait4 with WNOHANG, would add latency to every stop.
+type waker struct {
+	mu        sync.Mutex
+	child     *launch.Child
+	pidfd     int // for a kill that cannot hit a recycled PID
+	cancelled bool
+	expired   bool
+}
+
+// newWaker must run on the tracer thread: the child must be its own.
+func newWaker() (*waker, error) {
+	w := &waker{pidfd: -1}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w, w.spawnLocked()
+}
+
+func (w *waker) spawnLocked() error {
+	c, err := launch.Start(launch.Options{Argv: []string{"cudatrace-ptrace-waker"}})
+	if err != nil {
+		return err
+	}
+	fd, err := unix.PidfdOpen(c.PID, 0)
+	if err != nil {
+		c.Abort()
+		return err
+	}
+	w.child, w.pidfd = c, fd
+	if w.cancelled || w.expired {
+		// A request came while no waker ran: wake at once.
+		unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+	}
+	return nil
+}
+
+// request records why the trace should end and wakes the tracer thread.
+func (w *waker) request(expired bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if expired {
+		w.expired = true
+	} else {
+		w.cancelled = true
+	}
+	if w.pidfd >= 0 {
+		unix.PidfdSendSignal(w.pidfd, unix.SIGKILL, nil, 0)
+	}
+}
+
+func (w *waker) state() (cancelled, expired bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.cancelled, w.expired
+}
+
+// reaped tells whether wait4's pid was the waker, which then has been
+// reaped; it is replaced so that a later request can wake us again.
+func (w *waker) reaped(pid int) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.child == nil || pid != w.child.PID {
+		return false
+	}
+	w.dropLocked()
+	if !(w.cancelled && w.expired) {
+		w.spawnLocked() // on failure, requests can no longer wake us early
+	}
+	return true
+}
+
+func (w *waker) dropLocked() {
+	unix.Close(w.pidfd)
+	w.pidfd = -1
+	w.child.Abort() // closes its pipe; the process is already reaped
+	w.child = nil
+}
+
+// close kills and reaps the waker (tracer thread, after the loop).
+func (w *waker) close() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.child == nil {
+		return
+	}
+	w.child.Abort() // kill + wait: nothing else waits for it any more
+	unix.Close(w.pidfd)
+	w.pidfd = -1
+	w.child = nil
+}
