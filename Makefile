@@ -5,7 +5,7 @@ VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -s -w -X main.version=$(VERSION)
 BIN      := bin
 
-.PHONY: all build fakecuda generate test test-short demo bench clean
+.PHONY: all build bpf fakecuda generate test test-short demo bench clean
 
 all: build
 
@@ -15,8 +15,12 @@ build:
 fakecuda:
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/fakecuda ./testdata/fakecuda
 
-generate:
+# bpf2go compiles bpf/cudatrace.c and regenerates its Go twin; the results
+# are committed, so only edits to bpf/ need this.
+bpf:
 	$(GO) generate ./tracer/ebpf/
+
+generate: bpf
 
 # The whole suite. Privileged tests run as root; with
 # CUDATRACE_REQUIRE_PRIVILEGED=1 (CI) they fail instead of skipping.

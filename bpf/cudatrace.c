@@ -1,0 +1,812 @@
+//go:build ignore
+
+// cudatrace: record the syscalls through which a process tree reaches the
+// NVIDIA driver (opens, ioctls, node repairs, stats, execs, exits).
+//
+// Only thread groups in `traced` are looked at. User space seeds it with the
+// launched loader (or the attached PIDs); forks add children, exits remove
+// them. Every syscall is paired enter/exit through `pending`, keyed by tid,
+// and emitted at exit with its return value. A record that cannot be kept
+// (ring buffer full, pending map full) is counted in `drops`, never lost
+// silently.
+
+#include "vmlinux_min.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+
+char LICENSE[] SEC("license") = "GPL";
+
+#define PATH_LEN 256
+#define AUX_LEN 256
+#define ARGV_SLOT 64
+#define ARGV_MAX 4
+#define ARG_LEN 64
+
+#define S_IFMT 0170000
+#define S_IFCHR 0020000
+#define S_IFBLK 0060000
+#define SIGNAL_GROUP_EXIT 0x00000004
+
+/* Runtime settings, fixed at load time (the verifier prunes dead branches). */
+const volatile bool follow_children = true;
+const volatile bool capture_ioctl_args = true;
+/* sched_process_exit passes group_dead as a second argument since 6.16. */
+const volatile bool exit_tp_has_group_dead = false;
+/* Offsets in the user's struct stat: x86-64 24/40, arm64 (generic) 16/32. */
+const volatile __u32 stat_mode_off = 24;
+const volatile __u32 stat_rdev_off = 40;
+
+enum event_kind {
+	KIND_OPEN = 1,
+	KIND_IOCTL,
+	KIND_STAT,
+	KIND_ACCESS,
+	KIND_MKNOD,
+	KIND_UNLINK,
+	KIND_SYMLINK,
+	KIND_MKDIR,
+	KIND_MEMFD,
+	KIND_EXEC,
+	KIND_EXIT,
+};
+
+/* The order is shared with user space through the generated Go twin. */
+enum syscall_id {
+	SC_NONE = 0,
+	SC_OPENAT,
+	SC_OPENAT2,
+	SC_OPEN,
+	SC_IOCTL,
+	SC_MKNODAT,
+	SC_MKNOD,
+	SC_UNLINKAT,
+	SC_UNLINK,
+	SC_SYMLINKAT,
+	SC_SYMLINK,
+	SC_MKDIRAT,
+	SC_MKDIR,
+	SC_NEWFSTATAT,
+	SC_STAT,
+	SC_LSTAT,
+	SC_STATX,
+	SC_FACCESSAT,
+	SC_FACCESSAT2,
+	SC_ACCESS,
+	SC_MEMFD_CREATE,
+	SC_EXECVE,
+	SC_EXECVEAT,
+	SC_EXIT, /* not a syscall: the thread group died */
+};
+
+enum drop_reason {
+	DROP_RINGBUF = 0, /* bpf_ringbuf_reserve failed */
+	DROP_PENDING = 1, /* enter could not be stored for its exit */
+	DROP_MAX,
+};
+
+struct event {
+	__u64 ktime;
+	__u64 flags;
+	__s64 ret;
+	__u64 uptr; /* ioctl arg / stat buffer: read at exit */
+	__u32 tgid;
+	__u32 tid;
+	__u32 request;
+	__s32 fd;
+	__u32 mode;
+	__u32 dev_major;
+	__u32 dev_minor;
+	__u32 exit_code; /* exit events: the wait status code */
+	__u16 syscall;   /* enum syscall_id */
+	__u8 kind;       /* enum event_kind */
+	__u8 has_dev;
+	__u8 arg_len;    /* valid bytes in arg */
+	__u8 argc;       /* exec: argv slots read into aux */
+	__u8 matched;    /* the path passed the filter (open: else decided at exit) */
+	__u8 _pad;
+	char comm[16];
+	char path[PATH_LEN];
+	char aux[AUX_LEN]; /* symlink target, or exec argv as ARGV_MAX slots of ARGV_SLOT */
+	__u8 arg[ARG_LEN];
+};
+
+/* Force BTF emission of the enums for bpf2go -type. */
+const enum event_kind *unused_kind __attribute__((unused));
+const enum syscall_id *unused_syscall __attribute__((unused));
+const enum drop_reason *unused_drop __attribute__((unused));
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32);  /* tgid */
+	__type(value, __u8);
+} traced SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, __u32);  /* character-device major */
+	__type(value, __u8);
+} nvidia_majors SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u32);  /* tid */
+	__type(value, struct event);
+} pending SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct event);
+} scratch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, DROP_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} drops SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 8 << 20); /* user space may resize before load */
+} events SEC(".maps");
+
+static __always_inline void count_drop(__u32 reason)
+{
+	__u64 *n = bpf_map_lookup_elem(&drops, &reason);
+	if (n)
+		*n += 1;
+}
+
+static __always_inline bool is_traced(__u32 tgid)
+{
+	return bpf_map_lookup_elem(&traced, &tgid) != NULL;
+}
+
+static __always_inline bool is_nvidia_major(__u32 major)
+{
+	return bpf_map_lookup_elem(&nvidia_majors, &major) != NULL;
+}
+
+/* The inode behind one of the current task's fds: fd → file → inode. */
+static __always_inline bool fd_inode(int fd, umode_t *mode, dev_t *rdev)
+{
+	struct task_struct *task = (void *)bpf_get_current_task();
+	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
+	if (!fdt || fd < 0 || (__u32)fd >= BPF_CORE_READ(fdt, max_fds))
+		return false;
+	struct file **fds = BPF_CORE_READ(fdt, fd);
+	struct file *f = NULL;
+	if (bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]) || !f)
+		return false;
+	struct inode *ino = BPF_CORE_READ(f, f_inode);
+	if (!ino)
+		return false;
+	*mode = BPF_CORE_READ(ino, i_mode);
+	*rdev = BPF_CORE_READ(ino, i_rdev);
+	return true;
+}
+
+/* Kernel-internal dev_t: 12-bit major above a 20-bit minor. */
+static __always_inline void set_kdev(struct event *e, dev_t rdev)
+{
+	e->dev_major = rdev >> 20;
+	e->dev_minor = rdev & 0xfffff;
+	e->has_dev = 1;
+}
+
+static __always_inline bool is_dev_mode(__u32 mode)
+{
+	__u32 t = mode & S_IFMT;
+	return t == S_IFCHR || t == S_IFBLK;
+}
+
+/* Start an event for the current task in the per-CPU scratch slot, or NULL
+ * when its thread group is not traced. */
+static __always_inline struct event *begin(__u16 sc, __u8 kind)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32;
+	if (!is_traced(tgid))
+		return NULL;
+	__u32 zero = 0;
+	struct event *e = bpf_map_lookup_elem(&scratch, &zero);
+	if (!e)
+		return NULL;
+	e->ktime = bpf_ktime_get_ns();
+	e->flags = 0;
+	e->ret = 0;
+	e->uptr = 0;
+	e->tgid = tgid;
+	e->tid = (__u32)id;
+	e->request = 0;
+	e->fd = 0;
+	e->mode = 0;
+	e->dev_major = 0;
+	e->dev_minor = 0;
+	e->exit_code = 0;
+	e->syscall = sc;
+	e->kind = kind;
+	e->has_dev = 0;
+	e->arg_len = 0;
+	e->argc = 0;
+	e->matched = 0;
+	e->path[0] = 0;
+	e->aux[0] = 0;
+	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	return e;
+}
+
+/* Keep the event until its syscall returns. */
+static __always_inline int stash(struct event *e)
+{
+	if (bpf_map_update_elem(&pending, &e->tid, e, BPF_ANY))
+		count_drop(DROP_PENDING);
+	return 0;
+}
+
+static __always_inline void read_path(struct event *e, unsigned long uptr)
+{
+	if (bpf_probe_read_user_str(e->path, sizeof(e->path), (const void *)uptr) < 0)
+		e->path[0] = 0;
+}
+
+#define HAS_PREFIX(buf, lit) has_prefix(buf, lit, sizeof(lit) - 1)
+
+static __always_inline bool has_prefix(const char *buf, const char *lit, int n)
+{
+#pragma unroll
+	for (int i = 0; i < n; i++)
+		if (buf[i] != lit[i])
+			return false;
+	return true;
+}
+
+/* Nodes a driver repair or a permission check touches. */
+static __always_inline bool is_node_path(const char *p)
+{
+	return HAS_PREFIX(p, "/dev/nvidia") || HAS_PREFIX(p, "/dev/char/");
+}
+
+#define AT(buf, off, lit) match_at(buf, off, lit, sizeof(lit) - 1)
+
+/* Does lit appear at buf[off]? The index is masked so any offset is safe;
+ * a NUL in buf simply fails to match. */
+static __always_inline bool match_at(const char *buf, int off, const char *lit, int n)
+{
+#pragma unroll
+	for (int i = 0; i < n; i++)
+		if (buf[(off + i) & (PATH_LEN - 1)] != lit[i])
+			return false;
+	return true;
+}
+
+/* These scans carry no state between iterations but the index, so the
+ * verifier can prune them: no "last slash seen" variable, no length. */
+
+/* A path component starting with libcuda.so or libnvidia-ml.so. */
+static __always_inline bool names_nvidia_lib(const char *p)
+{
+	for (int i = 0; i < PATH_LEN - 16; i++) {
+		char c = p[i];
+		if (c == 0)
+			return false;
+		if (c == '/' && (AT(p, i + 1, "libcuda.so") || AT(p, i + 1, "libnvidia-ml.so")))
+			return true;
+	}
+	return false;
+}
+
+/* Does the path mention nvidia-modprobe (stat/access before running it)? */
+static __always_inline bool mentions_modprobe(const char *p)
+{
+	for (int i = 0; i < PATH_LEN - 16; i++) {
+		char c = p[i];
+		if (c == 0)
+			return false;
+		if (c == 'n' && AT(p, i, "nvidia-modprobe"))
+			return true;
+	}
+	return false;
+}
+
+/* Paths worth recording on open whatever they turn out to be. */
+static __always_inline bool is_interesting_open(const char *p)
+{
+	return is_node_path(p) || HAS_PREFIX(p, "/proc/driver/nvidia") ||
+	       HAS_PREFIX(p, "/proc/devices") || HAS_PREFIX(p, "/sys/module/nvidia") ||
+	       names_nvidia_lib(p);
+}
+
+/* ---- opens ---- */
+
+static __always_inline int open_enter(__u16 sc, unsigned long path, __u64 flags, __u32 mode)
+{
+	struct event *e = begin(sc, KIND_OPEN);
+	if (!e)
+		return 0;
+	read_path(e, path);
+	e->flags = flags;
+	e->mode = mode;
+	e->matched = is_interesting_open(e->path);
+	/* Even an uninteresting path is kept: the fd may turn out to be an
+	 * NVIDIA node (a symlink, a bind mount, /dev/char/M:m). */
+	return stash(e);
+}
+
+SEC("tracepoint/syscalls/sys_enter_openat")
+int ct_enter_openat(struct trace_event_raw_sys_enter *ctx)
+{
+	return open_enter(SC_OPENAT, ctx->args[1], ctx->args[2], ctx->args[3]);
+}
+
+SEC("tracepoint/syscalls/sys_enter_open")
+int ct_enter_open(struct trace_event_raw_sys_enter *ctx)
+{
+	return open_enter(SC_OPEN, ctx->args[0], ctx->args[1], ctx->args[2]);
+}
+
+struct open_how_min {
+	__u64 flags;
+	__u64 mode;
+	__u64 resolve;
+};
+
+SEC("tracepoint/syscalls/sys_enter_openat2")
+int ct_enter_openat2(struct trace_event_raw_sys_enter *ctx)
+{
+	struct open_how_min how = {};
+	bpf_probe_read_user(&how, sizeof(how), (const void *)ctx->args[2]);
+	return open_enter(SC_OPENAT2, ctx->args[1], how.flags, how.mode);
+}
+
+/* ---- ioctl ---- */
+
+SEC("tracepoint/syscalls/sys_enter_ioctl")
+int ct_enter_ioctl(struct trace_event_raw_sys_enter *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	if (!is_traced(id >> 32))
+		return 0;
+	int fd = (int)ctx->args[0];
+	umode_t mode = 0;
+	dev_t rdev = 0;
+	if (fd >= 0) {
+		/* Decided from the inode, so inherited and dup'd fds count too. */
+		if (!fd_inode(fd, &mode, &rdev) || (mode & S_IFMT) != S_IFCHR ||
+		    !is_nvidia_major(rdev >> 20))
+			return 0;
+	}
+	struct event *e = begin(SC_IOCTL, KIND_IOCTL);
+	if (!e)
+		return 0;
+	e->fd = fd;
+	e->request = (__u32)ctx->args[1];
+	e->uptr = ctx->args[2];
+	if (fd >= 0)
+		set_kdev(e, rdev);
+	e->matched = 1;
+	return stash(e);
+}
+
+/* ---- path calls recorded only for device nodes ---- */
+
+static __always_inline int node_enter(__u16 sc, __u8 kind, unsigned long path, bool modprobe_too)
+{
+	struct event *e = begin(sc, kind);
+	if (!e)
+		return 0;
+	read_path(e, path);
+	if (!is_node_path(e->path) && !(modprobe_too && mentions_modprobe(e->path)))
+		return 0;
+	e->matched = 1;
+	return stash(e);
+}
+
+/* Variant that fills more arguments: the scratch slot is per CPU, so it is
+ * still ours until stash. */
+static __always_inline struct event *node_begin(__u16 sc, __u8 kind, unsigned long path, bool modprobe_too)
+{
+	struct event *e = begin(sc, kind);
+	if (!e)
+		return NULL;
+	read_path(e, path);
+	if (!is_node_path(e->path) && !(modprobe_too && mentions_modprobe(e->path)))
+		return NULL;
+	e->matched = 1;
+	return e;
+}
+
+static __always_inline int mknod_enter(__u16 sc, unsigned long path, __u32 mode, __u32 dev)
+{
+	struct event *e = node_begin(sc, KIND_MKNOD, path, false);
+	if (!e)
+		return 0;
+	e->mode = mode;
+	if (is_dev_mode(mode)) {
+		/* The syscall's dev argument is in new_encode_dev format. */
+		e->dev_major = (dev & 0xfff00) >> 8;
+		e->dev_minor = (dev & 0xff) | ((dev >> 12) & 0xfff00);
+		e->has_dev = 1;
+	}
+	return stash(e);
+}
+
+SEC("tracepoint/syscalls/sys_enter_mknodat")
+int ct_enter_mknodat(struct trace_event_raw_sys_enter *ctx)
+{
+	return mknod_enter(SC_MKNODAT, ctx->args[1], ctx->args[2], ctx->args[3]);
+}
+
+SEC("tracepoint/syscalls/sys_enter_mknod")
+int ct_enter_mknod(struct trace_event_raw_sys_enter *ctx)
+{
+	return mknod_enter(SC_MKNOD, ctx->args[0], ctx->args[1], ctx->args[2]);
+}
+
+SEC("tracepoint/syscalls/sys_enter_unlinkat")
+int ct_enter_unlinkat(struct trace_event_raw_sys_enter *ctx)
+{
+	struct event *e = node_begin(SC_UNLINKAT, KIND_UNLINK, ctx->args[1], false);
+	if (!e)
+		return 0;
+	e->flags = ctx->args[2];
+	return stash(e);
+}
+
+SEC("tracepoint/syscalls/sys_enter_unlink")
+int ct_enter_unlink(struct trace_event_raw_sys_enter *ctx)
+{
+	return node_enter(SC_UNLINK, KIND_UNLINK, ctx->args[0], false);
+}
+
+static __always_inline int symlink_enter(__u16 sc, unsigned long target, unsigned long linkpath)
+{
+	struct event *e = node_begin(sc, KIND_SYMLINK, linkpath, false);
+	if (!e)
+		return 0;
+	if (bpf_probe_read_user_str(e->aux, sizeof(e->aux), (const void *)target) < 0)
+		e->aux[0] = 0;
+	return stash(e);
+}
+
+SEC("tracepoint/syscalls/sys_enter_symlinkat")
+int ct_enter_symlinkat(struct trace_event_raw_sys_enter *ctx)
+{
+	return symlink_enter(SC_SYMLINKAT, ctx->args[0], ctx->args[2]);
+}
+
+SEC("tracepoint/syscalls/sys_enter_symlink")
+int ct_enter_symlink(struct trace_event_raw_sys_enter *ctx)
+{
+	return symlink_enter(SC_SYMLINK, ctx->args[0], ctx->args[1]);
+}
+
+static __always_inline int mkdir_enter(__u16 sc, unsigned long path, __u32 mode)
+{
+	struct event *e = node_begin(sc, KIND_MKDIR, path, false);
+	if (!e)
+		return 0;
+	e->mode = mode;
+	return stash(e);
+}
+
+SEC("tracepoint/syscalls/sys_enter_mkdirat")
+int ct_enter_mkdirat(struct trace_event_raw_sys_enter *ctx)
+{
+	return mkdir_enter(SC_MKDIRAT, ctx->args[1], ctx->args[2]);
+}
+
+SEC("tracepoint/syscalls/sys_enter_mkdir")
+int ct_enter_mkdir(struct trace_event_raw_sys_enter *ctx)
+{
+	return mkdir_enter(SC_MKDIR, ctx->args[0], ctx->args[1]);
+}
+
+static __always_inline int stat_enter(__u16 sc, unsigned long path, unsigned long buf, __u64 flags)
+{
+	struct event *e = node_begin(sc, KIND_STAT, path, true);
+	if (!e)
+		return 0;
+	e->uptr = buf;
+	e->flags = flags;
+	return stash(e);
+}
+
+SEC("tracepoint/syscalls/sys_enter_newfstatat")
+int ct_enter_newfstatat(struct trace_event_raw_sys_enter *ctx)
+{
+	return stat_enter(SC_NEWFSTATAT, ctx->args[1], ctx->args[2], ctx->args[3]);
+}
+
+SEC("tracepoint/syscalls/sys_enter_newstat")
+int ct_enter_stat(struct trace_event_raw_sys_enter *ctx)
+{
+	return stat_enter(SC_STAT, ctx->args[0], ctx->args[1], 0);
+}
+
+SEC("tracepoint/syscalls/sys_enter_newlstat")
+int ct_enter_lstat(struct trace_event_raw_sys_enter *ctx)
+{
+	return stat_enter(SC_LSTAT, ctx->args[0], ctx->args[1], 0);
+}
+
+SEC("tracepoint/syscalls/sys_enter_statx")
+int ct_enter_statx(struct trace_event_raw_sys_enter *ctx)
+{
+	return stat_enter(SC_STATX, ctx->args[1], ctx->args[4], ctx->args[2]);
+}
+
+static __always_inline int access_enter(__u16 sc, unsigned long path, __u64 mode)
+{
+	struct event *e = node_begin(sc, KIND_ACCESS, path, true);
+	if (!e)
+		return 0;
+	e->flags = mode;
+	return stash(e);
+}
+
+SEC("tracepoint/syscalls/sys_enter_faccessat")
+int ct_enter_faccessat(struct trace_event_raw_sys_enter *ctx)
+{
+	return access_enter(SC_FACCESSAT, ctx->args[1], ctx->args[2]);
+}
+
+SEC("tracepoint/syscalls/sys_enter_faccessat2")
+int ct_enter_faccessat2(struct trace_event_raw_sys_enter *ctx)
+{
+	return access_enter(SC_FACCESSAT2, ctx->args[1], ctx->args[2]);
+}
+
+SEC("tracepoint/syscalls/sys_enter_access")
+int ct_enter_access(struct trace_event_raw_sys_enter *ctx)
+{
+	return access_enter(SC_ACCESS, ctx->args[0], ctx->args[1]);
+}
+
+/* ---- always recorded for traced processes ---- */
+
+SEC("tracepoint/syscalls/sys_enter_memfd_create")
+int ct_enter_memfd_create(struct trace_event_raw_sys_enter *ctx)
+{
+	struct event *e = begin(SC_MEMFD_CREATE, KIND_MEMFD);
+	if (!e)
+		return 0;
+	read_path(e, ctx->args[0]);
+	e->flags = ctx->args[1];
+	e->matched = 1;
+	return stash(e);
+}
+
+static __always_inline int exec_enter(__u16 sc, unsigned long path, unsigned long argv, __u64 flags)
+{
+	struct event *e = begin(sc, KIND_EXEC);
+	if (!e)
+		return 0;
+	read_path(e, path);
+	e->flags = flags;
+	e->matched = 1;
+	/* argv lives in the old image: read it now, not at exit. */
+#pragma unroll
+	for (int i = 0; i < ARGV_MAX; i++) {
+		const char *arg = NULL;
+		if (bpf_probe_read_user(&arg, sizeof(arg), (const void *)(argv + i * sizeof(arg))) || !arg)
+			break;
+		if (bpf_probe_read_user_str(&e->aux[i * ARGV_SLOT], ARGV_SLOT, arg) < 0)
+			break;
+		e->argc = i + 1;
+	}
+	return stash(e);
+}
+
+SEC("tracepoint/syscalls/sys_enter_execve")
+int ct_enter_execve(struct trace_event_raw_sys_enter *ctx)
+{
+	return exec_enter(SC_EXECVE, ctx->args[0], ctx->args[1], 0);
+}
+
+SEC("tracepoint/syscalls/sys_enter_execveat")
+int ct_enter_execveat(struct trace_event_raw_sys_enter *ctx)
+{
+	return exec_enter(SC_EXECVEAT, ctx->args[1], ctx->args[2], ctx->args[4]);
+}
+
+/* ---- the one exit path ---- */
+
+/* glibc's dev_t, as the kernel writes st_rdev into struct stat. */
+static __always_inline void set_udev(struct event *e, __u64 dev)
+{
+	e->dev_major = ((dev >> 8) & 0xfff) | ((dev >> 32) & ~0xfffULL);
+	e->dev_minor = (dev & 0xff) | ((dev >> 12) & ~0xffULL);
+	e->has_dev = 1;
+}
+
+static __always_inline int finish(struct trace_event_raw_sys_exit *ctx)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct event *p = bpf_map_lookup_elem(&pending, &tid);
+	if (!p)
+		return 0;
+	long ret = ctx->ret;
+	umode_t imode = 0;
+	dev_t rdev = 0;
+	bool have_inode = false;
+
+	if (p->kind == KIND_OPEN && ret >= 0) {
+		have_inode = fd_inode((int)ret, &imode, &rdev) && is_dev_mode(imode);
+		if (!p->matched && !(have_inode && (imode & S_IFMT) == S_IFCHR && is_nvidia_major(rdev >> 20))) {
+			bpf_map_delete_elem(&pending, &tid);
+			return 0;
+		}
+	}
+
+	struct event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count_drop(DROP_RINGBUF);
+		bpf_map_delete_elem(&pending, &tid);
+		return 0;
+	}
+	bpf_probe_read_kernel(e, sizeof(*e), p);
+	bpf_map_delete_elem(&pending, &tid);
+	e->ret = ret;
+
+	if (e->kind == KIND_OPEN) {
+		if (have_inode)
+			set_kdev(e, rdev);
+	} else if (e->kind == KIND_IOCTL) {
+		e->arg_len = 0;
+		if (capture_ioctl_args && e->uptr >= 4096) {
+			/* The params block after the call: its status field says why. */
+			if (!bpf_probe_read_user(e->arg, ARG_LEN, (const void *)e->uptr))
+				e->arg_len = ARG_LEN;
+			else if (!bpf_probe_read_user(e->arg, 16, (const void *)e->uptr))
+				e->arg_len = 16;
+		}
+	} else if (e->kind == KIND_STAT && ret == 0 && e->uptr) {
+		if (e->syscall == SC_STATX) {
+			__u16 m = 0;
+			__u32 maj = 0, min = 0;
+			bpf_probe_read_user(&m, sizeof(m), (const void *)(e->uptr + 0x1c));
+			bpf_probe_read_user(&maj, sizeof(maj), (const void *)(e->uptr + 0x80));
+			bpf_probe_read_user(&min, sizeof(min), (const void *)(e->uptr + 0x84));
+			e->mode = m;
+			if (is_dev_mode(m)) {
+				e->dev_major = maj;
+				e->dev_minor = min;
+				e->has_dev = 1;
+			}
+		} else {
+			__u32 m = 0;
+			__u64 dev = 0;
+			bpf_probe_read_user(&m, sizeof(m), (const void *)(e->uptr + stat_mode_off));
+			bpf_probe_read_user(&dev, sizeof(dev), (const void *)(e->uptr + stat_rdev_off));
+			e->mode = m;
+			if (is_dev_mode(m))
+				set_udev(e, dev);
+		}
+	}
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+#define EXIT_PROG(name)                                             \
+	SEC("tracepoint/syscalls/sys_exit_" #name)                  \
+	int ct_exit_##name(struct trace_event_raw_sys_exit *ctx) \
+	{                                                           \
+		return finish(ctx);                                 \
+	}
+
+EXIT_PROG(openat)
+EXIT_PROG(openat2)
+EXIT_PROG(open)
+EXIT_PROG(ioctl)
+EXIT_PROG(mknodat)
+EXIT_PROG(mknod)
+EXIT_PROG(unlinkat)
+EXIT_PROG(unlink)
+EXIT_PROG(symlinkat)
+EXIT_PROG(symlink)
+EXIT_PROG(mkdirat)
+EXIT_PROG(mkdir)
+EXIT_PROG(newfstatat)
+EXIT_PROG(newstat)
+EXIT_PROG(newlstat)
+EXIT_PROG(statx)
+EXIT_PROG(faccessat)
+EXIT_PROG(faccessat2)
+EXIT_PROG(access)
+EXIT_PROG(memfd_create)
+EXIT_PROG(execve)
+EXIT_PROG(execveat)
+
+/* ---- process lifecycle ---- */
+
+SEC("tp_btf/sched_process_fork")
+int ct_fork(__u64 *ctx)
+{
+	struct task_struct *parent = (void *)ctx[0];
+	struct task_struct *child = (void *)ctx[1];
+	if (!follow_children)
+		return 0;
+	__u32 ptgid = parent->tgid, ctgid = child->tgid;
+	if (ptgid == ctgid || !is_traced(ptgid))
+		return 0;
+	__u8 one = 1;
+	bpf_map_update_elem(&traced, &ctgid, &one, BPF_ANY);
+	return 0;
+}
+
+/* A non-leader thread that execs takes over the leader's pid: carry its
+ * pending execve over so the exit finds it. */
+SEC("tp_btf/sched_process_exec")
+int ct_exec(__u64 *ctx)
+{
+	struct task_struct *task = (void *)ctx[0];
+	__u32 old = (__u32)ctx[1];
+	__u32 now = task->pid;
+	if (old == now)
+		return 0;
+	struct event *p = bpf_map_lookup_elem(&pending, &old);
+	if (!p)
+		return 0;
+	p->tid = now;
+	if (bpf_map_update_elem(&pending, &now, p, BPF_ANY))
+		count_drop(DROP_PENDING);
+	bpf_map_delete_elem(&pending, &old);
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exit")
+int ct_exit(__u64 *ctx)
+{
+	struct task_struct *task = (void *)ctx[0];
+	__u32 tid = task->pid, tgid = task->tgid;
+	/* A thread killed inside a syscall never reaches its sys_exit. */
+	bpf_map_delete_elem(&pending, &tid);
+	if (!is_traced(tgid))
+		return 0;
+	bool group_dead;
+	if (exit_tp_has_group_dead)
+		group_dead = ctx[1] != 0;
+	else
+		group_dead = task->signal->live.counter == 0;
+	if (!group_dead)
+		return 0;
+	bpf_map_delete_elem(&traced, &tgid);
+
+	struct event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count_drop(DROP_RINGBUF);
+		return 0;
+	}
+	e->ktime = bpf_ktime_get_ns();
+	e->flags = 0;
+	e->ret = 0;
+	e->uptr = 0;
+	e->tgid = tgid;
+	e->tid = tid;
+	e->request = 0;
+	e->fd = 0;
+	e->mode = 0;
+	e->dev_major = 0;
+	e->dev_minor = 0;
+	if (task->signal->flags & SIGNAL_GROUP_EXIT)
+		e->exit_code = task->signal->group_exit_code;
+	else
+		e->exit_code = task->exit_code;
+	e->syscall = SC_EXIT;
+	e->kind = KIND_EXIT;
+	e->has_dev = 0;
+	e->arg_len = 0;
+	e->argc = 0;
+	e->matched = 1;
+	e->path[0] = 0;
+	e->aux[0] = 0;
+	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}

@@ -1,0 +1,102 @@
+/* Minimal CO-RE kernel types for cudatrace.c: only the fields it reads.
+ * preserve_access_index makes every access a CO-RE relocation, so the real
+ * offsets come from the running kernel's BTF at load time. */
+#ifndef CUDATRACE_VMLINUX_MIN_H
+#define CUDATRACE_VMLINUX_MIN_H
+
+typedef unsigned char __u8;
+typedef unsigned short __u16;
+typedef unsigned int __u32;
+typedef unsigned long long __u64;
+typedef signed char __s8;
+typedef short __s16;
+typedef int __s32;
+typedef long long __s64;
+typedef __u16 __be16;
+typedef __u32 __be32;
+typedef __u32 __wsum;
+typedef _Bool bool;
+#define true 1
+#define false 0
+
+typedef __u32 u32;
+typedef __u64 u64;
+typedef __u16 u16;
+typedef __u8 u8;
+typedef __s64 s64;
+typedef __s32 s32;
+typedef int pid_t;
+typedef __u32 dev_t;
+typedef __u16 umode_t;
+
+enum bpf_map_type {
+	BPF_MAP_TYPE_HASH = 1,
+	BPF_MAP_TYPE_ARRAY = 2,
+	BPF_MAP_TYPE_PERCPU_ARRAY = 6,
+	BPF_MAP_TYPE_RINGBUF = 27,
+};
+
+enum {
+	BPF_ANY = 0,
+	BPF_NOEXIST = 1,
+};
+
+typedef struct {
+	int counter;
+} atomic_t;
+
+struct signal_struct {
+	atomic_t live;
+	unsigned int flags;
+	int group_exit_code;
+} __attribute__((preserve_access_index));
+
+struct inode {
+	umode_t i_mode;
+	dev_t i_rdev;
+} __attribute__((preserve_access_index));
+
+struct file {
+	struct inode *f_inode;
+} __attribute__((preserve_access_index));
+
+struct fdtable {
+	unsigned int max_fds;
+	struct file **fd;
+} __attribute__((preserve_access_index));
+
+struct files_struct {
+	struct fdtable *fdt;
+} __attribute__((preserve_access_index));
+
+struct task_struct {
+	pid_t pid;
+	pid_t tgid;
+	int exit_code;
+	char comm[16];
+	struct files_struct *files;
+	struct signal_struct *signal;
+} __attribute__((preserve_access_index));
+
+/* Syscall tracepoint contexts: a fixed ABI (see
+ * events/syscalls/sys_enter_openat/format), so no relocation needed. */
+struct trace_entry {
+	unsigned short type;
+	unsigned char flags;
+	unsigned char preempt_count;
+	int pid;
+};
+
+struct trace_event_raw_sys_enter {
+	struct trace_entry ent;
+	long id;
+	unsigned long args[6];
+};
+
+struct trace_event_raw_sys_exit {
+	struct trace_entry ent;
+	long id;
+	long ret;
+};
+
+#endif

@@ -1,0 +1,159 @@
+package ebpftrace
+
+import (
+	"bytes"
+	"fmt"
+	"time"
+	"unsafe"
+
+	"github.com/cudatrace/cudatrace/tracer"
+)
+
+// Keyed by the generated constants, so the tables follow the C enums.
+var syscallNames = [...]string{
+	bpfSyscallIdSC_OPENAT:       "openat",
+	bpfSyscallIdSC_OPENAT2:      "openat2",
+	bpfSyscallIdSC_OPEN:         "open",
+	bpfSyscallIdSC_IOCTL:        "ioctl",
+	bpfSyscallIdSC_MKNODAT:      "mknodat",
+	bpfSyscallIdSC_MKNOD:        "mknod",
+	bpfSyscallIdSC_UNLINKAT:     "unlinkat",
+	bpfSyscallIdSC_UNLINK:       "unlink",
+	bpfSyscallIdSC_SYMLINKAT:    "symlinkat",
+	bpfSyscallIdSC_SYMLINK:      "symlink",
+	bpfSyscallIdSC_MKDIRAT:      "mkdirat",
+	bpfSyscallIdSC_MKDIR:        "mkdir",
+	bpfSyscallIdSC_NEWFSTATAT:   "newfstatat",
+	bpfSyscallIdSC_STAT:         "stat", // the kernel's newstat; strace's name
+	bpfSyscallIdSC_LSTAT:        "lstat",
+	bpfSyscallIdSC_STATX:        "statx",
+	bpfSyscallIdSC_FACCESSAT:    "faccessat",
+	bpfSyscallIdSC_FACCESSAT2:   "faccessat2",
+	bpfSyscallIdSC_ACCESS:       "access",
+	bpfSyscallIdSC_MEMFD_CREATE: "memfd_create",
+	bpfSyscallIdSC_EXECVE:       "execve",
+	bpfSyscallIdSC_EXECVEAT:     "execveat",
+	bpfSyscallIdSC_EXIT:         "exit",
+}
+
+var kinds = [...]tracer.Kind{
+	bpfEventKindKIND_OPEN:    tracer.KindOpen,
+	bpfEventKindKIND_IOCTL:   tracer.KindIoctl,
+	bpfEventKindKIND_STAT:    tracer.KindStat,
+	bpfEventKindKIND_ACCESS:  tracer.KindAccess,
+	bpfEventKindKIND_MKNOD:   tracer.KindMknod,
+	bpfEventKindKIND_UNLINK:  tracer.KindUnlink,
+	bpfEventKindKIND_SYMLINK: tracer.KindSymlink,
+	bpfEventKindKIND_MKDIR:   tracer.KindMkdir,
+	bpfEventKindKIND_MEMFD:   tracer.KindMemfd,
+	bpfEventKindKIND_EXEC:    tracer.KindExec,
+	bpfEventKindKIND_EXIT:    tracer.KindExit,
+}
+
+const (
+	eventSize = int(unsafe.Sizeof(bpfEvent{}))
+	argvSlot  = 64 // ARGV_SLOT in cudatrace.c
+	maxIntern = 4096
+)
+
+// eventBox holds an event and the parts it points to, so that one
+// allocation carries a whole event.
+type eventBox struct {
+	ev  tracer.Event
+	dev tracer.Dev
+	arg [len(bpfEvent{}.Arg)]byte
+}
+
+// decoder turns ring-buffer samples into tracer.Events. Comms and paths
+// repeat (the same few nodes, opened again and again), so their strings are
+// interned rather than allocated per event.
+type decoder struct {
+	startKtime uint64
+	seq        uint64
+	strs       map[string]string
+}
+
+func newDecoder(startKtime uint64) *decoder {
+	return &decoder{startKtime: startKtime, strs: make(map[string]string)}
+}
+
+// decode converts one sample. The sample buffer may be reused afterwards.
+func (d *decoder) decode(raw []byte) (*tracer.Event, error) {
+	if len(raw) < eventSize {
+		return nil, fmt.Errorf("short event: %d bytes, want %d", len(raw), eventSize)
+	}
+	// Ring-buffer samples are 8-byte aligned, as is the struct.
+	e := (*bpfEvent)(unsafe.Pointer(&raw[0]))
+	if int(e.Kind) >= len(kinds) || kinds[e.Kind] == "" || int(e.Syscall) >= len(syscallNames) || syscallNames[e.Syscall] == "" {
+		return nil, fmt.Errorf("unknown event kind %d / syscall %d", e.Kind, e.Syscall)
+	}
+	box := new(eventBox)
+	ev := &box.ev
+	d.seq++
+	ev.Seq = d.seq
+	if e.Ktime > d.startKtime {
+		ev.Time = time.Duration(e.Ktime - d.startKtime)
+	}
+	ev.PID = int(e.Tgid)
+	ev.TID = int(e.Tid)
+	ev.Comm = d.intern(cstr(e.Comm[:]))
+	ev.Kind = kinds[e.Kind]
+	ev.Syscall = syscallNames[e.Syscall]
+	ev.Ret = e.Ret
+	if ev.Kind == tracer.KindExit {
+		// The wait status the kernel keeps: code<<8, or the signal.
+		ev.ExitCode = int(e.ExitCode>>8) & 0xff
+		ev.Signal = int(e.ExitCode & 0x7f)
+		return ev, nil
+	}
+	ev.Path = d.intern(cstr(e.Path[:]))
+	ev.Flags = e.Flags
+	ev.Mode = e.Mode
+	if e.HasDev != 0 {
+		box.dev = tracer.Dev{Major: e.DevMajor, Minor: e.DevMinor}
+		ev.Dev = &box.dev
+	}
+	switch ev.Kind {
+	case tracer.KindIoctl:
+		ev.FD = int(e.Fd)
+		ev.Request = e.Request
+		if n := int(e.ArgLen); n > 0 && n <= len(box.arg) {
+			copy(box.arg[:], e.Arg[:n])
+			ev.Arg = box.arg[:n:n]
+		}
+	case tracer.KindSymlink:
+		ev.Target = string(cstr(e.Aux[:]))
+	case tracer.KindExec:
+		n := min(int(e.Argc), len(e.Aux)/argvSlot)
+		if n > 0 {
+			ev.Argv = make([]string, n)
+			for i := range n {
+				ev.Argv[i] = d.intern(cstr(e.Aux[i*argvSlot : (i+1)*argvSlot]))
+			}
+		}
+	}
+	return ev, nil
+}
+
+// cstr views a NUL-terminated C char array as bytes, without copying.
+func cstr(a []int8) []byte {
+	b := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(a))), len(a))
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		return b[:i]
+	}
+	return b
+}
+
+func (d *decoder) intern(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	if s, ok := d.strs[string(b)]; ok { // no allocation for the lookup
+		return s
+	}
+	s := string(b)
+	if len(d.strs) < maxIntern {
+		d.strs[s] = s
+	}
+	return s
+}

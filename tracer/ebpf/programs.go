@@ -1,0 +1,140 @@
+package ebpftrace
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
+	"github.com/cilium/ebpf/link"
+)
+
+// syscallProbe is one syscall traced through its own tracepoints, so that
+// syscalls we do not trace cost nothing.
+type syscallProbe struct {
+	name        string // tracepoint name: sys_enter_<name>
+	enter, exit string // program names
+	// optional syscalls do not exist everywhere: open, stat, mknod... only
+	// on x86-64; openat2 since 5.6, faccessat2 since 5.8.
+	optional bool
+}
+
+var syscallProbes = []syscallProbe{
+	{"openat", bpfProgCtEnterOpenat, bpfProgCtExitOpenat, false},
+	{"openat2", bpfProgCtEnterOpenat2, bpfProgCtExitOpenat2, true},
+	{"open", bpfProgCtEnterOpen, bpfProgCtExitOpen, true},
+	{"ioctl", bpfProgCtEnterIoctl, bpfProgCtExitIoctl, false},
+	{"mknodat", bpfProgCtEnterMknodat, bpfProgCtExitMknodat, false},
+	{"mknod", bpfProgCtEnterMknod, bpfProgCtExitMknod, true},
+	{"unlinkat", bpfProgCtEnterUnlinkat, bpfProgCtExitUnlinkat, false},
+	{"unlink", bpfProgCtEnterUnlink, bpfProgCtExitUnlink, true},
+	{"symlinkat", bpfProgCtEnterSymlinkat, bpfProgCtExitSymlinkat, false},
+	{"symlink", bpfProgCtEnterSymlink, bpfProgCtExitSymlink, true},
+	{"mkdirat", bpfProgCtEnterMkdirat, bpfProgCtExitMkdirat, false},
+	{"mkdir", bpfProgCtEnterMkdir, bpfProgCtExitMkdir, true},
+	{"newfstatat", bpfProgCtEnterNewfstatat, bpfProgCtExitNewfstatat, false},
+	{"newstat", bpfProgCtEnterStat, bpfProgCtExitNewstat, true},
+	{"newlstat", bpfProgCtEnterLstat, bpfProgCtExitNewlstat, true},
+	{"statx", bpfProgCtEnterStatx, bpfProgCtExitStatx, false},
+	{"faccessat", bpfProgCtEnterFaccessat, bpfProgCtExitFaccessat, false},
+	{"faccessat2", bpfProgCtEnterFaccessat2, bpfProgCtExitFaccessat2, true},
+	{"access", bpfProgCtEnterAccess, bpfProgCtExitAccess, true},
+	{"memfd_create", bpfProgCtEnterMemfdCreate, bpfProgCtExitMemfdCreate, false},
+	{"execve", bpfProgCtEnterExecve, bpfProgCtExitExecve, false},
+	{"execveat", bpfProgCtEnterExecveat, bpfProgCtExitExecveat, false},
+}
+
+// lifecycleProgs follow the process tree; they are BTF tracepoints.
+var lifecycleProgs = []string{bpfProgCtFork, bpfProgCtExec, bpfProgCtExit}
+
+// configure sets the load-time constants and the ring size in spec.
+func configure(spec *ebpf.CollectionSpec, ringBytes int) error {
+	if ringBytes != 0 {
+		spec.Maps[bpfMapEvents].MaxEntries = uint32(ringBytes)
+	}
+	hasGroupDead, err := exitTracepointHasGroupDead()
+	if err != nil {
+		return err
+	}
+	modeOff, rdevOff := uint32(24), uint32(40) // x86-64 struct stat
+	if runtime.GOARCH != "amd64" {
+		modeOff, rdevOff = 16, 32 // asm-generic struct stat (arm64, riscv64)
+	}
+	vars := map[string]any{
+		"follow_children":        true,
+		"capture_ioctl_args":     true,
+		"exit_tp_has_group_dead": hasGroupDead,
+		"stat_mode_off":          modeOff,
+		"stat_rdev_off":          rdevOff,
+	}
+	for name, v := range vars {
+		vs, ok := spec.Variables[name]
+		if !ok {
+			return fmt.Errorf("BPF object lacks variable %s", name)
+		}
+		if err := vs.Set(v); err != nil {
+			return fmt.Errorf("set %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// exitTracepointHasGroupDead: since 6.16 sched_process_exit passes
+// group_dead, computed before the tracepoint runs (signal->live may not be
+// decremented yet when it fires).
+func exitTracepointHasGroupDead() (bool, error) {
+	kspec, err := btf.LoadKernelSpec()
+	if err != nil {
+		return false, unavailable("BPF not supported: no kernel BTF: %v", err)
+	}
+	var td *btf.Typedef
+	if err := kspec.TypeByName("btf_trace_sched_process_exit", &td); err != nil {
+		return false, unavailable("BPF not supported: no sched_process_exit tracepoint: %v", err)
+	}
+	ptr, ok := td.Type.(*btf.Pointer)
+	if !ok {
+		return false, fmt.Errorf("btf_trace_sched_process_exit: unexpected type %v", td.Type)
+	}
+	proto, ok := ptr.Target.(*btf.FuncProto)
+	if !ok {
+		return false, fmt.Errorf("btf_trace_sched_process_exit: unexpected type %v", ptr.Target)
+	}
+	// (void *data, struct task_struct *p[, bool group_dead])
+	return len(proto.Params) >= 3, nil
+}
+
+// attachAll attaches every program. Optional syscalls the kernel lacks are
+// skipped; the caller closes the links, also on error.
+func attachAll(coll *ebpf.Collection) (links []link.Link, skipped []string, err error) {
+	for _, p := range syscallProbes {
+		// Exit first: an enter without its exit would only leave entries
+		// in the pending map.
+		for i, prog := range []string{p.exit, p.enter} {
+			tp := "sys_exit_" + p.name
+			if i == 1 {
+				tp = "sys_enter_" + p.name
+			}
+			l, err := link.Tracepoint("syscalls", tp, coll.Programs[prog], nil)
+			if err != nil {
+				if p.optional && errors.Is(err, os.ErrNotExist) {
+					if i == 0 {
+						skipped = append(skipped, p.name)
+					}
+					break
+				}
+				return links, skipped, fmt.Errorf("attach %s: %w", tp, err)
+			}
+			links = append(links, l)
+		}
+	}
+	for _, name := range lifecycleProgs {
+		l, err := link.AttachTracing(link.TracingOptions{Program: coll.Programs[name]})
+		if err != nil {
+			return links, skipped, fmt.Errorf("attach %s: %w", name, err)
+		}
+		links = append(links, l)
+	}
+	return links, skipped, nil
+}

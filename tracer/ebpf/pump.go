@@ -1,0 +1,72 @@
+package ebpftrace
+
+import (
+	"errors"
+	"os"
+	"time"
+
+	"github.com/cilium/ebpf/ringbuf"
+
+	"github.com/cudatrace/cudatrace/tracer"
+)
+
+// pump moves events from the ring buffer to the sink. It blocks in the
+// reader (epoll), never polls, and ends once Flush has let it drain the ring.
+type pump struct {
+	rd    *ringbuf.Reader
+	dec   *decoder
+	sink  tracer.Sink
+	exits chan<- struct{}
+
+	// Written by run, read after done is closed.
+	events      uint64
+	undecodable uint64
+	err         error
+	done        chan struct{}
+}
+
+func newPump(rd *ringbuf.Reader, dec *decoder, sink tracer.Sink, exits chan<- struct{}) *pump {
+	return &pump{rd: rd, dec: dec, sink: sink, exits: exits, done: make(chan struct{})}
+}
+
+func (p *pump) run() {
+	defer close(p.done)
+	var rec ringbuf.Record
+	draining := false
+	for {
+		err := p.rd.ReadInto(&rec)
+		switch {
+		case err == nil:
+			p.deliver(rec.RawSample)
+		case errors.Is(err, ringbuf.ErrFlushed):
+			// Everything committed before the flush has been read. Programs
+			// that were mid-run when detached may still commit: read with a
+			// deadline in the past until the ring is empty.
+			draining = true
+			p.rd.SetDeadline(time.Unix(0, 1))
+		case draining && errors.Is(err, os.ErrDeadlineExceeded):
+			return
+		case errors.Is(err, os.ErrClosed):
+			return
+		default:
+			p.err = err
+			return
+		}
+	}
+}
+
+func (p *pump) deliver(raw []byte) {
+	ev, err := p.dec.decode(raw)
+	if err != nil {
+		p.undecodable++ // counted with the drops: never lost silently
+		return
+	}
+	p.events++
+	p.sink.Event(ev)
+	if ev.Kind == tracer.KindExit {
+		select {
+		case p.exits <- struct{}{}:
+		default:
+		}
+	}
+}

@@ -1,0 +1,40 @@
+package ebpftrace
+
+import (
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/cudatrace/cudatrace/internal/privtest"
+)
+
+// TestEveryProgramLoads loads each program on its own, so that a verifier
+// rejection names the program.
+func TestEveryProgramLoads(t *testing.T) {
+	privtest.RequireRoot(t)
+	spec, err := loadBpf()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := configure(spec, 0); err != nil {
+		t.Fatal(err)
+	}
+	for name := range spec.Programs {
+		t.Run(name, func(t *testing.T) {
+			one := spec.Copy()
+			for other := range one.Programs {
+				if other != name {
+					delete(one.Programs, other)
+				}
+			}
+			coll, err := ebpf.NewCollection(one)
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			info, _ := coll.Programs[name].Info()
+			if insns, ok := info.VerifiedInstructions(); ok {
+				t.Logf("%s: %d verified instructions", name, insns)
+			}
+			coll.Close()
+		})
+	}
+}
