@@ -47,6 +47,10 @@ func Analyze(events []tracer.Event, snap *snapshot.Snapshot) Analysis {
 	return res
 }
 
+// processKnown is whether the snapshot describes the target process at all
+// (an imported strace log comes without one).
+func processKnown(s *snapshot.Snapshot) bool { return s.Process.PID != 0 || s.Process.Comm != "" }
+
 func severityRank(s Severity) int {
 	switch s {
 	case SeverityError:
@@ -127,6 +131,7 @@ func (a *analyzer) pinpoint() {
 	ioctlTiers := []func(e *tracer.Event) bool{
 		func(e *tracer.Event) bool { return isRMRequest(e, escCheckVersionStr) && e.Errno() == unix.EINVAL },
 		func(e *tracer.Event) bool { return e.Errno() == unix.EIO || e.Errno() == unix.ENODEV },
+		func(e *tracer.Event) bool { rc, _, ok := waitOpenResult(e); return ok && rc != 0 },
 		func(e *tracer.Event) bool {
 			st, ok := uvmInitStatus(e)
 			return e.Request == uvmInitialize && (e.Failed() || ok && st != 0)
@@ -478,6 +483,8 @@ func (a *analyzer) explainIoctl(i int) {
 		a.versionMismatch(i)
 	case e.Errno() == unix.EIO:
 		a.rmInitFailed(i, SeverityError)
+	case isRMRequest(e, escWaitOpenComplete) && !e.Failed():
+		a.rmInitFailed(i, SeverityError)
 	case e.Errno() == unix.ENODEV:
 		a.gpuLost(i, SeverityError)
 	case e.Request == uvmInitialize:
@@ -503,9 +510,12 @@ func (a *analyzer) seccompMemfd(i int) {
 	e := &a.ev[i]
 	d := []string{callLine(e)}
 	inferred := a.s.Process.Seccomp != 2
-	if inferred {
-		d = append(d, fmt.Sprintf("The snapshot shows Seccomp: %d for the target; memfd_create has no other common reason to return EPERM, so a seccomp filter is still the likely cause.", a.s.Process.Seccomp))
-	} else {
+	switch {
+	case inferred && processKnown(a.s):
+		d = append(d, fmt.Sprintf("The snapshot shows Seccomp: %d for the target, but memfd_create has no other common reason to return EPERM, so a seccomp filter (perhaps in a parent sandbox) is still the likely cause.", a.s.Process.Seccomp))
+	case inferred:
+		d = append(d, "The target's seccomp state is unknown; memfd_create has no other common reason to return EPERM.")
+	default:
 		d = append(d, "The target runs under a seccomp filter (Seccomp: 2) that refuses memfd_create.")
 	}
 	d = append(d, "libcuda needs memfd_create; without it CUDA reports 304 (CUDA_ERROR_OPERATING_SYSTEM) while NVML still works.")
@@ -552,7 +562,11 @@ func (a *analyzer) rmInitFailed(i int, sev Severity) {
 			d = []string{callLine(e)}
 			events = []uint64{e.Seq}
 		}
-		d = append(d, "EIO from the NVIDIA driver means it could not initialise the GPU (rm_init_adapter failed).")
+		if rc, st, ok := waitOpenResult(e); ok && rc != 0 {
+			d = append(d, fmt.Sprintf("The open was non-blocking and finished in the background; NV_ESC_WAIT_OPEN_COMPLETE reports rc %d (%s), adapterStatus %s.", rc, unix.ErrnoName(unix.Errno(-rc)), StatusName(st)))
+		} else {
+			d = append(d, "EIO from the NVIDIA driver means it could not initialise the GPU (rm_init_adapter failed).")
+		}
 	}
 	d = append(d, a.kernelLines(isRMInitLine)...)
 	a.add(Finding{ID: "rm-init-failed", Severity: sev,
@@ -652,6 +666,10 @@ func (a *analyzer) driverNotLoaded(name string, events []uint64) {
 }
 
 func (a *analyzer) driverNotLoadedWith(name string, d []string, events []uint64) {
+	a.driverNotLoadedSev(name, d, events, SeverityError)
+}
+
+func (a *analyzer) driverNotLoadedSev(name string, d []string, events []uint64, sev Severity) {
 	var fix string
 	switch name {
 	case "nvidia-uvm":
@@ -661,7 +679,7 @@ func (a *analyzer) driverNotLoadedWith(name string, d []string, events []uint64)
 		d = append(d, "No NVIDIA driver is registered in /proc/devices (no major 195): the nvidia kernel module is not loaded.")
 		fix = "Load it on the host (`modprobe nvidia`); if that fails, the kernel log says why: an unsigned module under Secure Boot (\"Key was rejected by service\"), a GPU the open module does not support, or a module built for another kernel."
 	}
-	a.add(Finding{ID: "driver-not-loaded", Severity: SeverityError,
+	a.add(Finding{ID: "driver-not-loaded", Severity: sev,
 		Summary: fmt.Sprintf("the %s kernel driver is not loaded", name),
 		Detail:  d, Fix: fix, Events: events}, fmt.Sprintf("the %s driver is not loaded", name))
 }

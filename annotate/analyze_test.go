@@ -723,3 +723,78 @@ func BenchmarkAnalyze(b *testing.B) {
 		}
 	}
 }
+
+func TestDeferredOpenFailure(t *testing.T) {
+	b := newEvents(3, "python3")
+	b.open("/dev/nvidia0", unix.O_RDWR|unix.O_NONBLOCK|unix.O_CLOEXEC, 5, dev(195, 0))
+	arg := []byte{0xfb, 0xff, 0xff, 0xff, 0x62, 0, 0, 0} // rc -5 (EIO), adapterStatus 0x62
+	b.add(tracer.Event{Kind: tracer.KindIoctl, FD: 5, Request: 0xc00846da, Dev: dev(195, 0), Arg: arg})
+	a := Analyze(b.evs, h200())
+	if a.Failing == nil || a.Failing.Seq != 2 {
+		t.Fatalf("failing %+v", a.Failing)
+	}
+	f := a.Findings[0]
+	if f.ID != "rm-init-failed" {
+		t.Fatalf("got %v", ids(a))
+	}
+	mustContain(t, "detail", detail(f), "ioctl(5, NV_ESC_WAIT_OPEN_COMPLETE)", "rc -5 (EIO)", "adapterStatus")
+	// rc 0: the deferred open worked.
+	arg[0], arg[1], arg[2], arg[3] = 0, 0, 0, 0
+	if a := Analyze(b.evs, h200()); a.Failing != nil {
+		t.Errorf("rc 0 flagged: %v", ids(a))
+	}
+}
+
+func TestUVMModuleNotLoadedWarning(t *testing.T) {
+	s := h200()
+	s.ProcDevices = s.ProcDevices[:4] // nvidia, nvidiactl, drm: no nvidia-uvm
+	b := newEvents(3, "python3")
+	b.open("/dev/nvidiactl", unix.O_RDWR, 3, dev(195, 255))
+	a := Analyze(b.evs, s)
+	f := find(t, a, "driver-not-loaded")
+	if f.Severity != SeverityWarning || a.Failing != nil {
+		t.Errorf("severity %s failing %v", f.Severity, a.Failing)
+	}
+	mustContain(t, "summary", f.Summary, "nvidia-uvm")
+}
+
+func TestPre545FrontendName(t *testing.T) {
+	s := h200()
+	s.ProcDevices = []snapshot.DriverMajor{{Major: 195, Name: "nvidia-frontend"}, {Major: 511, Name: "nvidia-uvm"}}
+	s.Nodes = nil
+	s.CgroupV2 = &snapshot.CgroupV2{Path: "/docker/x", Programs: []snapshot.DeviceProgram{{ID: 3, AttachedTo: "/docker/x", Instructions: runcProgram(t, []devRule{{511, true}}, false)}}}
+	s.Container = snapshot.Container{Runtime: "docker"}
+	b := newEvents(3, "python3")
+	b.stat("/dev/nvidiactl", 0, dev(195, 255))
+	b.open("/dev/nvidiactl", unix.O_RDWR, errno(unix.EPERM), nil)
+	a := Analyze(b.evs, s)
+	f := find(t, a, "cgroup2-denied")
+	mustContain(t, "detail", detail(f), "/dev/nvidiactl is c 195:255, owned by driver nvidia-frontend (/proc/devices).")
+	mustContain(t, "fix", f.Fix, "--device-cgroup-rule 'c 195:* rwm'")
+	// The 195 split (>= 545) names the region by minor.
+	s2 := h200()
+	s2.ProcDevices = append(s2.ProcDevices, snapshot.DriverMajor{Major: 195, Name: "nvidia-modeset"})
+	for minor, want := range map[uint32]string{255: "nvidiactl", 254: "nvidia-modeset", 0: "nvidia", 7: "nvidia"} {
+		if got := driverName(s2, 195, minor); got != want {
+			t.Errorf("driverName(195, %d) = %q, want %q", minor, got, want)
+		}
+	}
+	if got := driverName(s2, 238, 0); got != "nvidia-uvm" {
+		t.Errorf("uvm: %q", got)
+	}
+	if got := driverName(s2, 100, 0); got != "" {
+		t.Errorf("unowned: %q", got)
+	}
+}
+
+func TestNvidiaSmiVerdict(t *testing.T) {
+	s := h200()
+	s.CgroupV2 = &snapshot.CgroupV2{Path: "/x", Programs: []snapshot.DeviceProgram{{ID: 4, Instructions: runcProgram(t, []devRule{{195, false}}, true)}}}
+	b := newEvents(651, "nvidia-smi")
+	b.open("/dev/nvidiactl", unix.O_RDWR, errno(unix.EPERM), nil)
+	b.open("/dev/nvidiactl", unix.O_RDONLY, errno(unix.EPERM), nil)
+	want := `nvidia-smi (NVML) cannot initialise: openat("/dev/nvidiactl", O_RDWR) by nvidia-smi[651] → EPERM: denied by cgroup v2 device program 4.`
+	if a := Analyze(b.evs, s); a.Verdict != want {
+		t.Errorf("verdict\n got %s\nwant %s", a.Verdict, want)
+	}
+}

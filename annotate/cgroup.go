@@ -288,11 +288,13 @@ func (a *analyzer) epermAlternatives(e *tracer.Event) []string {
 		}
 		d = append(d, fmt.Sprintf("The NVIDIA driver refuses opens of an excluded GPU with EPERM (NVreg_ExcludedGpus; ExcludedGpus in /proc/driver/nvidia/params: %s).", ex))
 	}
-	switch p.Seccomp {
-	case 2:
+	switch {
+	case p.Seccomp == 2:
 		d = append(d, "The target runs under a seccomp filter (Seccomp: 2); a filter that answers open with EPERM looks the same.")
+	case processKnown(a.s):
+		d = append(d, fmt.Sprintf("A seccomp filter answering open with EPERM would look the same, but the target has none (Seccomp: %d).", p.Seccomp))
 	default:
-		d = append(d, fmt.Sprintf("A seccomp filter answering open with EPERM would look the same (Seccomp: %d for the target).", p.Seccomp))
+		d = append(d, "A seccomp filter answering open with EPERM would look the same.")
 	}
 	return d
 }

@@ -15,6 +15,10 @@ func (a *analyzer) checkAll() {
 	if len(a.s.ProcDevices) > 0 {
 		if _, ok := a.s.MajorOf("nvidia"); !ok && a.s.MajorName(nvidiaCtlMajor) == "" {
 			a.driverNotLoaded("nvidia", nil)
+		} else if _, ok := a.s.MajorOf("nvidia-uvm"); !ok && !a.openedOK("/dev/nvidia-uvm") {
+			// Not fatal yet (libcuda may load it through nvidia-modprobe),
+			// but without it cuInit fails with 999.
+			a.driverNotLoadedSev("nvidia-uvm", nil, nil, SeverityWarning)
 		}
 	}
 	if l := a.kernelLines(func(t string) bool { return strings.Contains(t, "API mismatch") }); len(l) > 0 {
@@ -34,6 +38,15 @@ func (a *analyzer) checkAll() {
 	a.checkModprobe()
 	a.checkUVMInit()
 	a.checkCallsOK()
+}
+
+func (a *analyzer) openedOK(path string) bool {
+	for i := range a.ev {
+		if e := &a.ev[i]; e.Kind == tracer.KindOpen && e.Path == path && !e.Failed() {
+			return true
+		}
+	}
+	return false
 }
 
 // libcudaKind classifies an open of libcuda: "stub", "compat", or "".
@@ -372,7 +385,11 @@ func (a *analyzer) checkCallsOK() {
 func (a *analyzer) verdict() string {
 	if a.fail >= 0 {
 		e := &a.ev[a.fail]
-		s := "cuInit cannot succeed: " + FormatCall(e) + " by " + who(e)
+		head := "cuInit cannot succeed: "
+		if e.Comm == "nvidia-smi" {
+			head = "nvidia-smi (NVML) cannot initialise: "
+		}
+		s := head + FormatCall(e) + " by " + who(e)
 		if e.Failed() {
 			s += " → " + e.ErrnoName()
 		}

@@ -19,10 +19,11 @@ const nvidiaCtlMajor = 195
 
 // RM escape numbers the analysis reacts to (nv-ioctl-numbers.h).
 const (
-	escCheckVersionStr = 0xD2
-	escIoctlXferCmd    = 0xD3
-	rmIoctlMagic       = 0x46 // 'F'
-	uvmInitialize      = 0x30000001
+	escCheckVersionStr  = 0xD2
+	escIoctlXferCmd     = 0xD3
+	escWaitOpenComplete = 0xDA
+	rmIoctlMagic        = 0x46 // 'F'
+	uvmInitialize       = 0x30000001
 )
 
 // openFlagNames lists the single-bit open flags in value order, as strace
@@ -189,6 +190,15 @@ func isRMRequest(e *tracer.Event, nr uint32) bool {
 		return e.Dev.Major == nvidiaCtlMajor
 	}
 	return (e.Request>>8)&0xff == rmIoctlMagic
+}
+
+// waitOpenResult reads NV_ESC_WAIT_OPEN_COMPLETE's result (int rc @0, NvU32
+// adapterStatus @4): a non-blocking open's real outcome.
+func waitOpenResult(e *tracer.Event) (rc int32, status uint32, ok bool) {
+	if !isRMRequest(e, escWaitOpenComplete) || e.Failed() || len(e.Arg) < 8 {
+		return 0, 0, false
+	}
+	return int32(binary.LittleEndian.Uint32(e.Arg[0:4])), binary.LittleEndian.Uint32(e.Arg[4:8]), true
 }
 
 // StatusName renders an NV_STATUS code: "NV_ERR_INVALID_STATE (0x40): Invalid
