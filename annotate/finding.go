@@ -25,7 +25,8 @@ type Finding struct {
 	Summary string `json:"summary"`
 	// Detail lines: the facts that lead there, in order.
 	Detail []string `json:"detail,omitempty"`
-	// Fix is the concrete remedy, with real numbers and paths.
+	// Fix is the concrete remedy, with real numbers and paths. It may hold
+	// several lines (alternatives, then caveats), one per line.
 	Fix string `json:"fix,omitempty"`
 	// Inferred is true when the evidence is indirect (e.g. the cgroup
 	// programs could not be read and the verdict is deduced from the errno).
