@@ -483,7 +483,7 @@ func (a *analyzer) daemonReload(e *tracer.Event, f nodeFacts, req cgroupdev.Requ
 	}
 	for _, r := range v1.rules {
 		if (r.Type == cgroupdev.TypeChar || r.Type == cgroupdev.TypeAll) && r.Major == nvidiaCtlMajor && r.Access&(cgroupdev.AccessRead|cgroupdev.AccessWrite) == 0 {
-			ev = append(ev, fmt.Sprintf("devices.list keeps only `%s` for major 195, the residue runc leaves when it re-applies rules", r))
+			ev = append(ev, fmt.Sprintf("devices.list keeps only `%s` for major 195, as seen after such rewrites (kubernetes#77073)", r))
 		}
 	}
 	for j := range a.ev {
