@@ -798,3 +798,48 @@ func TestNvidiaSmiVerdict(t *testing.T) {
 		t.Errorf("verdict\n got %s\nwant %s", a.Verdict, want)
 	}
 }
+
+func TestRepairFailedWithoutOpen(t *testing.T) {
+	s := h200()
+	s.Process = snapshot.Process{PID: 9, UID: 1000, GID: 1000}
+	s.Nodes = s.Nodes[:2]
+	b := newEvents(9, "python3")
+	b.stat("/dev/nvidia-uvm", errno(unix.ENOENT), nil)
+	b.mknod("/dev/nvidia-uvm", errno(unix.EPERM), dev(238, 0))
+	a := Analyze(b.evs, s)
+	if a.Failing == nil || a.Failing.Kind != tracer.KindMknod {
+		t.Fatalf("failing %+v", a.Failing)
+	}
+	f := a.Findings[0]
+	if f.ID != "node-missing" {
+		t.Fatalf("got %v", ids(a))
+	}
+	mustContain(t, "detail", detail(f), "mknodat(\"/dev/nvidia-uvm\", S_IFCHR|0666, makedev(238, 0))", "no CAP_MKNOD")
+	mustContain(t, "verdict", a.Verdict, "→ EPERM: libcuda could not recreate /dev/nvidia-uvm")
+}
+
+func TestUnrecognisedFailureStillExplained(t *testing.T) {
+	b := newEvents(9, "python3")
+	b.open("/dev/nvidia0", unix.O_RDWR, errno(unix.EBUSY), nil)
+	a := Analyze(b.evs, h200())
+	f := a.Findings[0]
+	if f.ID != "call-failed" || f.Severity != SeverityError {
+		t.Fatalf("got %v", ids(a))
+	}
+	mustContain(t, "detail", detail(f), "sequestered", "/dev/nvidia0 is c 195:0")
+	mustContain(t, "verdict", a.Verdict, "→ EBUSY")
+}
+
+func TestNodevByMountPrefix(t *testing.T) {
+	s := h200()
+	s.Nodes = nil // mount found by path prefix, not by the node's entry
+	s.Mounts = []snapshot.Mount{
+		{MountPoint: "/", FSType: "overlay"},
+		{MountPoint: "/dev", FSType: "tmpfs", Options: []string{"nodev"}, NoDev: true},
+		{MountPoint: "/dev/shm", FSType: "tmpfs"},
+	}
+	b := newEvents(9, "python3")
+	b.open("/dev/nvidiactl", unix.O_RDONLY, errno(unix.EACCES), nil)
+	f := find(t, Analyze(b.evs, s), "nodev")
+	mustContain(t, "summary", f.Summary, "(/dev)")
+}
