@@ -66,7 +66,7 @@ func callsSteps(killed bool) []step {
 			return e.FD == -1 && e.Request == 0x30000002 && e.Errno() == syscall.EBADF
 		}},
 		{"child", tracer.KindExit, "", childExit},
-		{"main", tracer.KindExit, "", func(e *tracer.Event) bool { return e.ExitCode == 5 && e.Syscall == "exit_group" }},
+		{"main", tracer.KindExit, "", func(e *tracer.Event) bool { return e.ExitCode == 5 && e.Syscall == "" }},
 	}
 }
 

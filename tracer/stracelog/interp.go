@@ -322,34 +322,18 @@ func isNvidiaAnnotation(a annotation) bool {
 	return isNvidiaNode(a.path) || (a.char && a.dev != nil && a.dev.Major == nvidiaMajor)
 }
 
-// resolve makes a path relative to a dirfd absolute when -y printed the
-// directory; an empty path (AT_EMPTY_PATH) is the dirfd itself.
-func resolve(dir fdArg, p string) string {
-	if strings.HasPrefix(p, "/") || !dir.anno.present || dir.anno.path == "" {
-		return p
-	}
-	if p == "" {
-		return dir.anno.path
-	}
-	return path.Join(dir.anno.path, p)
-}
-
-// pathArgs reads the (dirfd, path) pair at args[i], args[i+1] for the *at
-// forms, or the path alone at args[i] for the others.
+// pathArg reads the path at args[i], or for the *at forms at args[i+1]
+// after the dirfd. Like the live tracers, it takes the path as the program
+// passed it: a relative path is not resolved against the dirfd.
 func pathArg(c *call, at bool, i int) (string, bool) {
-	if !at {
-		p, _, ok := parseString(c.arg(i))
-		return p, ok
+	if at {
+		if _, ok := parseFD(c.arg(i)); !ok {
+			return "", false
+		}
+		i++
 	}
-	dir, ok := parseFD(c.arg(i))
-	if !ok {
-		return "", false
-	}
-	p, _, ok := parseString(c.arg(i + 1))
-	if !ok {
-		return "", false
-	}
-	return resolve(dir, p), true
+	p, _, ok := parseString(c.arg(i))
+	return p, ok
 }
 
 func (in *interp) open(c *call) {
@@ -631,6 +615,10 @@ func (in *interp) exec(c *call) {
 		i = 2
 	}
 	argv := parseStringArray(c.arg(i))
+	var flags uint64
+	if at {
+		flags, _ = parseBits(c.arg(4), atFlags)
+	}
 	pr := c.tk.proc
 	if c.res.val == 0 && !c.res.unknown {
 		// The kernel names the task after the file it ran, cut to
@@ -646,7 +634,7 @@ func (in *interp) exec(c *call) {
 			}
 		}
 	}
-	in.emit(c, tracer.Event{Kind: tracer.KindExec, Path: p, Argv: argv})
+	in.emit(c, tracer.Event{Kind: tracer.KindExec, Path: p, Argv: argv, Flags: flags})
 }
 
 func (in *interp) exitGroup(c *call) {
@@ -659,8 +647,9 @@ func (in *interp) exitGroup(c *call) {
 	if pr.exitIdx >= 0 {
 		return
 	}
-	// exit_group never returns; its "= ?" is expected.
-	c.res = result{}
+	// exit_group never returns; its "= ?" is expected. Exit events name
+	// no syscall, as the live tracers' do not.
+	c.res, c.name = result{}, ""
 	pr.exitIdx = len(in.events)
 	in.emit(c, tracer.Event{Kind: tracer.KindExit, ExitCode: code})
 }
