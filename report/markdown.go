@@ -35,7 +35,7 @@ func renderMarkdown(w io.Writer, rep *Report, o RenderOptions) error {
 			fmt.Fprintf(&b, "- %s\n", mdEscape(d))
 		}
 		if f.Fix != "" {
-			fmt.Fprintf(&b, "\n**Fix:** %s\n", mdEscape(f.Fix))
+			fmt.Fprintf(&b, "\n**Fix:**\n\n```\n%s\n```\n", f.Fix)
 		}
 		b.WriteString("\n")
 	}

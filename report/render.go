@@ -112,7 +112,7 @@ func renderText(w io.Writer, rep *Report, o RenderOptions) error {
 			fmt.Fprintf(&b, "      %s\n", d)
 		}
 		if f.Fix != "" {
-			fmt.Fprintf(&b, "  Fix: %s\n", f.Fix)
+			fmt.Fprintf(&b, "  Fix: %s\n", strings.ReplaceAll(f.Fix, "\n", "\n       "))
 		}
 	}
 	if _, err := io.WriteString(w, b.String()); err != nil {
