@@ -239,8 +239,8 @@ exit_group(1) = ?
 		{kind: tracer.KindExec, syscall: "execveat", path: "nvidia-smi", comm: "python3", flags: 0x100, argv: []string{"nvidia-smi", "-L"}, ret: enoent},
 		{kind: tracer.KindExit, code: 1},
 	})
-	if lg.Events[6].Dev == nil && lg.Events[5].Dev != nil {
-		t.Error("a symlink's stat has a device number")
+	if lg.Events[5].Dev != nil {
+		t.Errorf("a symlink's stat has a device number: %+v", lg.Events[5])
 	}
 	if lg.HasPIDs || lg.HasTimes || lg.Events[0].PID != 0 {
 		t.Errorf("HasPIDs %v HasTimes %v pid %d", lg.HasPIDs, lg.HasTimes, lg.Events[0].PID)

@@ -4,6 +4,11 @@
 // trace. It understands the common output options: pid prefixes, -t/-tt/-ttt/-r
 // stamps, -T durations, -y/-yy fd annotations, and calls split into
 // <unfinished ...> and <... resumed> halves.
+//
+// Events follow the live tracers' rules (which calls, which paths, paths as
+// the program passed them), with one addition: an ioctl event carries the
+// path of its fd when the log shows it, since without -yy that is the only
+// sign of which device the fd was.
 package stracelog
 
 import (
