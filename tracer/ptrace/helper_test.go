@@ -5,6 +5,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 	"unsafe"
@@ -46,6 +47,8 @@ func runHelper(mode string, args []string) int {
 		return helperThread(args[0], args[1])
 	case "spin":
 		return helperSpin(args[0], args[1])
+	case "thread-exec":
+		return helperThreadExec(args)
 	case "bench":
 		return helperBench(args)
 	}
@@ -158,4 +161,19 @@ func helperBench(args []string) int {
 	ns := float64(time.Since(start).Nanoseconds()) / float64(n)
 	os.WriteFile(out, []byte(strconv.FormatFloat(ns, 'f', 1, 64)), 0o644)
 	return 0
+}
+
+func uintptrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(&b[0])) }
+
+// helperThreadExec execs argv from a thread that is not the leader: the
+// kernel gives that thread the leader's tid.
+func helperThreadExec(argv []string) int {
+	runtime.LockOSThread()
+	go func() {
+		runtime.LockOSThread()
+		err := syscall.Exec(argv[0], argv, os.Environ())
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}()
+	select {}
 }

@@ -188,7 +188,7 @@ func (b *Backend) launch(ctx context.Context, spec tracer.Spec, sink tracer.Sink
 	res.Events = s.seq
 	res.Exit = s.rootSt
 	if s.detached > 0 {
-		res.Notes = append(res.Notes, fmt.Sprintf("the trace ended before the target's processes did: %d threads were detached and run on under the seccomp filter, where the traced syscalls now fail with ENOSYS", s.detached))
+		res.Notes = append(res.Notes, fmt.Sprintf("the trace ended before all of the target's processes did: %d thread(s) were detached and run on under the seccomp filter, where the traced syscalls now fail with ENOSYS", s.detached))
 	}
 	return s, res, nil
 }

@@ -514,7 +514,7 @@ func TestUnprivileged(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command("setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--inh-caps=-all",
-		bin, "-test.run", "^(TestLaunchProcessTree|TestLaunchKilled|TestLaunchSecondThread|TestLaunchCommandNotFound|TestAttachShellLoop|TestAttachThreadedProcess|TestAttachRefused|TestNoNewPrivsNote|TestUnprivilegedDevice)$", "-test.v", "-test.count=1")
+		bin, "-test.run", "^(TestLaunchProcessTree|TestLaunchKilled|TestLaunchSecondThread|TestLaunchCommandNotFound|TestAttachShellLoop|TestAttachThreadedProcess|TestAttachRefused|TestNoNewPrivsNote|TestUnprivilegedDevice|TestSignalsReachTarget|TestGroupStop|TestExecFromThread|TestLaunchLeftoverDescendant|TestAttachStoppedProcess)$", "-test.v", "-test.count=1")
 	tmp := filepath.Join(dir, "tmp")
 	os.Mkdir(tmp, 0o700)
 	os.Chown(tmp, 65534, 65534)
@@ -526,7 +526,8 @@ func TestUnprivileged(t *testing.T) {
 		t.Fatalf("tests as nobody failed: %v", err)
 	}
 	for _, name := range []string{"TestLaunchProcessTree", "TestLaunchKilled", "TestLaunchSecondThread", "TestAttachShellLoop",
-		"TestAttachThreadedProcess", "TestAttachRefused", "TestNoNewPrivsNote", "TestUnprivilegedDevice"} {
+		"TestAttachThreadedProcess", "TestAttachRefused", "TestNoNewPrivsNote", "TestUnprivilegedDevice",
+		"TestSignalsReachTarget", "TestGroupStop", "TestExecFromThread", "TestLaunchLeftoverDescendant", "TestAttachStoppedProcess"} {
 		if !strings.Contains(string(out), "--- PASS: "+name) {
 			t.Errorf("%s did not pass as nobody", name)
 		}

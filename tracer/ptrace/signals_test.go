@@ -1,0 +1,176 @@
+package ptracetrace
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cudatrace/cudatrace/tracer"
+)
+
+// A signal the target handles must reach it (re-injected, not swallowed).
+func TestSignalsReachTarget(t *testing.T) {
+	res, _, _ := runLaunch(t, []string{"/bin/sh", "-c", `trap 'exit 9' USR1; kill -USR1 $$; sleep 30; exit 1`}, nil)
+	if res.Exit == nil || res.Exit.Code != 9 {
+		t.Fatalf("exit = %+v, want 9 from the USR1 trap", res.Exit)
+	}
+}
+
+// A target that stops itself stays stopped (group-stop, parked with
+// PTRACE_LISTEN) until SIGCONT, and then carries on.
+func TestGroupStop(t *testing.T) {
+	ready := filepath.Join(t.TempDir(), "pid")
+	script := fmt.Sprintf(`echo $$ > %s.tmp; mv %s.tmp %s; kill -STOP $$; exit 5`, ready, ready, ready)
+	type result struct {
+		res *tracer.Result
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := New().Run(context.Background(), tracer.Spec{Argv: []string{"/bin/sh", "-c", script}}, &collector{})
+		done <- result{res, err}
+	}()
+	var pid int
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("target never stopped itself")
+		}
+		if pid == 0 {
+			b, err := os.ReadFile(ready)
+			if err != nil {
+				continue
+			}
+			fmt.Sscanf(string(b), "%d", &pid)
+		}
+		// Stopped: group-stop ("T") or parked in ptrace-listen ("t").
+		if st, _ := procStatusField(pid, "State"); strings.HasPrefix(st, "T") || strings.HasPrefix(st, "t") {
+			break
+		}
+	}
+	select {
+	case r := <-done:
+		t.Fatalf("trace ended while the target was stopped: %+v %v", r.res, r.err)
+	default:
+	}
+	unix.Kill(pid, unix.SIGCONT)
+	r := <-done
+	if r.err != nil || r.res.Exit == nil || r.res.Exit.Code != 5 {
+		t.Fatalf("after SIGCONT: %+v %v", r.res, r.err)
+	}
+}
+
+// A thread other than the leader execs: its tid becomes the pid. The
+// trace must follow the new program, not hang on the vanished leader.
+func TestExecFromThread(t *testing.T) {
+	missing := "/dev/nvidia-cudatrace-ptest-missing-" + randName()
+	res, c, _ := runLaunch(t, helperArgv("thread-exec", "/bin/sh", "-c", "/bin/cat "+missing+" 2>/dev/null; exec 2>&-; cat "+missing+"; exit 4"), nil)
+	evs := c.all()
+	if res.Exit == nil || res.Exit.Code != 4 {
+		dump(t, evs)
+		t.Fatalf("exit = %+v, want 4", res.Exit)
+	}
+	root := evs[0].PID
+	var shExec *tracer.Event
+	for i := range evs {
+		if evs[i].Kind == tracer.KindExec && evs[i].Path == "/bin/sh" {
+			shExec = &evs[i]
+		}
+	}
+	if shExec == nil || shExec.PID != root || shExec.TID != root || shExec.Ret != 0 || shExec.Comm != "sh" {
+		dump(t, evs)
+		t.Fatalf("exec from a thread = %+v", shExec)
+	}
+	if n := len(c.where(func(e *tracer.Event) bool { return e.Path == missing })); n != 2 {
+		dump(t, evs)
+		t.Errorf("%d opens of %s, want 2", n, missing)
+	}
+	exits := c.where(func(e *tracer.Event) bool { return e.Kind == tracer.KindExit && e.PID == root })
+	if len(exits) != 1 || exits[0].ExitCode != 4 {
+		t.Errorf("exits of %d: %+v", root, exits)
+	}
+}
+
+// A launch waits for descendants that outlive the target; cancelling ctx
+// then ends the trace and says what was left.
+func TestLaunchLeftoverDescendant(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var sleeper int
+	rootDone, waiting := false, false
+	c := &collector{}
+	c.onAdd = func(e *tracer.Event) {
+		if e.Kind == tracer.KindExec && e.Path == "/bin/sleep" {
+			sleeper = e.PID
+		}
+		rootDone = rootDone || (e.Kind == tracer.KindExit && e.ExitCode == 6)
+		if rootDone && sleeper != 0 && !waiting {
+			waiting = true
+			// The target is done; its background sleep is not. Cancel
+			// once it sleeps: detached while still loading its libraries,
+			// its opens would fail with ENOSYS (the note says so).
+			pid := sleeper
+			go func() {
+				for {
+					st, ok := procStatusField(pid, "State")
+					if !ok || strings.HasPrefix(st, "S") {
+						break
+					}
+					time.Sleep(time.Millisecond)
+				}
+				cancel()
+			}()
+		}
+	}
+	res, err := New().Run(ctx, tracer.Spec{Argv: []string{"/bin/sh", "-c", "/bin/sleep 300 & exit 6"}}, c)
+	if sleeper != 0 {
+		defer unix.Kill(sleeper, unix.SIGKILL)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Exit == nil || res.Exit.Code != 6 || sleeper == 0 {
+		dump(t, c.all())
+		t.Fatalf("result = %+v, sleeper %d", res, sleeper)
+	}
+	if !slices.ContainsFunc(res.Notes, func(n string) bool { return strings.Contains(n, "detached") }) {
+		t.Errorf("notes = %q", res.Notes)
+	}
+	assertUntraced(t, sleeper)
+}
+
+// Attaching to a stopped process neither resumes it nor leaves it traced.
+func TestAttachStoppedProcess(t *testing.T) {
+	cmd := exec.Command("/bin/sleep", "300")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	pid := cmd.Process.Pid
+	unix.Kill(pid, unix.SIGSTOP)
+	for st := ""; !strings.HasPrefix(st, "T"); st, _ = procStatusField(pid, "State") {
+		time.Sleep(time.Millisecond)
+	}
+	_, err := New().Run(context.Background(), tracer.Spec{PIDs: []int{pid}, Duration: 100 * time.Millisecond}, &collector{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := procStatusField(pid, "State"); !strings.HasPrefix(st, "T") || tracerOf(pid) != 0 {
+		t.Fatalf("after detach: state %q, tracer %d; want stopped and untraced", st, tracerOf(pid))
+	}
+	unix.Kill(pid, unix.SIGCONT)
+	for st := "T"; strings.HasPrefix(st, "T"); st, _ = procStatusField(pid, "State") {
+		time.Sleep(time.Millisecond)
+	}
+	unix.Kill(pid, unix.SIGTERM)
+	if err := cmd.Wait(); err == nil || !strings.Contains(err.Error(), "terminated") {
+		t.Errorf("sleep ended with %v, want SIGTERM", err)
+	}
+}
