@@ -3,10 +3,11 @@ package ebpftrace
 import (
 	"context"
 	"fmt"
+	"errors"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
-	"slices"
+	"os/exec"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -20,7 +21,45 @@ import (
 
 func TestMain(m *testing.M) {
 	launch.RunLoaderIfRequested()
+	if len(os.Args) > 1 && os.Args[1] == helperArg {
+		os.Exit(helperMain(os.Args[2:]))
+	}
 	os.Exit(m.Run())
+}
+
+// helperArg makes the test binary a target that issues syscalls a shell
+// cannot: from a second thread, on fd -1.
+const helperArg = "ebpftrace-helper"
+
+func helperMain(args []string) int {
+	runtime.LockOSThread() // keep main on one thread, so the goroutine below gets another
+	for len(args) >= 2 {
+		op, path := args[0], args[1]
+		args = args[2:]
+		switch op {
+		case "thread-open": // open from a thread that is not the group leader
+			done := make(chan error)
+			go func() {
+				runtime.LockOSThread()
+				if unix.Gettid() == unix.Getpid() {
+					done <- errors.New("goroutine on the main thread")
+					return
+				}
+				fd, err := unix.Open(path, unix.O_RDONLY, 0)
+				if err == nil {
+					unix.Close(fd)
+				}
+				done <- err
+			}()
+			if err := <-done; err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+		case "ioctl-badfd": // what libcuda does after a failed uvm open
+			unix.IoctlGetInt(-1, unix.TCGETS)
+		}
+	}
+	return 0
 }
 
 // recorder is a Sink that keeps everything.
@@ -82,10 +121,242 @@ func traceCmd(t *testing.T, spec tracer.Spec, script string) (*tracer.Result, *r
 	return res, rec
 }
 
-func TestSmoke(t *testing.T) {
+
+func byPath(path string) func(*tracer.Event) bool {
+	return func(e *tracer.Event) bool { return e.Path == path }
+}
+
+func one(t *testing.T, rec *recorder, what string, match func(*tracer.Event) bool) *tracer.Event {
+	t.Helper()
+	got := rec.find(match)
+	if len(got) != 1 {
+		t.Fatalf("%s: %d events, want 1; all events:\n%s", what, len(got), rec.dump())
+	}
+	return got[0]
+}
+
+func wantDev(t *testing.T, e *tracer.Event, major, minor uint32) {
+	t.Helper()
+	if e.Dev == nil || e.Dev.Major != major || e.Dev.Minor != minor {
+		t.Errorf("%s %s: dev %v, want %d:%d", e.Syscall, e.Path, e.Dev, major, minor)
+	}
+}
+
+func checkComplete(t *testing.T, res *tracer.Result) {
+	t.Helper()
+	if res.Dropped != 0 {
+		t.Errorf("Dropped = %d, want 0 (notes %q)", res.Dropped, res.Notes)
+	}
+	if res.Backend != "ebpf" || res.Events == 0 || res.Ended.Before(res.Started) {
+		t.Errorf("result %+v", res)
+	}
+}
+
+func TestOpenIoctlAndFailures(t *testing.T) {
 	node := fakeNode(t, "nvidiactl")
-	res, rec := traceCmd(t, tracer.Spec{}, fmt.Sprintf("exec 3<>%s; : < /dev/nvidia-uvm-missing-x; exit 7", node))
-	t.Logf("result %+v exit %+v\n%s", res, res.Exit, rec.dump())
-	_ = filepath.Join
-	_ = slices.Contains[[]int]
+	missing := fmt.Sprintf("/dev/nvidia-uvm-cudatrace-test-missing-%08x", rand.Uint32())
+	// stty opens the node as stdin and asks it for termios: ENOTTY.
+	res, rec := traceCmd(t, tracer.Spec{}, fmt.Sprintf(
+		"exec 3<>%s; { true < %s; } 2>/dev/null; stty < %s; exit 0", node, missing, node))
+	checkComplete(t, res)
+	if res.Exit == nil || res.Exit.Code != 0 || !res.Launched {
+		t.Fatalf("exit %+v launched %v", res.Exit, res.Launched)
+	}
+
+	opens := rec.find(func(e *tracer.Event) bool { return e.Kind == tracer.KindOpen && e.Path == node })
+	if len(opens) != 2 {
+		t.Fatalf("%d opens of %s, want 2 (sh, stty):\n%s", len(opens), node, rec.dump())
+	}
+	first := opens[0]
+	if first.Ret != 3 || first.Syscall != "openat" || first.Flags&unix.O_ACCMODE != unix.O_RDWR || first.Comm != "sh" {
+		t.Errorf("first open %+v, want openat O_RDWR returning fd 3 by sh", *first)
+	}
+	wantDev(t, first, 1, 3)
+
+	failed := one(t, rec, "open of the missing node", byPath(missing))
+	if failed.Ret != -int64(unix.ENOENT) || failed.Dev != nil || failed.ErrnoName() != "ENOENT" {
+		t.Errorf("missing open %+v, want ENOENT without a device", *failed)
+	}
+
+	ioctl := one(t, rec, "stty's TCGETS", func(e *tracer.Event) bool {
+		return e.Kind == tracer.KindIoctl && e.Request == unix.TCGETS
+	})
+	if ioctl.FD != 0 || ioctl.Ret != -int64(unix.ENOTTY) || ioctl.Comm != "stty" || ioctl.Syscall != "ioctl" {
+		t.Errorf("ioctl %+v, want TCGETS on fd 0 by stty failing ENOTTY", *ioctl)
+	}
+	wantDev(t, ioctl, 1, 3)
+	// The params block is a struct termios on stty's stack: a user pointer.
+	if len(ioctl.Arg) == 0 {
+		t.Errorf("ioctl params block not captured")
+	}
+	// stty's other ioctls went to its stdout/stderr, not NVIDIA nodes.
+	for _, e := range rec.find(func(e *tracer.Event) bool { return e.Kind == tracer.KindIoctl }) {
+		if e.Dev == nil || e.Dev.Major != 1 {
+			t.Errorf("ioctl on a non-NVIDIA fd recorded: %+v", *e)
+		}
+	}
+
+	exec := rec.find(func(e *tracer.Event) bool { return e.Kind == tracer.KindExec && e.Path == "/usr/bin/stty" })
+	if len(exec) != 1 || exec[0].Ret != 0 || len(exec[0].Argv) == 0 || exec[0].Argv[0] != "stty" {
+		t.Errorf("stty exec: %+v", exec)
+	}
+}
+
+func TestIoctlOnBadFD(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	privtest.RequireRoot(t)
+	rec := &recorder{}
+	res, err := New().Run(context.Background(), tracer.Spec{
+		Argv: []string{self, helperArg, "ioctl-badfd", "-"}, DeviceMajors: []uint32{1},
+	}, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkComplete(t, res)
+	e := one(t, rec, "ioctl on fd -1", func(e *tracer.Event) bool { return e.Kind == tracer.KindIoctl })
+	if e.FD != -1 || e.Ret != -int64(unix.EBADF) || e.Dev != nil || e.Request != unix.TCGETS {
+		t.Errorf("ioctl %+v, want TCGETS on fd -1 failing EBADF", *e)
+	}
+}
+
+func TestNodeRepairCalls(t *testing.T) {
+	base := fmt.Sprintf("/dev/nvidia-cudatrace-test-%08x", rand.Uint32())
+	node, link, dir := base+"-node", base+"-link", base+"-dir"
+	t.Cleanup(func() {
+		os.Remove(node)
+		os.Remove(link)
+		os.Remove(dir)
+	})
+	res, rec := traceCmd(t, tracer.Spec{}, fmt.Sprintf(
+		"mknod -m 0640 %[1]s c 1 5 && stat %[1]s >/dev/null && test -c %[1]s && ln -s %[1]s %[2]s && mkdir %[3]s && rm %[2]s %[1]s && rm -r %[3]s",
+		node, link, dir))
+	checkComplete(t, res)
+	if res.Exit == nil || res.Exit.Code != 0 {
+		t.Fatalf("script failed: %+v\n%s", res.Exit, rec.dump())
+	}
+
+	mk := one(t, rec, "mknod", func(e *tracer.Event) bool { return e.Kind == tracer.KindMknod })
+	if mk.Path != node || mk.Ret != 0 || mk.Mode&unix.S_IFMT != unix.S_IFCHR {
+		t.Errorf("mknod %+v", *mk)
+	}
+	wantDev(t, mk, 1, 5)
+
+	stats := rec.find(func(e *tracer.Event) bool { return e.Kind == tracer.KindStat && e.Path == node })
+	if len(stats) < 2 { // coreutils stat, and the shell's test -c
+		t.Fatalf("%d stats of %s, want 2 or more:\n%s", len(stats), node, rec.dump())
+	}
+	for _, st := range stats {
+		if st.Ret != 0 || st.Mode&unix.S_IFMT != unix.S_IFCHR {
+			t.Errorf("stat %+v: want a char device", *st)
+		}
+		wantDev(t, st, 1, 5)
+	}
+
+	sl := one(t, rec, "symlink", func(e *tracer.Event) bool { return e.Kind == tracer.KindSymlink })
+	if sl.Path != link || sl.Target != node || sl.Ret != 0 {
+		t.Errorf("symlink %+v", *sl)
+	}
+	md := one(t, rec, "mkdir", func(e *tracer.Event) bool { return e.Kind == tracer.KindMkdir })
+	if md.Path != dir || md.Ret != 0 {
+		t.Errorf("mkdir %+v", *md)
+	}
+	for _, p := range []string{node, link, dir} {
+		u := one(t, rec, "unlink "+p, func(e *tracer.Event) bool { return e.Kind == tracer.KindUnlink && e.Path == p })
+		if u.Ret != 0 {
+			t.Errorf("unlink %+v", *u)
+		}
+	}
+	// Paths outside /dev/nvidia* and /dev/char/ are not recorded.
+	for _, e := range rec.find(func(e *tracer.Event) bool { return e.Kind == tracer.KindStat }) {
+		if !strings.HasPrefix(e.Path, "/dev/nvidia") {
+			t.Errorf("unrelated stat recorded: %+v", *e)
+		}
+	}
+}
+
+func TestDescendantsAndThreads(t *testing.T) {
+	node := fakeNode(t, "nvidia0")
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, rec := traceCmd(t, tracer.Spec{}, fmt.Sprintf(
+		`sh -c "sh -c ': < %[1]s'"; %[2]s %[3]s thread-open %[1]s`, node, self, helperArg))
+	checkComplete(t, res)
+	opens := rec.find(byPath(node))
+	if len(opens) != 2 {
+		t.Fatalf("%d opens, want 2:\n%s", len(opens), rec.dump())
+	}
+	top := rec.find(func(e *tracer.Event) bool { return e.Kind == tracer.KindExec })[0].PID
+
+	grandchild := opens[0]
+	if grandchild.PID == top || grandchild.TID != grandchild.PID || grandchild.Ret < 0 {
+		t.Errorf("grandchild open %+v (top PID %d)", *grandchild, top)
+	}
+	// The grandchild's exit was seen, with its status.
+	ex := one(t, rec, "grandchild exit", func(e *tracer.Event) bool {
+		return e.Kind == tracer.KindExit && e.PID == grandchild.PID
+	})
+	if ex.ExitCode != 0 || ex.Signal != 0 {
+		t.Errorf("grandchild exit %+v", *ex)
+	}
+
+	thread := opens[1]
+	if thread.TID == thread.PID || thread.PID == top || thread.Ret < 0 {
+		t.Errorf("thread open %+v: want a non-leader thread of the helper", *thread)
+	}
+	helperExec := one(t, rec, "helper exec", func(e *tracer.Event) bool { return e.Kind == tracer.KindExec && e.Path == self })
+	if helperExec.PID != thread.PID {
+		t.Errorf("thread open in PID %d, helper is PID %d", thread.PID, helperExec.PID)
+	}
+}
+
+func TestExitStatus(t *testing.T) {
+	for _, tc := range []struct {
+		script       string
+		code, signal int
+	}{
+		{"exit 7", 7, 0},
+		{"kill -9 $$", 0, 9},
+	} {
+		t.Run(tc.script, func(t *testing.T) {
+			res, rec := traceCmd(t, tracer.Spec{}, tc.script)
+			checkComplete(t, res)
+			if res.Exit == nil || res.Exit.Code != tc.code || res.Exit.Signal != tc.signal {
+				t.Errorf("Result.Exit = %+v, want code %d signal %d", res.Exit, tc.code, tc.signal)
+			}
+			ex := one(t, rec, "exit event", func(e *tracer.Event) bool { return e.Kind == tracer.KindExit })
+			if ex.ExitCode != tc.code || ex.Signal != tc.signal || ex.Comm != "sh" {
+				t.Errorf("exit event %+v, want code %d signal %d", *ex, tc.code, tc.signal)
+			}
+		})
+	}
+}
+
+// An untraced process doing the same opens at the same time leaves no trace.
+func TestUntracedNeighbour(t *testing.T) {
+	node := fakeNode(t, "nvidiactl")
+	privtest.RequireRoot(t)
+	neighbour := exec.Command("/bin/sh", "-c", fmt.Sprintf("while :; do : < %s; done", node))
+	if err := neighbour.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		neighbour.Process.Kill()
+		neighbour.Wait()
+	}()
+	res, rec := traceCmd(t, tracer.Spec{}, fmt.Sprintf("i=0; while [ $i -lt 200 ]; do : < %s; i=$((i+1)); done", node))
+	checkComplete(t, res)
+	ours := rec.find(byPath(node))
+	if len(ours) != 200 {
+		t.Errorf("%d opens recorded, want the target's 200", len(ours))
+	}
+	for _, e := range rec.events {
+		if e.PID == neighbour.Process.Pid {
+			t.Fatalf("event from the untraced neighbour: %+v", *e)
+		}
+	}
 }
