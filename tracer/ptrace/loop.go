@@ -132,6 +132,9 @@ func (s *session) handle(pid int, ws unix.WaitStatus) {
 	}
 	sig := ws.StopSignal()
 	event := int(ws>>16) & 0xff
+	if s.debug {
+		s.debugf("stop tid %d sig %d event %d fresh %v detaching %v call %v", t.tid, sig, event, t.fresh, t.detaching, t.call != nil)
+	}
 	fresh := t.fresh
 	t.fresh, t.listening = false, false
 

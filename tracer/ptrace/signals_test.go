@@ -158,11 +158,18 @@ func TestAttachStoppedProcess(t *testing.T) {
 	for st := ""; !strings.HasPrefix(st, "T"); st, _ = procStatusField(pid, "State") {
 		time.Sleep(time.Millisecond)
 	}
-	_, err := New().Run(context.Background(), tracer.Spec{PIDs: []int{pid}, Duration: 100 * time.Millisecond}, &collector{})
+	_, err := New().Run(context.Background(), tracer.Spec{PIDs: []int{pid}, Duration: 100 * time.Millisecond, Debug: os.Getenv("PTEST_DEBUG") != ""}, &collector{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st, _ := procStatusField(pid, "State"); !strings.HasPrefix(st, "T") || tracerOf(pid) != 0 {
+	// Right after PTRACE_DETACH the task is briefly runnable on its way
+	// back into the group-stop; a resumed sleep would sleep ("S").
+	st, _ := procStatusField(pid, "State")
+	for deadline := time.Now().Add(10 * time.Second); strings.HasPrefix(st, "R") && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+		st, _ = procStatusField(pid, "State")
+	}
+	if !strings.HasPrefix(st, "T") || tracerOf(pid) != 0 {
 		t.Fatalf("after detach: state %q, tracer %d; want stopped and untraced", st, tracerOf(pid))
 	}
 	unix.Kill(pid, unix.SIGCONT)
