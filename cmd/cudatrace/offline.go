@@ -101,10 +101,10 @@ func explainCommand(args []string, o *options, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fail(exitBadInput, "%s: %v", strings.Join(args, ", "), err)
 	}
-	if len(log.Events) == 0 {
+	if !log.NVIDIARelated() {
 		return fail(exitBadInput, "nothing NVIDIA-related in %s: no /dev/nvidia*, libcuda or driver calls (was strace run with -f on the CUDA process?)", strings.Join(args, ", "))
 	}
-	snap := snapshotFromLog(log.Events)
+	snap := snapshotFromLog()
 	rep := &report.Report{
 		Schema:  report.SchemaVersion,
 		Tool:    report.Tool{Name: "cudatrace", Version: toolVersion()},
@@ -149,28 +149,15 @@ func explainCommand(args []string, o *options, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// snapshotFromLog rebuilds what a strace log shows of the system: the
-// nodes the target stat'ed (type, major:minor, mode). Everything else is
-// marked unavailable, so the analysis says what it cannot know.
-func snapshotFromLog(events []tracer.Event) *snapshot.Snapshot {
-	s := &snapshot.Snapshot{Unavailable: []string{
+// snapshotFromLog is the snapshot of a strace log: nothing about the system
+// is known, and it says so, so the analysis marks what it infers. Node types,
+// numbers and modes still come from the stat calls in the log itself.
+func snapshotFromLog() *snapshot.Snapshot {
+	return &snapshot.Snapshot{Unavailable: []string{
 		"/proc/devices: not in a strace log (run: grep nvidia /proc/devices)",
 		"cgroup device policy: not in a strace log (run cudatrace on the host, or: bpftool cgroup tree)",
 		"device node owners and mounts: not in a strace log (run: ls -l /dev/nvidia*; findmnt /dev)",
 	}}
-	for i := range events {
-		e := &events[i]
-		if e.Kind != tracer.KindStat || e.Failed() || e.Dev == nil || e.Mode&0o170000 != 0o020000 {
-			continue
-		}
-		n := snapshot.Node{Path: e.Path, Exists: true, Type: "c", Major: e.Dev.Major, Minor: e.Dev.Minor, Mode: e.Mode & 0o7777}
-		if old := s.Node(e.Path); old != nil {
-			*old = n // the latest view wins: libcuda may have recreated it
-		} else {
-			s.Nodes = append(s.Nodes, n)
-		}
-	}
-	return s
 }
 
 func straceLimits(log *stracelog.Log) []string {
