@@ -34,6 +34,10 @@ type task struct {
 	listening bool  // in group-stop, parked with PTRACE_LISTEN
 	detaching bool
 	stops     int // stops taken by the current traced call
+	// exiting: past its PTRACE_EVENT_EXIT stop. A leader that exits before
+	// its other threads stays a zombie, which never stops again and is
+	// reported only when the whole group is gone.
+	exiting bool
 	// inSyscall (attach mode): the last syscall stop was an entry, so the
 	// next one is its exit. Lets an untraced exit skip GET_SYSCALL_INFO.
 	inSyscall bool
@@ -65,17 +69,21 @@ type session struct {
 	// interrupted and detached at its next stop.
 	detachAll bool
 	detached  int // tasks detached before they exited
-	waker     *waker
-	debug     bool
+	// zombieLeaders are attached processes whose leader had exited already:
+	// the last thread's exit is the process's.
+	zombieLeaders map[int]bool
+	waker         *waker
+	debug         bool
 }
 
 func newSession(mode stopMode, spec tracer.Spec, sink tracer.Sink) *session {
 	return &session{
-		mode:  mode,
-		rules: newRules(spec.DeviceMajors),
-		sink:  sink,
-		tasks: map[int]*task{},
-		debug: spec.Debug,
+		mode:          mode,
+		rules:         newRules(spec.DeviceMajors),
+		sink:          sink,
+		tasks:         map[int]*task{},
+		zombieLeaders: map[int]bool{},
+		debug:         spec.Debug,
 	}
 }
 
@@ -115,6 +123,10 @@ func (s *session) loop(shouldStop func() bool) {
 func (s *session) handle(pid int, ws unix.WaitStatus) {
 	t := s.tasks[pid]
 	if t == nil {
+		if !ws.Stopped() {
+			// A task given up on (an exited leader at detach time).
+			return
+		}
 		// An auto-attached child whose first stop beat its parent's
 		// fork event.
 		t = s.adopt(pid, 0, "")
@@ -164,8 +176,11 @@ func (s *session) handle(pid int, ws unix.WaitStatus) {
 			return
 		}
 		s.resume(t, 0) // first stop of a new task, PTRACE_INTERRUPT, or end of a group-stop
+	case event == unix.PTRACE_EVENT_EXIT:
+		t.exiting = true
+		s.resume(t, 0)
 	case event != 0:
-		s.resume(t, 0) // PTRACE_EVENT_EXIT and anything newer
+		s.resume(t, 0) // anything newer
 	default:
 		// Signal-delivery-stop: deliver the signal as if we were not here.
 		s.resume(t, int(sig))
@@ -298,7 +313,7 @@ func (s *session) adopt(tid, event int, comm string) *task {
 // kernel reports a traced leader only after all its threads).
 func (s *session) reap(t *task, ws unix.WaitStatus) {
 	delete(s.tasks, t.tid)
-	if t.tid != t.tgid {
+	if t.tid != t.tgid && !(s.zombieLeaders[t.tgid] && s.lastOf(t.tgid)) {
 		return
 	}
 	e := &tracer.Event{Kind: tracer.KindExit}
@@ -317,10 +332,26 @@ func (s *session) reap(t *task, ws unix.WaitStatus) {
 	}
 }
 
+// lastOf reports whether no task of tgid is left.
+func (s *session) lastOf(tgid int) bool {
+	for _, t := range s.tasks {
+		if t.tgid == tgid {
+			return false
+		}
+	}
+	return true
+}
+
 // startDetach interrupts every task; each is detached at its next stop.
 func (s *session) startDetach() {
 	s.detachAll = true
 	for _, t := range s.tasks {
+		if t.exiting && t.tid == t.tgid {
+			// A zombie leader cannot be detached, and waiting for it could
+			// take forever; the kernel releases it when this thread exits.
+			delete(s.tasks, t.tid)
+			continue
+		}
 		t.detaching = true
 		if err := interrupt(t.tid); err != nil {
 			s.debugf("interrupt %d: %v", t.tid, err)

@@ -250,7 +250,7 @@ func (s *session) seizeProcess(pid int) error {
 		}
 		added := 0
 		for _, tid := range tids {
-			if s.tasks[tid] != nil {
+			if s.tasks[tid] != nil || s.zombieLeaders[tid] {
 				continue
 			}
 			err := seize(tid, baseOptions)
@@ -263,6 +263,11 @@ func (s *session) seizeProcess(pid int) error {
 				return fmt.Errorf("process %d exited during attach", pid)
 			case err == unix.EPERM && tid != pid && tracerOf(tid) == os.Getpid():
 				// Auto-attached meanwhile by its seized creator.
+			case err == unix.EPERM && tid == pid && isZombie(pid) && len(tids) > 1:
+				// The leader has exited but other threads run on; they are
+				// the process now. Its exit is reported with the last one.
+				s.zombieLeaders[pid] = true
+				continue
 			default:
 				return ptraceRefused(pid, err)
 			}
@@ -304,6 +309,11 @@ func ptraceRefused(pid int, err error) error {
 		return fmt.Errorf("ptrace refused: process %d is already traced by PID %d (a debugger or strace?)", pid, t)
 	}
 	return fmt.Errorf("ptrace refused for process %d: operation not permitted (another user's process, or not dumpable; run as root)", pid)
+}
+
+func isZombie(tid int) bool {
+	st, _ := procStatusField(tid, "State")
+	return strings.HasPrefix(st, "Z")
 }
 
 func tracerOf(tid int) int {

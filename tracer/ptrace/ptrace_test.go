@@ -514,7 +514,7 @@ func TestUnprivileged(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command("setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--inh-caps=-all",
-		bin, "-test.run", "^(TestLaunchProcessTree|TestLaunchKilled|TestLaunchSecondThread|TestLaunchCommandNotFound|TestAttachShellLoop|TestAttachThreadedProcess|TestAttachRefused|TestNoNewPrivsNote|TestUnprivilegedDevice|TestSignalsReachTarget|TestGroupStop|TestExecFromThread|TestLaunchLeftoverDescendant|TestAttachStoppedProcess)$", "-test.v", "-test.count=1")
+		bin, "-test.run", "^(TestLaunchProcessTree|TestLaunchKilled|TestLaunchSecondThread|TestLaunchCommandNotFound|TestAttachShellLoop|TestAttachThreadedProcess|TestAttachRefused|TestNoNewPrivsNote|TestUnprivilegedDevice|TestSignalsReachTarget|TestGroupStop|TestExecFromThread|TestLaunchLeftoverDescendant|TestAttachStoppedProcess|TestAttachZombieLeader)$", "-test.v", "-test.count=1")
 	tmp := filepath.Join(dir, "tmp")
 	os.Mkdir(tmp, 0o700)
 	os.Chown(tmp, 65534, 65534)

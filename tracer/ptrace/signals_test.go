@@ -181,3 +181,58 @@ func TestAttachStoppedProcess(t *testing.T) {
 		t.Errorf("sleep ended with %v, want SIGTERM", err)
 	}
 }
+
+// A process whose leader exits before its other threads: the leader stays
+// a zombie, which can neither be seized nor detached, until the last
+// thread goes. Attaching to such a process, and detaching from one whose
+// leader exited during the trace, must both work.
+func TestAttachZombieLeader(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 not installed: no portable way to make a leader exit alone")
+	}
+	for _, exitsDuringTrace := range []bool{false, true} {
+		t.Run(fmt.Sprintf("during=%v", exitsDuringTrace), func(t *testing.T) {
+			log := filepath.Join(t.TempDir(), "log")
+			delay := "0"
+			if exitsDuringTrace {
+				delay = "1"
+			}
+			script := `
+import ctypes, os, threading, time
+def spin():
+    while True:
+        os.close(os.open("/dev/null", os.O_RDONLY))
+        with open("` + log + `", "a") as f: f.write("x\n")
+        time.sleep(0.02)
+threading.Thread(target=spin).start()
+time.sleep(` + delay + `)
+ctypes.CDLL(None).pthread_exit(None)
+`
+			cmd := exec.Command(py, "-c", script)
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+			pid := cmd.Process.Pid
+			waitGrowth(t, log, 2)
+			if isZombie(pid) == exitsDuringTrace {
+				t.Skip("the leader exited at the wrong time for this case")
+			}
+			// Trace until the leader is a zombie, then detach.
+			_, c := attachUntil(t, pid, []uint32{1}, func(e *tracer.Event) bool { return e.Path == "/dev/null" && isZombie(pid) }, 2)
+			for _, e := range c.where(func(e *tracer.Event) bool { return e.Path == "/dev/null" }) {
+				if e.PID != pid || e.TID == pid || !devIs(e.Dev, 1, 3) {
+					t.Errorf("event = %+v", e)
+				}
+			}
+			waitGrowth(t, log, 3)
+			tids, _ := listTasks(pid)
+			for _, tid := range tids {
+				if tid != pid && tracerOf(tid) != 0 {
+					t.Errorf("thread %d still traced", tid)
+				}
+			}
+		})
+	}
+}
