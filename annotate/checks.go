@@ -398,21 +398,25 @@ func (a *analyzer) verdict() string {
 		}
 		return s + "."
 	}
-	for _, f := range a.out {
-		if f.Severity == SeverityError {
-			return "cuInit cannot succeed: " + f.Summary + "."
-		}
-	}
-	s := "No NVIDIA device call failed."
-	if a.byID["node-repaired"] {
-		s += " libcuda recreated a device node during the run, so the setup is not clean (see node-repaired)."
-	}
 	touched := false
 	for i := range a.ev {
 		if isNvidiaNode(a.ev[i].Path) || a.ev[i].Kind == tracer.KindIoctl {
 			touched = true
 			break
 		}
+	}
+	for _, f := range a.out {
+		if f.Severity == SeverityError {
+			if !touched {
+				// Nothing was attempted, so nothing "cannot succeed" yet.
+				return "The target made no NVIDIA device call; beware: " + f.Summary + "."
+			}
+			return "cuInit cannot succeed: " + f.Summary + "."
+		}
+	}
+	s := "No NVIDIA device call failed."
+	if a.byID["node-repaired"] {
+		s += " libcuda recreated a device node during the run, so the setup is not clean (see node-repaired)."
 	}
 	if !touched {
 		s += " The trace touched no /dev/nvidia* node, so CUDA was not initialised."

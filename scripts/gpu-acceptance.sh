@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# GPU acceptance: run cudatrace against real CUDA initialisation on an NVIDIA
+# host, in every failure state of issue 6, made for real. Builds nothing:
+# bin/cudatrace and bin/scenario (static) are built elsewhere and carried:
+#
+#   make build && CGO_ENABLED=0 go build -o bin/scenario ./scripts/scenario
+#   sudo scripts/gpu-acceptance.sh OUTDIR [--overhead N]
+#
+# Each state gets OUTDIR/<state>/{report.json,stdout,stderr,rc} for the traced
+# run and, where useful, an untraced run of the same target beside it, so the
+# target's own exit status can be compared. testdata/gpu/README.md says how
+# the committed recordings were made.
+set -u
+out=${1:?usage: gpu-acceptance.sh OUTDIR [--overhead N]}
+reps=5
+[ "${2:-}" = "--overhead" ] && reps=${3:-5}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+CT=$PWD/bin/cudatrace
+SC=$PWD/bin/scenario
+for b in "$CT" "$SC"; do [ -x "$b" ] || { echo "missing $b: build it first" >&2; exit 1; }; done
+[ "$(id -u)" = 0 ] || { echo "run as root" >&2; exit 1; }
+
+TORCH='import torch; torch.zeros(1).cuda(); print("torch ok")'
+CUINIT='import ctypes; c=ctypes.CDLL("libcuda.so.1"); print("cuInit", c.cuInit(0))'
+TIMED='import time, torch; t=time.perf_counter(); torch.zeros(1).cuda(); torch.cuda.synchronize(); print("cuda_s %.4f" % (time.perf_counter()-t))'
+uvm=${UVM_MAJOR:-$(awk '$2=="nvidia-uvm"{print $1}' /proc/devices)}
+smi=$(command -v nvidia-smi || echo /usr/local/nvidia/bin/nvidia-smi)
+
+{
+  echo "date: $(date -u +%FT%TZ)"
+  echo "kernel: $(uname -r)"
+  echo "driver: $(head -1 /proc/driver/nvidia/version 2>/dev/null)"
+  echo "gpu: $("$smi" -L 2>&1 | head -1)"
+  echo "python: $(python3 -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__)' 2>&1 | tail -1)"
+  echo "uvm major: $uvm"
+  echo "--- mounts (tracefs/debugfs/cgroup before the run)"
+  grep -E 'tracefs|debugfs|cgroup' /proc/self/mountinfo | awk '{print $5, $9}'
+  echo "--- /proc/devices (nvidia)"; grep nvidia /proc/devices
+  echo "--- nodes"; ls -l /dev/nvidia* /dev/nvidia-caps 2>&1
+} >"$out/host.txt" 2>&1
+
+# secs T0: seconds since T0 (date +%s%N).
+secs() { awk -v a="$1" -v b="$(date +%s%N)" 'BEGIN{printf "%.4f\n", (b-a)/1e9}'; }
+
+# record NAME CMD...: run CMD, keep stdout, stderr and exit status.
+record() {
+  local name=$1; shift
+  mkdir -p "$out/$name"
+  local t0=$(date +%s%N)
+  "$@" >"$out/$name/stdout" 2>"$out/$name/stderr" </dev/null
+  echo $? >"$out/$name/rc"
+  secs "$t0" >"$out/$name/wall_s"
+  printf '%-34s rc=%-4s %s\n' "$name" "$(cat "$out/$name/rc")" "$(head -c 150 "$out/$name/stderr" | head -1)"
+}
+# traced NAME [SCENARIO FLAGS] -- [CUDATRACE FLAGS] -- TARGET...: the same
+# state untraced (NAME-untraced) and traced (NAME).
+traced() {
+  local name=$1; shift
+  local scen=() ct=() target=()
+  while [ "$1" != -- ]; do scen+=("$1"); shift; done; shift
+  while [ "$1" != -- ]; do ct+=("$1"); shift; done; shift
+  target=("$@")
+  local wrap=()
+  [ ${#scen[@]} -gt 0 ] && wrap=("$SC" --nodes host --proc-devices host "${scen[@]}" --)
+  [ "${scen[0]:-}" = none ] && wrap=()
+  record "$name-untraced" "${wrap[@]}" "${target[@]}"
+  record "$name" "${wrap[@]}" "$CT" "${ct[@]}" -o "$out/$name/report.json" -- "${target[@]}"
+}
+
+echo "== states"
+traced 1-healthy-root-cuinit   none -- -- python3 -c "$CUINIT"
+traced 1-healthy-root-torch    none -- -- python3 -c "$TORCH"
+traced 1-healthy-nobody-cuinit none -- -u nobody -- python3 -c "$CUINIT"
+traced 1-healthy-nobody-torch  none -- -u nobody -- python3 -c "$TORCH"
+traced 2-deny-uvm-cuinit  --deny-v2 "c $uvm:* rwm" -- -- python3 -c "$CUINIT"
+traced 2-deny-uvm-torch   --deny-v2 "c $uvm:* rwm" -- -- python3 -c "$TORCH"
+stale=(--allow-only-v2 'c 1:* rwm' --allow-only-v2 'c 5:* rwm' --allow-only-v2 'c 136:* rwm' --allow-only-v2 'c 195:* rwm' --allow-only-v2 'c 504:* rwm')
+traced 3-stale-allow-cuinit "${stale[@]}" -- -- python3 -c "$CUINIT"
+traced 3-stale-allow-torch  "${stale[@]}" -- -- python3 -c "$TORCH"
+traced 4-deny-195-smi     --deny-v2 'c 195:* rwm' -- -- "$smi" -L
+traced 4-deny-195-cuinit  --deny-v2 'c 195:* rwm' -- -- python3 -c "$CUINIT"
+traced 5-uvm-missing-nobody-cuinit --drop nvidia-uvm --drop nvidia-uvm-tools -- -u nobody -- python3 -c "$CUINIT"
+traced 5-uvm-missing-nobody-torch  --drop nvidia-uvm --drop nvidia-uvm-tools -- -u nobody -- python3 -c "$TORCH"
+traced 5-uvm-missing-root-cuinit   --drop nvidia-uvm --drop nvidia-uvm-tools -- -- python3 -c "$CUINIT"
+traced 6-uvm-stale-nobody-cuinit --node-major nvidia-uvm=504 -- -u nobody -- python3 -c "$CUINIT"
+traced 6-uvm-stale-nobody-torch  --node-major nvidia-uvm=504 -- -u nobody -- python3 -c "$TORCH"
+traced 7-nodev-cuinit --nodev -- -- python3 -c "$CUINIT"
+traced 7-nodev-torch  --nodev -- -- python3 -c "$TORCH"
+traced 8-ptrace-deny-uvm-torch --deny-v2 "c $uvm:* rwm" -- --backend ptrace -- python3 -c "$TORCH"
+traced 8-ptrace-deny-uvm-cuinit --deny-v2 "c $uvm:* rwm" -- --backend ptrace -- python3 -c "$CUINIT"
+traced 8-ptrace-uvm-missing-nobody-cuinit --drop nvidia-uvm --drop nvidia-uvm-tools -- --backend ptrace -u nobody -- python3 -c "$CUINIT"
+traced 8-ptrace-healthy-torch none -- --backend ptrace -- python3 -c "$TORCH"
+
+echo "== leftovers"
+{
+  echo "--- mounts after (tracefs/debugfs/cgroup)"
+  grep -E 'tracefs|debugfs|cgroup' /proc/self/mountinfo | awk '{print $5, $9}'
+  echo "--- cgroup_device and tracing programs left"
+  ls /sys/fs/bpf 2>&1 | head
+} >"$out/after.txt" 2>&1
+cat "$out/after.txt"
+
+echo "== overhead: torch.zeros(1).cuda(), $reps alternating rounds"
+: >"$out/overhead.csv"
+echo "round,config,wall_s,cuda_s" >>"$out/overhead.csv"
+for i in $(seq 1 "$reps"); do
+  for cfg in untraced ebpf ptrace; do
+    case $cfg in
+      untraced) cmd=(python3 -c "$TIMED") ;;
+      ebpf)     cmd=("$CT" --backend ebpf -q -- python3 -c "$TIMED") ;;
+      ptrace)   cmd=("$CT" --backend ptrace -q -- python3 -c "$TIMED") ;;
+    esac
+    t0=$(date +%s%N)
+    res=$("${cmd[@]}" 2>/dev/null | awk '/cuda_s/{print $2}')
+    echo "$i,$cfg,$(secs "$t0"),$res" >>"$out/overhead.csv"
+  done
+done
+cat "$out/overhead.csv"
