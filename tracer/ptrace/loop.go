@@ -91,7 +91,10 @@ func (s *session) emit(t *task, e *tracer.Event) {
 	s.seq++
 	e.Seq = s.seq
 	e.Time = time.Since(s.start)
-	e.PID, e.TID, e.Comm = t.tgid, t.tid, t.comm
+	e.PID, e.TID = t.tgid, t.tid
+	if e.Comm == "" {
+		e.Comm = t.comm
+	}
 	s.sink.Event(e)
 }
 
@@ -253,7 +256,10 @@ func (s *session) enter(t *task, si *syscallInfo) {
 	t.call = s.rules.entry(t.tid, id, si.Args)
 	if t.call == nil {
 		s.noteStops(t)
+		return
 	}
+	// The comm at entry: an execve's event names the program that called it.
+	t.call.ev.Comm = t.comm
 }
 
 func (s *session) finish(t *task, c *call, ret int64) {
@@ -316,7 +322,7 @@ func (s *session) reap(t *task, ws unix.WaitStatus) {
 	if t.tid != t.tgid && !(s.zombieLeaders[t.tgid] && s.lastOf(t.tgid)) {
 		return
 	}
-	e := &tracer.Event{Kind: tracer.KindExit}
+	e := &tracer.Event{Kind: tracer.KindExit, Syscall: "exit"}
 	if ws.Signaled() {
 		e.Signal = int(ws.Signal())
 	} else {

@@ -146,7 +146,7 @@ func TestLaunchDeviceCalls(t *testing.T) {
 	for i := range want {
 		want[i] = byte(i + 1)
 	}
-	if ioctl.Request != testIoctl || ioctl.FD != int(open.Ret) || ioctl.Errno() != unix.ENOTTY || !devIs(ioctl.Dev, 1, 3) || !bytes.Equal(ioctl.Arg, want) {
+	if ioctl.Request != testIoctl || ioctl.FD != int(open.Ret) || ioctl.Errno() != unix.ENOTTY || !devIs(ioctl.Dev, 1, 3) || len(ioctl.Arg) != 64 || !bytes.Equal(ioctl.Arg[:32], want) {
 		t.Errorf("ioctl = %+v", ioctl)
 	}
 	var badFD *tracer.Event
@@ -207,7 +207,7 @@ func TestLaunchDeviceCalls(t *testing.T) {
 		}
 	}
 	last := evs[len(evs)-1]
-	if last.Kind != tracer.KindExit || last.PID != root || last.ExitCode != 0 {
+	if last.Kind != tracer.KindExit || last.Syscall != "exit" || last.PID != root || last.ExitCode != 0 {
 		t.Errorf("last event = %+v, want the exit of %d", last, root)
 	}
 	if stats.MaxStopsPerCall < 1 || stats.MaxStopsPerCall > 2 {

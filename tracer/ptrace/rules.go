@@ -2,7 +2,6 @@ package ptracetrace
 
 import (
 	"encoding/binary"
-	"path"
 	"strconv"
 	"strings"
 
@@ -29,8 +28,8 @@ func isInterestingOpen(p string) bool {
 		strings.HasPrefix(p, "/sys/module/nvidia") {
 		return true
 	}
-	base := path.Base(p)
-	return strings.HasPrefix(base, "libcuda.so") || strings.HasPrefix(base, "libnvidia-ml.so")
+	// Any path component, as the kernel filter scans for "/libcuda.so".
+	return strings.Contains(p, "/libcuda.so") || strings.Contains(p, "/libnvidia-ml.so")
 }
 
 // isInterestingStat also catches libcuda looking for nvidia-modprobe.
@@ -125,8 +124,7 @@ func (r *rules) entry(tid int, id sysID, a [6]uint64) *call {
 		case sysFaccessat:
 			e.Path, e.Flags = str(1), a[2]
 		case sysFaccessat2:
-			// AT_* flags do not overlap R_OK|W_OK|X_OK, so one field holds both.
-			e.Path, e.Flags = str(1), a[2]|a[3]
+			e.Path, e.Flags = str(1), a[2] // the mode only, as the kernel filter records
 		}
 		if !isInterestingStat(e.Path) {
 			return nil
@@ -140,7 +138,9 @@ func (r *rules) entry(tid int, id sysID, a [6]uint64) *call {
 		} else {
 			e.Path, e.Mode, dev = str(1), uint32(a[2]), a[3]
 		}
-		e.Dev = kernelDev(uint32(dev))
+		if isDevMode(e.Mode) {
+			e.Dev = kernelDev(uint32(dev))
+		}
 	case sysUnlink:
 		e.Kind, e.Path = tracer.KindUnlink, str(0)
 	case sysUnlinkat:
@@ -180,9 +180,9 @@ func (r *rules) exit(tid int, c *call, ret int64) *tracer.Event {
 	switch c.id {
 	case sysOpen, sysCreat, sysOpenat, sysOpenat2:
 		if ret >= 0 {
-			if st, ok := fdStat(tid, int(ret)); ok && st.Mode&unix.S_IFMT == unix.S_IFCHR {
+			if st, ok := fdStat(tid, int(ret)); ok && isDevMode(st.Mode) {
 				e.Dev = &tracer.Dev{Major: unix.Major(st.Rdev), Minor: unix.Minor(st.Rdev)}
-				if r.majors[e.Dev.Major] {
+				if st.Mode&unix.S_IFMT == unix.S_IFCHR && r.majors[e.Dev.Major] {
 					c.pathMatched = true
 				}
 			}
@@ -191,7 +191,7 @@ func (r *rules) exit(tid int, c *call, ret int64) *tracer.Event {
 			return nil
 		}
 	case sysIoctl:
-		e.Arg = ioctlArg(tid, e.Request, a[2])
+		e.Arg = ioctlArg(tid, a[2])
 	case sysStat, sysLstat, sysNewfstatat:
 		buf := a[1]
 		if c.id == sysNewfstatat {
@@ -219,13 +219,17 @@ func (r *rules) exit(tid int, c *call, ret int64) *tracer.Event {
 	return e
 }
 
-// statDev reports st_rdev for device files, or any non-zero value.
+// statDev reports st_rdev for device files only.
 func statDev(mode uint32, d tracer.Dev) *tracer.Dev {
-	t := mode & unix.S_IFMT
-	if t == unix.S_IFCHR || t == unix.S_IFBLK || d.Major != 0 || d.Minor != 0 {
+	if isDevMode(mode) {
 		return &d
 	}
 	return nil
+}
+
+func isDevMode(mode uint32) bool {
+	t := mode & unix.S_IFMT
+	return t == unix.S_IFCHR || t == unix.S_IFBLK
 }
 
 // kernelDev decodes the 32-bit dev_t mknod takes (new_decode_dev).
@@ -241,21 +245,21 @@ func userDev(dev uint64) tracer.Dev {
 	}
 }
 
-// ioctlArg reads the leading bytes of the params block: _IOC_SIZE bytes
-// (at most 64), or 64 when the request does not encode a size.
-func ioctlArg(tid int, req uint32, ptr uint64) []byte {
-	if ptr == 0 {
+// ioctlArg reads the leading bytes of the params block after the call,
+// where NVIDIA's status field says why a call failed: 64 bytes, or 16 when
+// 64 would cross into unmapped memory (as the kernel filter does). Small
+// values (< 4096) are not pointers.
+func ioctlArg(tid int, ptr uint64) []byte {
+	if ptr < 4096 {
 		return nil
 	}
-	n := int(req>>16) & 0x3fff
-	if n == 0 || n > 64 {
-		n = 64
+	for _, n := range []int{64, 16} {
+		buf := make([]byte, n)
+		if readMem(tid, ptr, buf) {
+			return buf
+		}
 	}
-	buf := make([]byte, n)
-	if !readMem(tid, ptr, buf) {
-		return nil
-	}
-	return buf
+	return nil
 }
 
 // fdStat stats what tid's fd refers to, through /proc (the fd table may be
