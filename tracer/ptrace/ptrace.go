@@ -297,16 +297,21 @@ func listTasks(pid int) ([]int, error) {
 	return tids, nil
 }
 
-// ptraceRefused explains an EPERM from PTRACE_SEIZE in one line.
+// ptraceRefused explains an error from PTRACE_SEIZE in one line.
 func ptraceRefused(pid int, err error) error {
+	scope, yama := yamaScope()
+	return refusal(pid, err, scope, yama, tracerOf(pid))
+}
+
+func refusal(pid int, err error, scope int, yama bool, tracer int) error {
 	if err != unix.EPERM {
 		return fmt.Errorf("ptrace %d: %v", pid, err)
 	}
-	if scope, ok := yamaScope(); ok && scope > 0 {
+	if yama && scope > 0 {
 		return fmt.Errorf("ptrace refused: kernel.yama.ptrace_scope=%d; run as root or `sysctl kernel.yama.ptrace_scope=0`", scope)
 	}
-	if t := tracerOf(pid); t != 0 {
-		return fmt.Errorf("ptrace refused: process %d is already traced by PID %d (a debugger or strace?)", pid, t)
+	if tracer != 0 {
+		return fmt.Errorf("ptrace refused: process %d is already traced by PID %d (a debugger or strace?)", pid, tracer)
 	}
 	return fmt.Errorf("ptrace refused for process %d: operation not permitted (another user's process, or not dumpable; run as root)", pid)
 }

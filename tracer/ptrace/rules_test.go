@@ -132,3 +132,22 @@ func TestIoctlArg(t *testing.T) {
 		t.Errorf("small integer read as a pointer: %v", got)
 	}
 }
+
+func TestRefusalMessages(t *testing.T) {
+	for _, c := range []struct {
+		err    error
+		scope  int
+		yama   bool
+		tracer int
+		want   string
+	}{
+		{unix.EPERM, 1, true, 0, "ptrace refused: kernel.yama.ptrace_scope=1; run as root or `sysctl kernel.yama.ptrace_scope=0`"},
+		{unix.EPERM, 0, true, 77, "ptrace refused: process 42 is already traced by PID 77 (a debugger or strace?)"},
+		{unix.EPERM, 0, false, 0, "ptrace refused for process 42: operation not permitted (another user's process, or not dumpable; run as root)"},
+		{unix.ESRCH, 2, true, 0, "ptrace 42: no such process"},
+	} {
+		if got := refusal(42, c.err, c.scope, c.yama, c.tracer).Error(); got != c.want {
+			t.Errorf("got %q\nwant %q", got, c.want)
+		}
+	}
+}
