@@ -60,10 +60,19 @@ func renderMarkdown(w io.Writer, rep *Report, o RenderOptions) error {
 	fmt.Fprintf(&b, "<details><summary>Timeline (%d device calls)</summary>\n\n", len(rows))
 	b.WriteString("| time | process | call | result | device |\n|---|---|---|---|---|\n")
 	for _, r := range rows {
-		for i := range r {
-			r[i] = mdCell(r[i])
+		cells := r.cells()
+		for i := range cells {
+			cells[i] = mdCell(cells[i])
 		}
-		fmt.Fprintf(&b, "| %s |\n", strings.Join(r, " | "))
+		if c := r.call; c != "" && !strings.Contains(c, "`") {
+			// A code span shows the call as typed; only | needs escaping
+			// inside a table.
+			cells[2] = "`" + strings.ReplaceAll(c, "|", "\\|") + "`"
+		}
+		if r.failing {
+			cells[3] = "**" + cells[3] + "**"
+		}
+		fmt.Fprintf(&b, "| %s |\n", strings.Join(cells, " | "))
 	}
 	b.WriteString("\n</details>\n\n")
 
@@ -113,7 +122,11 @@ func writeSnapshotMarkdown(b *strings.Builder, s *snapshot.Snapshot) {
 	if v2 := s.CgroupV2; v2 != nil {
 		fmt.Fprintf(b, "- cgroup v2 `%s`: %d device program(s)", v2.Path, len(v2.Programs))
 		for _, p := range v2.Programs {
-			fmt.Fprintf(b, " · id %d `%s` on `%s`", p.ID, p.Name, p.AttachedTo)
+			fmt.Fprintf(b, " · id %d", p.ID)
+			if p.Name != "" {
+				fmt.Fprintf(b, " `%s`", p.Name)
+			}
+			fmt.Fprintf(b, " on `%s`", p.AttachedTo)
 		}
 		if v2.QueryError != "" {
 			fmt.Fprintf(b, " (query failed: %s)", v2.QueryError)

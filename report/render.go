@@ -3,8 +3,10 @@ package report
 import (
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/olekukonko/tablewriter"
 	"github.com/olekukonko/tablewriter/renderer"
@@ -127,19 +129,7 @@ func renderText(w io.Writer, rep *Report, o RenderOptions) error {
 	}
 	fmt.Fprintln(w, title)
 	if len(rows) > 0 {
-		t := tablewriter.NewTable(w,
-			tablewriter.WithMaxWidth(width),
-			tablewriter.WithHeaderAutoFormat(tw.Off),
-			tablewriter.WithRowAutoWrap(tw.WrapNormal),
-			tablewriter.WithRenderer(renderer.NewBlueprint(tw.Rendition{Symbols: tw.NewSymbols(tw.StyleLight)})),
-		)
-		t.Header("TIME", "PROCESS", "CALL", "RESULT", "DEVICE")
-		for _, r := range rows {
-			if err := t.Append(r); err != nil {
-				return err
-			}
-		}
-		if err := t.Render(); err != nil {
+		if err := writeTimelineTable(w, rows, width, p); err != nil {
 			return err
 		}
 	}
@@ -199,29 +189,208 @@ func traceSummary(rep *Report) string {
 	return "Trace: " + strings.Join(parts, ", ")
 }
 
+// timelineRow is one line of the timeline, before layout.
+type timelineRow struct {
+	time, proc, call, result, dev string
+	failing                       bool // the analysis's failing call
+}
+
+func (r timelineRow) cells() []string { return []string{r.time, r.proc, r.call, r.result, r.dev} }
+
 // timelineRows lists the events for the timeline. Condensed, runs of
-// successful ioctls by one thread on one device fold into one row.
-func timelineRows(rep *Report, all bool) [][]string {
-	var rows [][]string
+// successful ioctls by one thread on one fd fold into one row, and so do
+// repeats of the same call with the same result (libcuda stats each node
+// twice), so the rows that matter fit on a screen.
+func timelineRows(rep *Report, all bool) []timelineRow {
+	var failSeq uint64
+	if f := rep.Analysis.Failing; f != nil {
+		failSeq = f.Seq
+	}
+	row := func(e *tracer.Event) timelineRow {
+		r := timelineRow{time: "+" + fmtDur(e.Time), proc: proc(e), call: timelineCall(e), result: resultCell(e), dev: devCell(rep, e)}
+		if failSeq != 0 && e.Seq == failSeq {
+			r.failing = true
+			r.result += " ◀"
+		}
+		return r
+	}
+	var rows []timelineRow
 	evs := rep.Events
 	for i := 0; i < len(evs); i++ {
 		e := &evs[i]
-		if !all && e.Kind == tracer.KindIoctl && !e.Failed() {
-			j := i
+		r := row(e)
+		if all || r.failing {
+			rows = append(rows, r)
+			continue
+		}
+		j := i
+		if e.Kind == tracer.KindIoctl && !e.Failed() {
 			for j+1 < len(evs) && evs[j+1].Kind == tracer.KindIoctl && !evs[j+1].Failed() &&
-				evs[j+1].TID == e.TID && evs[j+1].FD == e.FD {
+				evs[j+1].TID == e.TID && evs[j+1].FD == e.FD && evs[j+1].Seq != failSeq {
 				j++
 			}
 			if j > i {
-				rows = append(rows, []string{"+" + fmtDur(e.Time), proc(e),
-					fmt.Sprintf("ioctl(%d, ...) ×%d", e.FD, j-i+1), "ok", devString(e)})
-				i = j
-				continue
+				r.call, r.result = fmt.Sprintf("ioctl(%d, ...)", e.FD), "ok"
+			}
+		} else {
+			for j+1 < len(evs) && evs[j+1].TID == e.TID && evs[j+1].Seq != failSeq {
+				n := row(&evs[j+1])
+				if n.call != r.call || n.result != r.result || n.dev != r.dev {
+					break
+				}
+				j++
 			}
 		}
-		rows = append(rows, []string{"+" + fmtDur(e.Time), proc(e), annotate.FormatCall(e), resultCell(e), devString(e)})
+		if j > i {
+			r.call += fmt.Sprintf(" ×%d", j-i+1)
+			i = j
+		}
+		rows = append(rows, r)
 	}
 	return rows
+}
+
+// timelineCall is FormatCall with exec argv cut short: a python -c script
+// or a long command line would otherwise fill the screen. The report's
+// events keep the full argv.
+func timelineCall(e *tracer.Event) string {
+	if e.Kind != tracer.KindExec || len(e.Argv) == 0 {
+		return annotate.FormatCall(e)
+	}
+	const maxArgs, maxArg = 4, 24
+	var args []string
+	for i, a := range e.Argv {
+		if i == maxArgs {
+			args = append(args, fmt.Sprintf("...%d more", len(e.Argv)-maxArgs))
+			break
+		}
+		q := strconv.Quote(a)
+		if utf8.RuneCountInString(q) > maxArg {
+			q = string([]rune(q)[:maxArg-4]) + `"...`
+		}
+		args = append(args, q)
+	}
+	name := e.Syscall
+	if name == "" {
+		name = "execve"
+	}
+	return fmt.Sprintf("%s(%s, [%s])", name, strconv.Quote(e.Path), strings.Join(args, ", "))
+}
+
+// writeTimelineTable lays the timeline out in width columns. Every column
+// but CALL is as wide as its widest cell; CALL gets the rest and wraps
+// after a comma, so an argument is never split when it fits on a line.
+func writeTimelineTable(w io.Writer, rows []timelineRow, width int, p palette) error {
+	header := []string{"TIME", "PROCESS", "CALL", "RESULT", "DEVICE"}
+	widths := make([]int, len(header))
+	for i, h := range header {
+		widths[i] = utf8.RuneCountInString(h)
+	}
+	for _, r := range rows {
+		for i, c := range r.cells() {
+			widths[i] = max(widths[i], utf8.RuneCountInString(c))
+		}
+	}
+	const gap = 2 // between columns
+	callWidth := width - (widths[0] + widths[1] + widths[3] + widths[4]) - gap*(len(header)-1)
+	callWidth = min(max(callWidth, 24), widths[2])
+
+	var buf strings.Builder
+	t := tablewriter.NewTable(&buf,
+		tablewriter.WithHeaderAutoFormat(tw.Off),
+		tablewriter.WithHeaderAlignment(tw.AlignLeft),
+		tablewriter.WithRowAutoWrap(tw.WrapNone),
+		tablewriter.WithTrimSpace(tw.Off),
+		tablewriter.WithPadding(tw.Padding{Left: "", Right: strings.Repeat(" ", gap), Overwrite: true}),
+		tablewriter.WithRenderer(renderer.NewBlueprint(tw.Rendition{
+			Borders: tw.BorderNone,
+			Symbols: tw.NewSymbols(tw.StyleLight),
+			Settings: tw.Settings{
+				Separators: tw.Separators{BetweenRows: tw.Off, BetweenColumns: tw.Off},
+				Lines:      tw.Lines{ShowHeaderLine: tw.On},
+			},
+		})),
+	)
+	t.Header(header)
+	for _, r := range rows {
+		cells := r.cells()
+		cells[2] = strings.Join(wrapCall(r.call, callWidth), "\n")
+		if r.failing {
+			for i := range cells {
+				cells[i] = colorLines(cells[i], p.red)
+			}
+		}
+		if err := t.Append(cells); err != nil {
+			return err
+		}
+	}
+	if err := t.Render(); err != nil {
+		return err
+	}
+	// The padding after the last column is invisible noise in a paste.
+	lines := strings.SplitAfter(buf.String(), "\n")
+	for i, l := range lines {
+		if strings.HasSuffix(l, "\n") {
+			lines[i] = strings.TrimRight(l[:len(l)-1], " ") + "\n"
+		}
+	}
+	_, err := io.WriteString(w, strings.Join(lines, ""))
+	return err
+}
+
+// colorLines colours each line of a multi-line cell on its own, so the
+// escape codes never span the table's line breaks.
+func colorLines(s string, c func(string) string) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		if l != "" {
+			lines[i] = c(l)
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+// wrapCall breaks a formatted call into lines of at most width runes,
+// after ", " where it can, hard where a single argument is longer.
+// Continuation lines are indented by two spaces.
+func wrapCall(s string, width int) []string {
+	if utf8.RuneCountInString(s) <= width || width < 8 {
+		return []string{s}
+	}
+	var pieces []string // each ends after ", " or at the end of s
+	for s != "" {
+		i := strings.Index(s, ", ")
+		if i < 0 {
+			pieces = append(pieces, s)
+			break
+		}
+		pieces = append(pieces, s[:i+2])
+		s = s[i+2:]
+	}
+	var lines []string
+	cur := ""
+	for _, pc := range pieces {
+		if cur != "" && utf8.RuneCountInString(cur+pc) > width {
+			lines = append(lines, strings.TrimRight(cur, " "))
+			cur = "  "
+		}
+		cur += pc
+		for utf8.RuneCountInString(cur) > width {
+			// Too long for one line even alone: break a path after a
+			// slash if there is one, else anywhere.
+			r := []rune(cur)
+			cut := width
+			if i := strings.LastIndex(string(r[:width]), "/"); i > 2 {
+				cut = utf8.RuneCountInString(string(r[:width])[:i+1])
+			}
+			lines = append(lines, string(r[:cut]))
+			cur = "  " + string(r[cut:])
+		}
+	}
+	if strings.TrimSpace(cur) != "" {
+		lines = append(lines, strings.TrimRight(cur, " "))
+	}
+	return lines
 }
 
 func proc(e *tracer.Event) string {
@@ -248,4 +417,20 @@ func devString(e *tracer.Event) string {
 		return ""
 	}
 	return "c " + e.Dev.String()
+}
+
+// devCell is the timeline's DEVICE: the device the call itself reported,
+// or, for an open that failed (and so returned no device), the node at
+// that path in the snapshot, in parentheses: the node the kernel refused.
+func devCell(rep *Report, e *tracer.Event) string {
+	if d := devString(e); d != "" {
+		return d
+	}
+	if rep.Snapshot == nil || !e.Failed() || (e.Kind != tracer.KindOpen && e.Kind != tracer.KindAccess) {
+		return ""
+	}
+	if n := rep.Snapshot.Node(e.Path); n != nil && n.Exists && (n.Type == "c" || n.Type == "b") {
+		return fmt.Sprintf("(%s %d:%d)", n.Type, n.Major, n.Minor)
+	}
+	return ""
 }
