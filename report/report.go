@@ -86,7 +86,7 @@ type IoctlSummary struct {
 // Errors from Load. Each is a one-line reason the CLI prints as is.
 var (
 	ErrEmpty   = errors.New("empty file")
-	ErrCorrupt = errors.New("not a cudatrace report")
+	ErrCorrupt = errors.New("corrupt or not a cudatrace report")
 )
 
 // VersionError is a report newer than this build understands.
@@ -96,12 +96,20 @@ func (e *VersionError) Error() string {
 	return fmt.Sprintf("report schema %d is newer than this cudatrace (reads up to %d): upgrade cudatrace", e.Schema, SchemaVersion)
 }
 
+// maxReportSize bounds what Load reads: maxStored events of a few hundred
+// bytes each fit many times over.
+const maxReportSize = 1 << 30
+
 // Load reads a report, checking that it is one and that its version is
 // readable.
 func Load(r io.Reader) (*Report, error) {
-	data, err := io.ReadAll(io.LimitReader(r, 1<<30))
+	data, err := io.ReadAll(io.LimitReader(r, maxReportSize+1))
 	if err != nil {
 		return nil, err
+	}
+	if len(data) > maxReportSize {
+		// Cutting it would only make a misleading "truncated" error.
+		return nil, fmt.Errorf("%w: larger than %d MiB", ErrCorrupt, maxReportSize>>20)
 	}
 	data = bytes.TrimSpace(data)
 	if len(data) == 0 {
@@ -114,10 +122,10 @@ func Load(r io.Reader) (*Report, error) {
 	if err := json.Unmarshal(data, &probe); err != nil {
 		var syn *json.SyntaxError
 		if errors.As(err, &syn) && int(syn.Offset) >= len(data) {
-			return nil, fmt.Errorf("%w: truncated JSON", ErrCorrupt)
+			return nil, fmt.Errorf("%w: truncated JSON (the file ends early)", ErrCorrupt)
 		}
 		if errors.Is(err, io.ErrUnexpectedEOF) {
-			return nil, fmt.Errorf("%w: truncated JSON", ErrCorrupt)
+			return nil, fmt.Errorf("%w: truncated JSON (the file ends early)", ErrCorrupt)
 		}
 		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
