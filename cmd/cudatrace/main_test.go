@@ -1,0 +1,257 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/cudatrace/cudatrace/internal/scenario"
+)
+
+// Binaries built once per test binary by TestMain, in a directory every
+// user can read (the setpriv tests run them as nobody).
+var (
+	cudatraceBin string
+	fakecudaBin  string
+	buildErr     error
+)
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "cudatrace-cli-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Chmod(dir, 0o755)
+	cudatraceBin = filepath.Join(dir, "cudatrace")
+	fakecudaBin = filepath.Join(dir, "fakecuda")
+	buildErr = build(cudatraceBin, "./cmd/cudatrace")
+	if buildErr == nil {
+		buildErr = build(fakecudaBin, scenario.FakeCUDAPackage)
+	}
+
+	var before leftovers
+	if os.Geteuid() == 0 {
+		before = takeLeftovers()
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	if os.Geteuid() == 0 && code == 0 {
+		if msgs := checkLeftovers(before); len(msgs) > 0 {
+			for _, m := range msgs {
+				fmt.Fprintln(os.Stderr, "left behind:", m)
+			}
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// build compiles a package of this module, statically.
+func build(out, pkg string) error {
+	root, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return fmt.Errorf("go env GOMOD: %v", err)
+	}
+	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd.Dir = filepath.Dir(strings.TrimSpace(string(root)))
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
+	}
+	return nil
+}
+
+func needBinaries(t *testing.T) {
+	t.Helper()
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+}
+
+// leftovers is what cudatrace must not leave behind: its BPF programs and
+// mounts (tracefs), and this test binary's scratch cgroups.
+type leftovers struct {
+	progs  map[ebpf.ProgramID]string
+	mounts []string
+}
+
+func takeLeftovers() leftovers {
+	return leftovers{progs: ourPrograms(), mounts: mountPoints()}
+}
+
+// checkLeftovers compares with the state before the tests. Programs are
+// freed asynchronously (after an RCU grace period, and other test binaries
+// may be loading their own), so a new program counts only when no process
+// holds it and it is still there after a grace wait.
+func checkLeftovers(before leftovers) []string {
+	var msgs []string
+	for range 50 {
+		msgs = msgs[:0]
+		held := heldPrograms()
+		for id, name := range ourPrograms() {
+			if _, old := before.progs[id]; !old && !held[id] {
+				msgs = append(msgs, fmt.Sprintf("BPF program %d (%s)", id, name))
+			}
+		}
+		if len(msgs) == 0 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, m := range mountPoints() {
+		if !slices.Contains(before.mounts, m) {
+			msgs = append(msgs, "mount "+m)
+		}
+	}
+	mine := scenario.ScratchPrefix + strconv.Itoa(os.Getpid()) + "-"
+	for _, root := range []string{scenario.CgroupV2Root(), scenario.CgroupV1DevicesRoot()} {
+		if root == "" {
+			continue
+		}
+		entries, _ := os.ReadDir(root)
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), mine) {
+				msgs = append(msgs, "cgroup "+filepath.Join(root, e.Name()))
+			}
+		}
+	}
+	return msgs
+}
+
+// programNames are the BPF program names cudatrace loads, read from the
+// bpf2go output (the kernel keeps the first 15 bytes of a name).
+func programNames() map[string]bool {
+	src, err := os.ReadFile("../../tracer/ebpf/bpf_bpfel.go")
+	if err != nil {
+		panic(err) // the source tree is where go test runs
+	}
+	names := map[string]bool{}
+	for _, m := range regexp.MustCompile("\\*ebpf\\.Program `ebpf:\"(\\w+)\"`").FindAllSubmatch(src, -1) {
+		n := string(m[1])
+		if len(n) > 15 {
+			n = n[:15]
+		}
+		names[n] = true
+	}
+	if len(names) == 0 {
+		panic("no program names in tracer/ebpf/bpf_bpfel.go")
+	}
+	return names
+}
+
+// ourPrograms lists loaded BPF programs whose names are cudatrace's.
+func ourPrograms() map[ebpf.ProgramID]string {
+	names := programNames()
+	out := map[ebpf.ProgramID]string{}
+	var id ebpf.ProgramID
+	for {
+		next, err := ebpf.ProgramGetNextID(id)
+		if err != nil {
+			return out
+		}
+		id = next
+		p, err := ebpf.NewProgramFromID(id)
+		if err != nil {
+			continue // freed meanwhile
+		}
+		if info, err := p.Info(); err == nil && names[info.Name] {
+			out[id] = info.Name
+		}
+		p.Close()
+	}
+}
+
+// heldPrograms are the BPF program IDs some process holds an fd of (a
+// running tracer, possibly another test binary's).
+func heldPrograms() map[ebpf.ProgramID]bool {
+	held := map[ebpf.ProgramID]bool{}
+	self := strconv.Itoa(os.Getpid())
+	fdinfos, _ := filepath.Glob("/proc/[0-9]*/fdinfo/*")
+	for _, p := range fdinfos {
+		if strings.HasPrefix(p, "/proc/"+self+"/") {
+			continue // ourPrograms' own fds
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "prog_id:"); ok {
+				if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil {
+					held[ebpf.ProgramID(n)] = true
+				}
+			}
+		}
+	}
+	return held
+}
+
+// mountPoints lists this mount namespace's mount points and types.
+func mountPoints() []string {
+	b, _ := os.ReadFile("/proc/self/mountinfo")
+	var out []string
+	for line := range strings.SplitSeq(string(b), "\n") {
+		pre, post, ok := strings.Cut(line, " - ")
+		if !ok {
+			continue
+		}
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if len(f) > 4 && len(g) > 0 {
+			out = append(out, f[4]+" "+g[0])
+		}
+	}
+	return out
+}
+
+// result is one run of the cudatrace binary.
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// runBinary runs cmd, which the caller built around cudatrace, and checks
+// that nothing in its output looks like a crash.
+func runBinary(t *testing.T, cmd *exec.Cmd) result {
+	t.Helper()
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	r := result{stdout: out.String(), stderr: errb.String()}
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		r.code = ee.ExitCode()
+		if ws, ok := ee.Sys().(interface{ Signaled() bool }); ok && ws.Signaled() {
+			t.Fatalf("%v killed by a signal: %v\nstderr:\n%s", cmd.Args, err, r.stderr)
+		}
+	default:
+		t.Fatalf("run %v: %v", cmd.Args, err)
+	}
+	if r.code == scenario.SetupFailed && strings.Contains(r.stderr, "scenario setup:") {
+		t.Fatalf("scenario setup failed:\n%s", r.stderr)
+	}
+	noCrash(t, r.stdout+r.stderr)
+	return r
+}
+
+func noCrash(t *testing.T, out string) {
+	t.Helper()
+	for _, bad := range []string{"panic", "goroutine "} {
+		if strings.Contains(out, bad) {
+			t.Errorf("output contains %q:\n%s", bad, out)
+		}
+	}
+}
