@@ -1,0 +1,495 @@
+// Command run is the benchmark driver behind scripts/bench.sh. It runs the
+// workload under each tracer configuration, interleaved and in alternating
+// order, checks every trace against the workload's own counts, and writes
+// the raw runs and a summary as CSV.
+//
+// It expects root (eBPF, mknod done by the script), cudatrace and workload
+// built into -bin, and a character node c 1:9 (or any major-1 node) at
+// -node whose path starts with /dev/nvidia.
+package main
+
+import (
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// A config is one way of running the workload.
+type config struct {
+	name string
+	// wrap returns the command line around the workload's argv; nil argv
+	// means the workload runs untraced.
+	wrap func(b *bench, report string, argv []string) []string
+	// neighbour: the tracer traces a sleeping process while the workload
+	// runs untraced beside it.
+	neighbour bool
+	cudatrace bool // the run has a cudatrace report to check
+}
+
+var configs = []config{
+	{name: "untraced"},
+	{name: "ebpf", cudatrace: true, wrap: func(b *bench, rep string, argv []string) []string {
+		return append(b.cudatraceArgv("ebpf", rep), argv...)
+	}},
+	{name: "ebpf-other", cudatrace: true, neighbour: true},
+	{name: "ptrace", cudatrace: true, wrap: func(b *bench, rep string, argv []string) []string {
+		return append(b.cudatraceArgv("ptrace", rep), argv...)
+	}},
+	{name: "strace", wrap: func(b *bench, _ string, argv []string) []string {
+		return append([]string{b.strace, "-f", "-e", "trace=openat,ioctl", "-o", "/dev/null", "--"}, argv...)
+	}},
+	{name: "strace-seccomp", wrap: func(b *bench, _ string, argv []string) []string {
+		return append([]string{b.strace, "-f", "--seccomp-bpf", "-e", "trace=openat,ioctl", "-o", "/dev/null", "--"}, argv...)
+	}},
+}
+
+// A workload is one program shape; each runs under every config.
+type workload struct {
+	name string
+	args []string
+}
+
+type bench struct {
+	bin, out, node, strace string
+	ringbuf                int // bytes for W5
+	timeout                time.Duration
+	runs                   []run
+	runsCSV                *csv.Writer
+	seq                    int
+}
+
+// run is one measured execution.
+type run struct {
+	Workload, Config string
+	Rep              int
+	OK               bool
+	Note             string
+	W                map[string]string // the workload's own line
+	WallNs           int64             // the whole command, tracer start-up and report included
+	CPUNs            int64             // tracer + workload, from wait4
+	MaxRSSKB         int64             // wait4 ru_maxrss: the largest of tracer and target
+	StartupNs        int64             // spawn until the workload's main ran
+	// From the cudatrace report, when there is one.
+	Events, Dropped, Captured, Truth int64
+	FirstEventNs                     int64
+	HasReport                        bool
+}
+
+func (r run) wi(k string) int64 {
+	v, _ := strconv.ParseInt(r.W[k], 10, 64)
+	return v
+}
+
+func main() {
+	var b bench
+	var reps, n1, n2, n4, n5, big int
+	var quick bool
+	flag.StringVar(&b.bin, "bin", "", "directory holding cudatrace and workload")
+	flag.StringVar(&b.out, "out", "bench-out", "output directory")
+	flag.StringVar(&b.node, "node", "", "character node (major 1) whose path starts with /dev/nvidia")
+	flag.StringVar(&b.strace, "strace", "strace", "strace binary (empty: skip the strace configs)")
+	flag.IntVar(&b.ringbuf, "ringbuf", 4096, "W5 ring buffer size in bytes")
+	flag.IntVar(&reps, "reps", 10, "repetitions of every workload × config")
+	flag.IntVar(&n1, "n1", 5000, "W1 iterations")
+	flag.IntVar(&n2, "n2", 20000, "W2 iterations")
+	flag.IntVar(&n4, "n4", 1000, "W4 iterations per worker")
+	flag.IntVar(&n5, "n5", 2000, "W5 iterations per thread")
+	flag.IntVar(&big, "big", 5_000_000, "iterations of the RSS check (2 events each); 0 skips it")
+	flag.BoolVar(&quick, "quick", false, "a smoke run: fewer repetitions and iterations")
+	flag.DurationVar(&b.timeout, "timeout", 5*time.Minute, "limit per command")
+	flag.Parse()
+	if quick {
+		reps, n1, n2, n4, n5, big = 2, 2000, 10000, 300, 500, 0
+	}
+	if b.bin == "" || b.node == "" {
+		fatal("need -bin and -node")
+	}
+	if b.strace != "" {
+		if p, err := exec.LookPath(b.strace); err == nil {
+			b.strace = p
+		} else {
+			fmt.Fprintf(os.Stderr, "bench: %s not found; skipping the strace configs\n", b.strace)
+			b.strace = ""
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(b.out, "reports"), 0o755); err != nil {
+		fatal("%v", err)
+	}
+	f, err := os.Create(filepath.Join(b.out, "bench-runs.csv"))
+	if err != nil {
+		fatal("%v", err)
+	}
+	defer f.Close()
+	b.runsCSV = csv.NewWriter(f)
+	b.runsCSV.Write(runHeader)
+
+	dev := func(n, threads, procs int) []string {
+		return []string{"-mode", "dev", "-path", b.node, "-n", strconv.Itoa(n),
+			"-threads", strconv.Itoa(threads), "-procs", strconv.Itoa(procs)}
+	}
+	workloads := []workload{
+		{"W1", dev(n1, 1, 0)},
+		{"W2", []string{"-mode", "getppid", "-n", strconv.Itoa(n2)}},
+		{"W4", dev(n4, 8, 2)},
+		{"start", dev(0, 1, 0)}, // start-up: the target does nothing
+	}
+	cfgs := configs
+	if b.strace == "" {
+		cfgs = cfgs[:4]
+	}
+	// Alternate: each repetition rotates the config order and every other
+	// one reverses it, so no config always follows the same neighbour.
+	for rep := range reps {
+		for _, w := range workloads {
+			order := rotate(cfgs, rep)
+			for _, c := range order {
+				if w.name == "start" && c.neighbour {
+					continue
+				}
+				b.measure(w, c, rep)
+			}
+		}
+		fmt.Fprintf(os.Stderr, "bench: repetition %d/%d done\n", rep+1, reps)
+	}
+	// /bin/true start-up, as the issue words it: cudatrace -- /bin/true
+	// minus /bin/true.
+	for rep := range reps {
+		for _, c := range rotate(cfgs[:4], rep) {
+			if c.neighbour {
+				continue
+			}
+			b.measureTrue(c, rep)
+		}
+	}
+	// W5: a burst into a tiny ring buffer; drops must add up exactly.
+	w5 := workload{"W5", dev(n5, 16, 0)}
+	for rep := range max(3, reps/3) {
+		b.measureW5(w5, rep, b.ringbuf)
+		b.measureW5(w5, rep, 0)
+	}
+	if big > 0 {
+		b.measure(workload{"W1-10M", dev(big, 1, 0)}, configs[1], 0)
+	}
+	b.runsCSV.Flush()
+
+	sum := summarise(b.runs)
+	if err := writeSummary(filepath.Join(b.out, "bench-results.csv"), sum); err != nil {
+		fatal("%v", err)
+	}
+	printTable(os.Stdout, sum)
+	printChecks(os.Stdout, b.runs)
+}
+
+// rotate returns cfgs rotated by rep, reversed on odd reps.
+func rotate(cfgs []config, rep int) []config {
+	n := len(cfgs)
+	out := make([]config, n)
+	for i := range n {
+		out[i] = cfgs[(i+rep)%n]
+	}
+	if rep%2 == 1 {
+		for i, j := 0, n-1; i < j; i, j = i+1, j-1 {
+			out[i], out[j] = out[j], out[i]
+		}
+	}
+	return out
+}
+
+func (b *bench) cudatraceArgv(backend, report string) []string {
+	a := []string{filepath.Join(b.bin, "cudatrace"), "-q", "--backend", backend, "--device-major", "1", "-o", report}
+	return append(a, "--")
+}
+
+func (b *bench) workloadArgv(w workload) []string {
+	return append([]string{filepath.Join(b.bin, "workload")}, w.args...)
+}
+
+func (b *bench) reportPath(w, c string, rep int) string {
+	b.seq++
+	return filepath.Join(b.out, "reports", fmt.Sprintf("%03d-%s-%s-%d.json", b.seq, w, c, rep))
+}
+
+// measure runs workload w under config c once.
+func (b *bench) measure(w workload, c config, rep int) {
+	r := run{Workload: w.name, Config: c.name, Rep: rep}
+	rep_ := b.reportPath(w.name, c.name, rep)
+	argv := b.workloadArgv(w)
+	var res *result
+	var err error
+	switch {
+	case c.neighbour:
+		res, err = b.runBeside(rep_, argv)
+	case c.wrap == nil:
+		res, err = b.exec(argv)
+	default:
+		res, err = b.exec(c.wrap(b, rep_, argv))
+	}
+	b.finish(&r, res, err, c.cudatrace, rep_)
+}
+
+func (b *bench) finish(r *run, res *result, err error, hasReport bool, reportPath string) {
+	if err != nil {
+		r.Note = err.Error()
+	} else {
+		r.W, r.WallNs, r.CPUNs, r.MaxRSSKB = res.line, res.wall.Nanoseconds(), res.cpu.Nanoseconds(), res.maxRSS
+		if s := r.wi("start_unix_ns"); s > 0 {
+			r.StartupNs = s - res.spawned.UnixNano()
+		}
+		r.OK = true
+		r.Truth = r.wi("traced")
+		if r.Config == "ebpf-other" {
+			r.Truth = 0 // the workload is not the traced process
+		}
+		if hasReport {
+			if err := r.readReport(reportPath, b.node); err != nil {
+				r.OK, r.Note = false, err.Error()
+			} else if r.Captured+r.Dropped != r.Truth && r.Dropped == 0 {
+				r.OK, r.Note = false, fmt.Sprintf("captured %d of %d events, none reported dropped", r.Captured, r.Truth)
+			}
+		}
+	}
+	if !r.OK {
+		fmt.Fprintf(os.Stderr, "bench: %s/%s rep %d: %s\n", r.Workload, r.Config, r.Rep, r.Note)
+	}
+	b.runs = append(b.runs, *r)
+	b.runsCSV.Write(r.csv())
+	b.runsCSV.Flush()
+}
+
+// measureTrue times /bin/true alone and under cudatrace.
+func (b *bench) measureTrue(c config, rep int) {
+	r := run{Workload: "true", Config: c.name, Rep: rep}
+	argv := []string{"/bin/true"}
+	if c.wrap != nil {
+		argv = c.wrap(b, b.reportPath("true", c.name, rep), argv)
+	}
+	res, err := b.exec(argv)
+	if err != nil {
+		r.Note = err.Error()
+	} else {
+		r.OK, r.WallNs, r.CPUNs, r.MaxRSSKB = true, res.wall.Nanoseconds(), res.cpu.Nanoseconds(), res.maxRSS
+	}
+	b.runs = append(b.runs, r)
+	b.runsCSV.Write(r.csv())
+}
+
+// measureW5 runs the burst under eBPF with the given ring size (0: the
+// default) and checks truth − captured = dropped.
+func (b *bench) measureW5(w workload, rep, ring int) {
+	cfg := "ebpf-ring" + strconv.Itoa(ring)
+	if ring == 0 {
+		cfg = "ebpf"
+	}
+	r := run{Workload: w.name, Config: cfg, Rep: rep}
+	path := b.reportPath(w.name, cfg, rep)
+	argv := b.cudatraceArgv("ebpf", path)
+	if ring > 0 {
+		argv = append(argv[:len(argv)-1], "--ringbuf-size", strconv.Itoa(ring), "--")
+	}
+	res, err := b.exec(append(argv, b.workloadArgv(w)...))
+	b.finish(&r, res, err, true, path)
+	last := &b.runs[len(b.runs)-1]
+	if last.OK && last.Truth-last.Captured != last.Dropped {
+		last.OK = false
+		last.Note = fmt.Sprintf("truth %d − captured %d = %d, but %d reported dropped", last.Truth, last.Captured, last.Truth-last.Captured, last.Dropped)
+		fmt.Fprintf(os.Stderr, "bench: W5: %s\n", last.Note)
+	}
+}
+
+// readReport fills the event counts from a cudatrace JSON report. Captured
+// counts the workload's own calls: opens of the node and ioctls (only
+// ioctls on major-1 fds are recorded). Everything else (exec, exit) is
+// stored verbatim, so subtracting it from the delivered total is exact.
+func (r *run) readReport(path, node string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("no report: %v", err)
+	}
+	var rep struct {
+		Trace struct {
+			Events  int64    `json:"events"`
+			Stored  int64    `json:"stored"`
+			Dropped int64    `json:"dropped"`
+			Notes   []string `json:"notes"`
+		} `json:"trace"`
+		Events []struct {
+			Time int64  `json:"t_ns"`
+			Kind string `json:"kind"`
+			Path string `json:"path"`
+		} `json:"events"`
+	}
+	if err := json.Unmarshal(data, &rep); err != nil {
+		return fmt.Errorf("report %s: %v", path, err)
+	}
+	r.HasReport = true
+	r.Events, r.Dropped = rep.Trace.Events, rep.Trace.Dropped
+	other := int64(0)
+	for _, e := range rep.Events {
+		if !(e.Kind == "ioctl" || e.Kind == "open" && e.Path == node) {
+			other++
+		}
+	}
+	for _, n := range rep.Trace.Notes {
+		if strings.Contains(n, "counted but not stored") {
+			other = 2 // beyond the store cap: only the workload's exec and exit
+		}
+	}
+	r.Captured = r.Events - other
+	if len(rep.Events) > 0 {
+		r.FirstEventNs = rep.Events[0].Time
+	}
+	// Only large reports are worth deleting; small ones help debugging.
+	if len(data) > 8<<20 {
+		os.Remove(path)
+	}
+	return nil
+}
+
+type result struct {
+	line    map[string]string
+	spawned time.Time
+	wall    time.Duration
+	cpu     time.Duration
+	maxRSS  int64
+}
+
+// exec runs argv and parses the workload's line from its stdout.
+func (b *bench) exec(argv []string) (*result, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	var out, errb strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	res := &result{spawned: time.Now()}
+	err := cmd.Run()
+	res.wall = time.Since(res.spawned)
+	if cmd.ProcessState != nil {
+		ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+		res.cpu = time.Duration(syscall.TimevalToNsec(ru.Utime) + syscall.TimevalToNsec(ru.Stime))
+		res.maxRSS = ru.Maxrss
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %v: %s", strings.Join(argv, " "), err, lastLine(errb.String()))
+	}
+	res.line = parseLine(out.String())
+	if argv[len(argv)-1] != "/bin/true" && res.line["mode"] == "" {
+		return nil, fmt.Errorf("%s: no workload line in %q", argv[0], out.String())
+	}
+	return res, nil
+}
+
+// runBeside starts cudatrace on a sleeping process, waits until the sleeper
+// runs (so the programs are attached), runs the workload untraced, then
+// ends the sleeper and collects cudatrace's report and usage.
+func (b *bench) runBeside(report string, argv []string) (*result, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
+	defer cancel()
+	tr := exec.CommandContext(ctx, filepath.Join(b.bin, "cudatrace"), "-q", "--backend", "ebpf",
+		"--device-major", "1", "-o", report, "--", "/bin/sleep", "3600")
+	var errb strings.Builder
+	tr.Stdout, tr.Stderr = io.Discard, &errb
+	if err := tr.Start(); err != nil {
+		return nil, err
+	}
+	sleeper, err := waitChild(tr.Process.Pid, "sleep", 10*time.Second)
+	if err != nil {
+		tr.Process.Kill()
+		tr.Wait()
+		return nil, fmt.Errorf("neighbour: %v: %s", err, lastLine(errb.String()))
+	}
+	res, werr := b.exec(argv)
+	syscall.Kill(sleeper, syscall.SIGKILL)
+	err = tr.Wait()
+	var ee *exec.ExitError
+	if err != nil && !(errors.As(err, &ee) && ee.ExitCode() == 128+int(syscall.SIGKILL)) {
+		return nil, fmt.Errorf("neighbour cudatrace: %v: %s", err, lastLine(errb.String()))
+	}
+	if werr != nil {
+		return nil, werr
+	}
+	// The tracer's own usage, not the workload's.
+	ru := tr.ProcessState.SysUsage().(*syscall.Rusage)
+	res.cpu += time.Duration(syscall.TimevalToNsec(ru.Utime) + syscall.TimevalToNsec(ru.Stime))
+	res.maxRSS = max(res.maxRSS, ru.Maxrss)
+	return res, nil
+}
+
+// waitChild waits until parent has a child running comm.
+func waitChild(parent int, comm string, limit time.Duration) (int, error) {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		entries, _ := os.ReadDir("/proc")
+		for _, e := range entries {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil {
+				continue
+			}
+			stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+			if err != nil {
+				continue
+			}
+			s := string(stat)
+			open, close_ := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+			if open < 0 || close_ < open {
+				continue
+			}
+			f := strings.Fields(s[close_+1:])
+			if len(f) > 1 && f[1] == strconv.Itoa(parent) && s[open+1:close_] == comm {
+				return pid, nil
+			}
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return 0, fmt.Errorf("no %q child of %d after %v", comm, parent, limit)
+}
+
+func parseLine(out string) map[string]string {
+	kv := map[string]string{}
+	for _, line := range strings.Split(out, "\n") {
+		if !strings.HasPrefix(line, "bench-workload ") {
+			continue
+		}
+		for _, f := range strings.Fields(line) {
+			if k, v, ok := strings.Cut(f, "="); ok {
+				kv[k] = v
+			}
+		}
+	}
+	return kv
+}
+
+func lastLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		return s[i+1:]
+	}
+	return s
+}
+
+var runHeader = []string{"workload", "config", "rep", "ok", "loop_ns", "ns_op", "traced", "untraced",
+	"wall_ns", "cpu_ns", "workload_cpu_ns", "maxrss_kb", "startup_ns", "nvcsw", "events", "captured", "truth", "dropped",
+	"first_event_ns", "note"}
+
+func (r run) csv() []string {
+	i := func(v int64) string { return strconv.FormatInt(v, 10) }
+	return []string{r.Workload, r.Config, strconv.Itoa(r.Rep), strconv.FormatBool(r.OK),
+		r.W["loop_ns"], r.W["ns_op"], r.W["traced"], r.W["untraced"],
+		i(r.WallNs), i(r.CPUNs), r.W["cpu_ns"], i(r.MaxRSSKB), i(r.StartupNs), r.W["nvcsw"],
+		i(r.Events), i(r.Captured), i(r.Truth), i(r.Dropped), i(r.FirstEventNs), r.Note}
+}
+
+func fatal(format string, a ...any) {
+	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", a...)
+	os.Exit(1)
+}
