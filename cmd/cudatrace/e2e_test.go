@@ -1,0 +1,751 @@
+package main
+
+import (
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/internal/privtest"
+	"github.com/cudatrace/cudatrace/internal/scenario"
+	"github.com/cudatrace/cudatrace/report"
+	"github.com/cudatrace/cudatrace/tracer"
+)
+
+var backends = []string{"ebpf", "ptrace"}
+
+// lingerArgs keep fakecuda alive after its first cuInit: a second run
+// follows after a pause. Without it the target exits microseconds after
+// the failing open, racing the failure snapshot (see
+// TestSnapshotOfExitingTarget), and the verdict flips between runs.
+var lingerArgs = []string{"--loop", "2", "--interval", "500ms"}
+
+// traceRun is one cudatrace run inside a scenario.
+type traceRun struct {
+	result
+	rep     *report.Report
+	backend string
+}
+
+// traceIn runs `cudatrace --backend B --proc-devices P -o R ARGS -- TARGET`
+// inside env (prepared with t) and loads the report.
+func traceIn(t *testing.T, env *scenario.Env, backend string, args []string, target ...string) traceRun {
+	t.Helper()
+	needBinaries(t)
+	env.Prepare(t)
+	out := filepath.Join(t.TempDir(), "report.json")
+	argv := []string{cudatraceBin, "--backend", backend, "-o", out}
+	if p := env.ProcDevicesPath(); p != "" {
+		argv = append(argv, "--proc-devices", p)
+	}
+	argv = append(append(append(argv, args...), "--"), target...)
+	r := runBinary(t, env.Command(t, argv...))
+	rep, err := report.LoadFile(out)
+	if err != nil {
+		t.Fatalf("%s: load report: %v\nexit %d, stderr:\n%s", backend, err, r.code, r.stderr)
+	}
+	if rep.Trace.Backend != backend {
+		t.Errorf("report names backend %q, want %q", rep.Trace.Backend, backend)
+	}
+	if rep.Trace.Dropped != 0 || !rep.Trace.Complete {
+		t.Errorf("%s: %d events dropped (complete=%v)", backend, rep.Trace.Dropped, rep.Trace.Complete)
+	}
+	return traceRun{result: r, rep: rep, backend: backend}
+}
+
+// fakecuda is the target command line for env.
+func fakecuda(env *scenario.Env, extra ...string) []string {
+	argv := []string{fakecudaBin}
+	if p := env.ProcDevicesPath(); p != "" {
+		argv = append(argv, "--proc-devices", p)
+	}
+	return append(argv, extra...)
+}
+
+func loadReportText(t *testing.T, s string) *report.Report {
+	t.Helper()
+	rep, err := report.Load(strings.NewReader(s))
+	if err != nil {
+		t.Fatalf("load report from output: %v\n%s", err, s)
+	}
+	return rep
+}
+
+func finding(rep *report.Report, id string) *annotate.Finding {
+	for i := range rep.Analysis.Findings {
+		if rep.Analysis.Findings[i].ID == id {
+			return &rep.Analysis.Findings[i]
+		}
+	}
+	return nil
+}
+
+func findingIDs(rep *report.Report) []string {
+	var ids []string
+	for _, f := range rep.Analysis.Findings {
+		ids = append(ids, f.ID)
+	}
+	return ids
+}
+
+// text is everything a finding says, for "mentions" checks.
+func (tr traceRun) findingText(id string) string {
+	f := finding(tr.rep, id)
+	if f == nil {
+		return ""
+	}
+	return strings.Join(append([]string{f.Summary, f.Fix}, f.Detail...), "\n")
+}
+
+func (tr traceRun) requireFinding(t *testing.T, id string, sev annotate.Severity) *annotate.Finding {
+	t.Helper()
+	f := finding(tr.rep, id)
+	if f == nil {
+		t.Fatalf("%s: no %s finding; findings %v; verdict %q", tr.backend, id, findingIDs(tr.rep), tr.rep.Analysis.Verdict)
+	}
+	if f.Severity != sev {
+		t.Errorf("%s: %s has severity %s, want %s", tr.backend, id, f.Severity, sev)
+	}
+	return f
+}
+
+// failing returns the failing call, checking its syscall, path and errno.
+func (tr traceRun) failing(t *testing.T, syscall, path string, errno unix.Errno) *tracer.Event {
+	t.Helper()
+	f := tr.rep.Analysis.Failing
+	if f == nil {
+		t.Fatalf("%s: no failing call; verdict %q", tr.backend, tr.rep.Analysis.Verdict)
+	}
+	if f.Syscall != syscall || f.Path != path || f.Errno() != errno {
+		t.Fatalf("%s: failing call %s(%q) = %s, want %s(%q) = %s", tr.backend, f.Syscall, f.Path, f.ErrnoName(), syscall, path, unix.ErrnoName(errno))
+	}
+	return f
+}
+
+// targetExecs are the successful execs of path, in order: the fakecuda
+// processes (each --fork-depth level re-executes itself).
+func (tr traceRun) targetExecs(path string) []tracer.Event {
+	var out []tracer.Event
+	for _, e := range tr.rep.Events {
+		if e.Kind == tracer.KindExec && e.Ret == 0 && (e.Path == path || len(e.Argv) > 0 && e.Argv[0] == path) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// checkStreams: the target's stdout is untouched; the report goes to stderr.
+func (tr traceRun) checkStreams(t *testing.T, cuInit string, times int) {
+	t.Helper()
+	want := strings.Repeat("cuInit "+cuInit+"\n", times)
+	if tr.stdout != want {
+		t.Errorf("%s: stdout %q, want %q (the target's output only)", tr.backend, tr.stdout, want)
+	}
+	if verdict := tr.rep.Analysis.Verdict; verdict == "" || !strings.Contains(tr.stderr, verdict) {
+		t.Errorf("%s: stderr does not carry the report's verdict %q:\n%s", tr.backend, verdict, tr.stderr)
+	}
+}
+
+// bothBackends runs the same scenario under each backend (a fresh Env
+// each, from mk) in parallel, then checks each with check and compares
+// the two reports' findings.
+func bothBackends(t *testing.T, mk func() *scenario.Env, args []string, target []string, check func(t *testing.T, env *scenario.Env, tr traceRun)) {
+	t.Helper()
+	privtest.RequireRoot(t)
+	needBinaries(t)
+	runs := make([]traceRun, len(backends))
+	envs := make([]*scenario.Env, len(backends))
+	for i := range backends {
+		envs[i] = mk()
+		envs[i].Prepare(t)
+	}
+	var wg sync.WaitGroup
+	errs := make([]string, len(backends))
+	for i, b := range backends {
+		wg.Go(func() {
+			// t.Fatal must not run off the test goroutine: a sub-T
+			// records failures and the run is checked below.
+			ft := &collectT{}
+			runs[i] = traceInCollect(ft, t, envs[i], b, args, fakeOr(envs[i], target))
+			errs[i] = ft.msg
+		})
+	}
+	wg.Wait()
+	for i, b := range backends {
+		t.Run(b, func(t *testing.T) {
+			if errs[i] != "" {
+				t.Fatal(errs[i])
+			}
+			check(t, envs[i], runs[i])
+		})
+	}
+	if !slices.ContainsFunc(errs, func(e string) bool { return e != "" }) {
+		t.Run("parity", func(t *testing.T) { parity(t, runs[0], runs[1]) })
+	}
+}
+
+// fakeOr is target, or fakecuda with lingerArgs when target is nil.
+func fakeOr(env *scenario.Env, target []string) []string {
+	if target == nil {
+		return fakecuda(env, lingerArgs...)
+	}
+	if target[0] == "fakecuda" {
+		return fakecuda(env, target[1:]...)
+	}
+	return target
+}
+
+// collectT records a failure from a goroutine other than the test's.
+type collectT struct {
+	mu  sync.Mutex
+	msg string
+}
+
+func (c *collectT) fail(format string, args ...any) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.msg == "" {
+		c.msg = fmt.Sprintf(format, args...)
+	}
+}
+
+// traceInCollect is traceIn for a goroutine: it runs without t.Fatal and
+// leaves the report checks to the caller's subtest.
+func traceInCollect(c *collectT, t *testing.T, env *scenario.Env, backend string, args []string, target []string) traceRun {
+	out := filepath.Join(t.TempDir(), "report-"+backend+".json")
+	argv := []string{cudatraceBin, "--backend", backend, "-o", out}
+	if p := env.ProcDevicesPath(); p != "" {
+		argv = append(argv, "--proc-devices", p)
+	}
+	argv = append(append(append(argv, args...), "--"), target...)
+	cmd := env.Command(t, argv...)
+	var so, se strings.Builder
+	cmd.Stdout, cmd.Stderr = &so, &se
+	err := cmd.Run()
+	r := result{stdout: so.String(), stderr: se.String()}
+	if ee, ok := err.(*exec.ExitError); ok {
+		r.code = ee.ExitCode()
+		if r.code < 0 {
+			c.fail("%s: cudatrace killed by a signal: %v\n%s", backend, err, r.stderr)
+		}
+	} else if err != nil {
+		c.fail("%s: run: %v", backend, err)
+	}
+	if r.code == scenario.SetupFailed && strings.Contains(r.stderr, "scenario setup:") {
+		c.fail("scenario setup failed:\n%s", r.stderr)
+	}
+	rep, err := report.LoadFile(out)
+	if err != nil {
+		c.fail("%s: load report: %v\nexit %d, stderr:\n%s", backend, err, r.code, r.stderr)
+	}
+	return traceRun{result: r, rep: rep, backend: backend}
+}
+
+// commonChecks apply to every live run.
+func commonChecks(t *testing.T, tr traceRun) {
+	t.Helper()
+	noCrash(t, tr.stdout+tr.stderr)
+	if tr.rep.Trace.Backend != tr.backend {
+		t.Errorf("report names backend %q, want %q", tr.rep.Trace.Backend, tr.backend)
+	}
+	if tr.rep.Trace.Dropped != 0 || !tr.rep.Trace.Complete {
+		t.Errorf("%d events dropped (complete=%v)", tr.rep.Trace.Dropped, tr.rep.Trace.Complete)
+	}
+	if tr.rep.Trace.Source != "live" || tr.rep.Schema != report.SchemaVersion {
+		t.Errorf("source %q schema %d", tr.rep.Trace.Source, tr.rep.Schema)
+	}
+}
+
+// parity: both backends reach the same findings about the same call.
+func parity(t *testing.T, a, b traceRun) {
+	t.Helper()
+	type fsum struct {
+		ID       string
+		Severity annotate.Severity
+		Inferred bool
+	}
+	sum := func(tr traceRun) []fsum {
+		var out []fsum
+		for _, f := range tr.rep.Analysis.Findings {
+			out = append(out, fsum{f.ID, f.Severity, f.Inferred})
+		}
+		return out
+	}
+	if sa, sb := sum(a), sum(b); !slices.Equal(sa, sb) {
+		t.Errorf("findings differ:\n%s: %v\n%s: %v", a.backend, sa, b.backend, sb)
+	}
+	type call struct {
+		Kind           tracer.Kind
+		Syscall, Path  string
+		Errno          string
+		Flags          uint64
+		Request        uint32
+		Dev            string
+		TopPID, Thread bool // made by the first traced process; by its main thread
+	}
+	describe := func(tr traceRun) *call {
+		f := tr.rep.Analysis.Failing
+		if f == nil {
+			return nil
+		}
+		c := &call{Kind: f.Kind, Syscall: f.Syscall, Path: f.Path, Errno: f.ErrnoName(), Flags: f.Flags, Request: f.Request,
+			TopPID: len(tr.rep.Events) > 0 && f.PID == tr.rep.Events[0].PID, Thread: f.TID != f.PID}
+		if f.Dev != nil {
+			c.Dev = f.Dev.String()
+		}
+		return c
+	}
+	ca, cb := describe(a), describe(b)
+	if (ca == nil) != (cb == nil) || ca != nil && *ca != *cb {
+		t.Errorf("failing call differs:\n%s: %+v\n%s: %+v", a.backend, ca, b.backend, cb)
+	}
+	if a.code != b.code || a.stdout != b.stdout {
+		t.Errorf("target behaved differently: %s exit %d stdout %q; %s exit %d stdout %q", a.backend, a.code, a.stdout, b.backend, b.code, b.stdout)
+	}
+}
+
+// snapshotNode is the snapshot's view of a /dev path.
+func snapshotNode(t *testing.T, rep *report.Report, path string) (major, minor uint32, exists bool) {
+	t.Helper()
+	if rep.Snapshot == nil {
+		t.Fatal("report has no snapshot")
+	}
+	for _, n := range rep.Snapshot.Nodes {
+		if n.Path == path {
+			return n.Major, n.Minor, n.Exists
+		}
+	}
+	t.Fatalf("snapshot lists no node %s", path)
+	return
+}
+
+// nextOpen is the first open of path after the event seq.
+func nextOpen(rep *report.Report, seq uint64, path string) *tracer.Event {
+	for i := range rep.Events {
+		e := &rep.Events[i]
+		if e.Seq > seq && e.Kind == tracer.KindOpen && e.Path == path {
+			return e
+		}
+	}
+	return nil
+}
+
+func denyUVM() *scenario.Env {
+	return &scenario.Env{
+		Nodes:        scenario.StandInNodes(),
+		ProcDevices:  scenario.StandInProcDevices,
+		CgroupV2Deny: []scenario.DeviceRule{{Type: 'c', Major: scenario.UVMMajor, Minor: scenario.Wildcard, Access: "rwm"}},
+	}
+}
+
+func standIn() *scenario.Env {
+	return &scenario.Env{Nodes: scenario.StandInNodes(), ProcDevices: scenario.StandInProcDevices}
+}
+
+func withoutNode(nodes []scenario.Node, path string) []scenario.Node {
+	return slices.DeleteFunc(slices.Clone(nodes), func(n scenario.Node) bool { return n.Path == path })
+}
+
+func withNode(nodes []scenario.Node, n scenario.Node) []scenario.Node {
+	return append(withoutNode(nodes, n.Path), n)
+}
+
+const openFlags = unix.O_RDWR | unix.O_CLOEXEC
+
+func TestHealthy(t *testing.T) {
+	t.Parallel()
+	bothBackends(t, standIn, nil, nil, func(t *testing.T, env *scenario.Env, tr traceRun) {
+		commonChecks(t, tr)
+		tr.checkStreams(t, "0", 2)
+		if tr.code != 0 || tr.rep.Target.Exit == nil || tr.rep.Target.Exit.Code != 0 {
+			t.Errorf("exit %d, report exit %+v; want the target's 0", tr.code, tr.rep.Target.Exit)
+		}
+		// The stand-in uvm driver (vcs) answers every ioctl with ENOTTY,
+		// which fakecuda takes as success but a real UVM_INITIALIZE would
+		// not: that one ioctl may be pinpointed. Nothing else may.
+		standInArtefact := func(f *tracer.Event) bool {
+			return f.Kind == tracer.KindIoctl && f.Request == 0x30000001 && f.Errno() == unix.ENOTTY &&
+				f.Dev != nil && *f.Dev == tracer.Dev{Major: scenario.UVMMajor, Minor: scenario.UVMMinor}
+		}
+		for _, e := range tr.rep.Events {
+			if e.Kind != tracer.KindIoctl && strings.HasPrefix(e.Path, "/dev/nvidia") && e.Failed() {
+				t.Errorf("healthy run: %s(%q) = %s", e.Syscall, e.Path, e.ErrnoName())
+			}
+		}
+		if f := tr.rep.Analysis.Failing; f != nil && !standInArtefact(f) {
+			t.Errorf("a healthy cuInit (it printed cuInit 0) has a failing call: %s(%q, fd %d, request %#x) = %s; verdict %q",
+				f.Syscall, f.Path, f.FD, f.Request, f.ErrnoName(), tr.rep.Analysis.Verdict)
+		}
+		ok := tr.requireFinding(t, "calls-ok", annotate.SeverityInfo)
+		text := tr.findingText("calls-ok")
+		for _, node := range []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia0"} {
+			if !strings.Contains(text, node) {
+				t.Errorf("calls-ok does not name %s: %q", node, ok.Summary)
+			}
+		}
+	})
+}
+
+func TestCgroup2DeniesUVM(t *testing.T) {
+	t.Parallel()
+	bothBackends(t, denyUVM, nil, nil, func(t *testing.T, env *scenario.Env, tr traceRun) {
+		commonChecks(t, tr)
+		tr.checkStreams(t, "999", 2)
+		if tr.code != 0 {
+			t.Errorf("exit %d, want the target's 0", tr.code)
+		}
+		f := tr.failing(t, "openat", "/dev/nvidia-uvm", unix.EPERM)
+		if f.Flags != openFlags {
+			t.Errorf("failing flags %#x, want O_RDWR|O_CLOEXEC", f.Flags)
+		}
+		if retry := nextOpen(tr.rep, f.Seq, f.Path); retry == nil || retry.Flags != unix.O_RDWR || retry.Errno() != unix.EPERM {
+			t.Errorf("the O_RDWR retry is not the next open of /dev/nvidia-uvm: %+v", retry)
+		}
+		if maj, min, ok := snapshotNode(t, tr.rep, "/dev/nvidia-uvm"); !ok || maj != scenario.UVMMajor || min != scenario.UVMMinor {
+			t.Errorf("snapshot: /dev/nvidia-uvm %d:%d exists=%v, want 7:0", maj, min, ok)
+		}
+		execs := tr.targetExecs(fakecudaBin)
+		if len(execs) != 1 || execs[0].PID != f.PID || f.TID != f.PID {
+			t.Errorf("failing pid %d tid %d; fakecuda execs %+v", f.PID, f.TID, execs)
+		}
+		ids := env.ProgramIDs()
+		tr.requireFinding(t, "cgroup2-denied", annotate.SeverityError)
+		text := tr.findingText("cgroup2-denied")
+		if len(ids) != 1 || !strings.Contains(text, fmt.Sprintf("program id %d", ids[0])) && !strings.Contains(text, fmt.Sprintf("program %d", ids[0])) {
+			t.Errorf("cgroup2-denied does not name program %v:\n%s", ids, text)
+		}
+		if fix := finding(tr.rep, "cgroup2-denied").Fix; !strings.Contains(fix, "c 7:* rwm") {
+			t.Errorf("fix %q lacks c 7:* rwm", fix)
+		}
+		if !strings.Contains(tr.findingText("calls-ok"), "/dev/nvidiactl") {
+			t.Errorf("calls-ok does not name /dev/nvidiactl, the contrast")
+		}
+		roundTrip(t, tr)
+	})
+}
+
+// roundTrip: `cudatrace report FILE --format json` re-analyses the saved
+// report to the same findings, and says nothing differs.
+func roundTrip(t *testing.T, tr traceRun) {
+	t.Helper()
+	dir := t.TempDir()
+	saved := filepath.Join(dir, "r.json")
+	if err := report.Save(saved, tr.rep); err != nil {
+		t.Fatal(err)
+	}
+	r := runBinary(t, exec.Command(cudatraceBin, "report", saved, "--format", "json"))
+	want := exitOK
+	if tr.rep.Analysis.Failing != nil {
+		want = exitFound
+	}
+	if r.code != want {
+		t.Errorf("report: exit %d, want %d; stderr:\n%s", r.code, want, r.stderr)
+	}
+	if strings.Contains(r.stderr, "differs") {
+		t.Errorf("report re-analysis differs: %s", r.stderr)
+	}
+	again := loadReportText(t, r.stdout)
+	if a, b := fmt.Sprintf("%+v", again.Analysis.Findings), fmt.Sprintf("%+v", tr.rep.Analysis.Findings); a != b {
+		t.Errorf("findings after round trip:\n%s\nwant:\n%s", a, b)
+	}
+	if a, b := fmt.Sprintf("%+v", again.Analysis.Failing), fmt.Sprintf("%+v", tr.rep.Analysis.Failing); a != b {
+		t.Errorf("failing call after round trip %s, want %s", a, b)
+	}
+	// Text and Markdown render too.
+	for _, f := range []string{"text", "markdown"} {
+		r := runBinary(t, exec.Command(cudatraceBin, "report", saved, "--format", f))
+		if r.code != want || !strings.Contains(r.stdout, tr.rep.Analysis.Verdict) && !strings.Contains(r.stdout, "cuInit") {
+			t.Errorf("report --format %s: exit %d\n%s", f, r.code, r.stdout)
+		}
+	}
+}
+
+func TestCgroup2StaleMajor(t *testing.T) {
+	t.Parallel()
+	const stale = 504
+	mk := func() *scenario.Env {
+		return &scenario.Env{
+			Nodes: scenario.StandInNodes(), ProcDevices: scenario.StandInProcDevices,
+			CgroupV2AllowOnly: []scenario.DeviceRule{
+				{Type: 'c', Major: 1, Minor: scenario.Wildcard, Access: "rwm"},
+				{Type: 'c', Major: stale, Minor: scenario.Wildcard, Access: "rwm"},
+			},
+		}
+	}
+	bothBackends(t, mk, nil, nil, func(t *testing.T, env *scenario.Env, tr traceRun) {
+		commonChecks(t, tr)
+		tr.checkStreams(t, "999", 2)
+		tr.failing(t, "openat", "/dev/nvidia-uvm", unix.EPERM)
+		id := "cgroup2-stale-major"
+		if finding(tr.rep, id) == nil {
+			id = "cgroup2-denied"
+		}
+		tr.requireFinding(t, id, annotate.SeverityError)
+		text := tr.findingText(id)
+		if !strings.Contains(text, "504") || !strings.Contains(text, "c 7:* rwm") {
+			t.Errorf("%s does not mention both the stale 504 and the current 7:\n%s", id, text)
+		}
+	})
+}
+
+func TestCgroup1Denies(t *testing.T) {
+	t.Parallel()
+	privtest.RequireRoot(t)
+	if scenario.CgroupV1DevicesRoot() == "" {
+		privtest.Skip(t, "the cgroup v1 devices controller is not mounted")
+	}
+	mk := func() *scenario.Env {
+		env := standIn()
+		env.CgroupV1Deny = []string{"c 7:0 rwm"}
+		return env
+	}
+	bothBackends(t, mk, nil, nil, func(t *testing.T, env *scenario.Env, tr traceRun) {
+		commonChecks(t, tr)
+		tr.checkStreams(t, "999", 2)
+		tr.failing(t, "openat", "/dev/nvidia-uvm", unix.EPERM)
+		tr.requireFinding(t, "cgroup1-denied", annotate.SeverityError)
+	})
+}
+
+// As nobody, libcuda's repair (mknodat) fails and the open finds nothing.
+func TestNodeMissingUnprivileged(t *testing.T) {
+	t.Parallel()
+	mk := func() *scenario.Env {
+		env := standIn()
+		env.Nodes = withoutNode(env.Nodes, "nvidia-uvm")
+		return env
+	}
+	bothBackends(t, mk, []string{"-u", "nobody"}, nil, func(t *testing.T, env *scenario.Env, tr traceRun) {
+		commonChecks(t, tr)
+		tr.checkStreams(t, "999", 2)
+		f := tr.failing(t, "openat", "/dev/nvidia-uvm", unix.ENOENT)
+		var mknod *tracer.Event
+		for i := range tr.rep.Events {
+			e := &tr.rep.Events[i]
+			if e.Kind == tracer.KindMknod && e.Path == "/dev/nvidia-uvm" && e.Seq < f.Seq {
+				mknod = e
+			}
+		}
+		if mknod == nil || (mknod.Errno() != unix.EACCES && mknod.Errno() != unix.EPERM) {
+			t.Errorf("no failed mknodat of /dev/nvidia-uvm before the open: %+v", mknod)
+		}
+		tr.requireFinding(t, "node-missing", annotate.SeverityError)
+		if tr.rep.Target.UID != 65534 && tr.rep.Target.User != "nobody" {
+			t.Errorf("report target uid %d user %q, want nobody", tr.rep.Target.UID, tr.rep.Target.User)
+		}
+	})
+}
+
+// As root, libcuda (fakecuda) recreates the node: the run works, and the
+// report says a repair happened instead of calling it clean.
+func TestNodeRepairedByRoot(t *testing.T) {
+	t.Parallel()
+	mk := func() *scenario.Env {
+		env := standIn()
+		env.Nodes = withoutNode(env.Nodes, "nvidia-uvm")
+		return env
+	}
+	bothBackends(t, mk, nil, nil, func(t *testing.T, env *scenario.Env, tr traceRun) {
+		commonChecks(t, tr)
+		tr.checkStreams(t, "0", 2)
+		repaired := false
+		for _, e := range tr.rep.Events {
+			if e.Kind == tracer.KindMknod && e.Path == "/dev/nvidia-uvm" && e.Ret == 0 {
+				repaired = true
+				if e.Dev == nil || *e.Dev != (tracer.Dev{Major: scenario.UVMMajor, Minor: 0}) {
+					t.Errorf("mknodat dev %v, want 7:0", e.Dev)
+				}
+			}
+		}
+		if !repaired {
+			t.Error("no successful mknodat of /dev/nvidia-uvm in the trace")
+		}
+		tr.requireFinding(t, "node-repaired", annotate.SeverityWarning)
+		if f := tr.rep.Analysis.Failing; f != nil && f.Kind != tracer.KindIoctl {
+			t.Errorf("the repaired node's first failure is still pinpointed: %+v", f)
+		}
+	})
+}
+
+// A node on a major no driver owns (238, uvm's on the H200; 7 is
+// registered) fails with ENXIO: a stale node, which nobody cannot repair.
+func TestNodeStaleMajor(t *testing.T) {
+	t.Parallel()
+	mk := func() *scenario.Env {
+		env := standIn()
+		env.Nodes = withNode(env.Nodes, scenario.Node{Path: "nvidia-uvm", Major: scenario.NoDriverMajor, Minor: 0})
+		return env
+	}
+	bothBackends(t, mk, []string{"-u", "nobody"}, nil, func(t *testing.T, env *scenario.Env, tr traceRun) {
+		commonChecks(t, tr)
+		tr.checkStreams(t, "999", 2)
+		tr.failing(t, "openat", "/dev/nvidia-uvm", unix.ENXIO)
+		tr.requireFinding(t, "node-stale-major", annotate.SeverityError)
+		text := tr.findingText("node-stale-major")
+		if !strings.Contains(text, "238") || !strings.Contains(text, "c 7 0") {
+			t.Errorf("node-stale-major lacks the stale 238 or the fix's c 7 0:\n%s", text)
+		}
+	})
+}
+
+// The driver is not loaded at all: /proc/devices registers no nvidia-uvm,
+// and the node's major 238 has no driver (ENXIO).
+func TestDriverNotLoaded(t *testing.T) {
+	t.Parallel()
+	mk := func() *scenario.Env {
+		env := standIn()
+		env.ProcDevices = strings.Replace(scenario.StandInProcDevices, "  7 nvidia-uvm\n", "", 1)
+		env.Nodes = withNode(env.Nodes, scenario.Node{Path: "nvidia-uvm", Major: scenario.NoDriverMajor, Minor: 0})
+		return env
+	}
+	bothBackends(t, mk, []string{"-u", "nobody"}, nil, func(t *testing.T, env *scenario.Env, tr traceRun) {
+		commonChecks(t, tr)
+		f := tr.rep.Analysis.Failing
+		if f == nil || f.Path != "/dev/nvidia-uvm" {
+			t.Fatalf("failing call %+v, want one on /dev/nvidia-uvm; verdict %q", f, tr.rep.Analysis.Verdict)
+		}
+		tr.requireFinding(t, "driver-not-loaded", annotate.SeverityError)
+	})
+}
+
+func TestNodev(t *testing.T) {
+	t.Parallel()
+	mk := func() *scenario.Env {
+		env := standIn()
+		env.NoDev = true
+		return env
+	}
+	bothBackends(t, mk, nil, nil, func(t *testing.T, env *scenario.Env, tr traceRun) {
+		commonChecks(t, tr)
+		tr.checkStreams(t, "100", 2)
+		tr.failing(t, "openat", "/dev/nvidiactl", unix.EACCES)
+		tr.requireFinding(t, "nodev", annotate.SeverityError)
+	})
+}
+
+func TestModeDenied(t *testing.T) {
+	t.Parallel()
+	mk := func() *scenario.Env {
+		env := standIn()
+		env.Nodes = withNode(env.Nodes, scenario.Node{Path: "nvidia-uvm", Major: scenario.UVMMajor, Minor: scenario.UVMMinor, Mode: 0o600})
+		return env
+	}
+	bothBackends(t, mk, []string{"-u", "nobody"}, nil, func(t *testing.T, env *scenario.Env, tr traceRun) {
+		commonChecks(t, tr)
+		tr.checkStreams(t, "999", 2)
+		tr.failing(t, "openat", "/dev/nvidia-uvm", unix.EACCES)
+		tr.requireFinding(t, "mode-denied", annotate.SeverityError)
+	})
+}
+
+// The failing open comes from a grandchild: its pid is neither the first
+// traced process's nor the second's.
+func TestGrandchildFails(t *testing.T) {
+	t.Parallel()
+	bothBackends(t, denyUVM, nil, append([]string{"fakecuda", "--fork-depth", "2"}, lingerArgs...), func(t *testing.T, env *scenario.Env, tr traceRun) {
+		commonChecks(t, tr)
+		tr.checkStreams(t, "999", 2)
+		f := tr.failing(t, "openat", "/dev/nvidia-uvm", unix.EPERM)
+		var pids []int
+		for _, e := range tr.rep.Events {
+			if e.Kind == tracer.KindExec && e.Ret == 0 && !slices.Contains(pids, e.PID) {
+				pids = append(pids, e.PID)
+			}
+		}
+		if len(pids) != 3 {
+			t.Fatalf("execs by %d processes %v, want 3 (fakecuda, child, grandchild)", len(pids), pids)
+		}
+		if f.PID != pids[2] || f.PID == pids[0] || f.PID == pids[1] {
+			t.Errorf("failing pid %d, want the grandchild %d (processes %v)", f.PID, pids[2], pids)
+		}
+		tr.requireFinding(t, "cgroup2-denied", annotate.SeverityError)
+		exits := 0
+		for _, e := range tr.rep.Events {
+			if e.Kind == tracer.KindExit && slices.Contains(pids, e.PID) {
+				exits++
+			}
+		}
+		if exits < 3 {
+			t.Errorf("%d exit events for the 3 processes", exits)
+		}
+	})
+}
+
+// The failing open comes from a second thread: tid != pid.
+func TestThreadFails(t *testing.T) {
+	t.Parallel()
+	bothBackends(t, denyUVM, nil, append([]string{"fakecuda", "--thread"}, lingerArgs...), func(t *testing.T, env *scenario.Env, tr traceRun) {
+		commonChecks(t, tr)
+		tr.checkStreams(t, "999", 2)
+		f := tr.failing(t, "openat", "/dev/nvidia-uvm", unix.EPERM)
+		if f.TID == f.PID {
+			t.Errorf("failing call made by the main thread (tid %d), want the second thread", f.TID)
+		}
+		if execs := tr.targetExecs(fakecudaBin); len(execs) != 1 || execs[0].PID != f.PID {
+			t.Errorf("failing pid %d is not fakecuda's (%+v)", f.PID, execs)
+		}
+		tr.requireFinding(t, "cgroup2-denied", annotate.SeverityError)
+	})
+}
+
+// cudatrace exits as its target did.
+func TestExitStatusPassthrough(t *testing.T) {
+	t.Parallel()
+	privtest.RequireRoot(t)
+	for _, tc := range []struct {
+		name   string
+		mk     func() *scenario.Env
+		target []string
+		code   int
+		signal int
+	}{
+		{"exit 7", standIn, []string{"/bin/sh", "-c", "exit 7"}, 7, 0},
+		{"sigkill", standIn, []string{"/bin/sh", "-c", "kill -9 $$"}, 137, 9},
+		{"fakecuda exit-nonzero", denyUVM, []string{"fakecuda", "--exit-nonzero"}, 1, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			bothBackends(t, tc.mk, nil, tc.target, func(t *testing.T, env *scenario.Env, tr traceRun) {
+				commonChecks(t, tr)
+				if tr.code != tc.code {
+					t.Errorf("cudatrace exit %d, want %d; stderr:\n%s", tr.code, tc.code, tr.stderr)
+				}
+				x := tr.rep.Target.Exit
+				if x == nil || x.ShellCode() != tc.code || x.Signal != tc.signal {
+					t.Errorf("report target exit %+v, want code %d signal %d", x, tc.code, tc.signal)
+				}
+			})
+		})
+	}
+}
+
+// The failure snapshot must describe the failing process even when it
+// exits right after the failure (as a CLI tool like nvidia-smi does). A
+// target that fails and exits at once races the snapshot: then the cgroup
+// verdict is lost ("target cgroups: no such file or directory") and the
+// finding degrades to cgroup-denied-inferred. Several runs make the race
+// show.
+func TestSnapshotOfExitingTarget(t *testing.T) {
+	t.Parallel()
+	privtest.RequireRoot(t)
+	needBinaries(t)
+	for _, b := range backends {
+		t.Run(b, func(t *testing.T) {
+			t.Parallel()
+			env := denyUVM()
+			env.Prepare(t)
+			for i := range 6 {
+				tr := traceIn(t, env, b, nil, fakecuda(env)...)
+				if finding(tr.rep, "cgroup2-denied") == nil {
+					t.Fatalf("run %d: findings %v, want cgroup2-denied; snapshot unavailable: %q", i, findingIDs(tr.rep), tr.rep.Snapshot.Unavailable)
+				}
+			}
+		})
+	}
+}
