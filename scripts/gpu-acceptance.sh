@@ -61,10 +61,18 @@ traced() {
   while [ "$1" != -- ]; do scen+=("$1"); shift; done; shift
   while [ "$1" != -- ]; do ct+=("$1"); shift; done; shift
   target=("$@")
-  local wrap=()
+  local wrap=() asuser=()
   [ ${#scen[@]} -gt 0 ] && wrap=("$SC" --nodes host --proc-devices host "${scen[@]}" --)
   [ "${scen[0]:-}" = none ] && wrap=()
-  record "$name-untraced" "${wrap[@]}" "${target[@]}"
+  # The untraced run must be the same user as cudatrace's -u target.
+  local i
+  for i in "${!ct[@]}"; do
+    if [ "${ct[$i]}" = -u ]; then
+      local u=${ct[$((i + 1))]}
+      asuser=(setpriv --reuid="$(id -u "$u")" --regid="$(id -g "$u")" --clear-groups --)
+    fi
+  done
+  record "$name-untraced" "${wrap[@]}" "${asuser[@]}" "${target[@]}"
   record "$name" "${wrap[@]}" "$CT" "${ct[@]}" -o "$out/$name/report.json" -- "${target[@]}"
 }
 
