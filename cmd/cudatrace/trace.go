@@ -319,7 +319,14 @@ func (f *failureSnapshot) trigger(pid int) {
 		opts.PID = pid
 		go func() {
 			defer close(f.done)
-			f.snap = snapshot.Collect(opts)
+			snap := snapshot.Collect(opts)
+			// A target reaped while it was being read leaves a snapshot that
+			// is part its view, part cudatrace's (cgroups lost on the way):
+			// drop it, and the exit snapshot is taken instead.
+			if err := unix.Kill(pid, 0); errors.Is(err, unix.ESRCH) {
+				snap = nil
+			}
+			f.snap = snap
 		}()
 	})
 }
