@@ -191,16 +191,17 @@ func main() {
 	printChecks(os.Stdout, b.runs)
 }
 
-// rotate returns cfgs rotated by rep, reversed on odd reps.
+// rotate returns cfgs starting at cfgs[rep mod n], forwards on even reps
+// and backwards on odd ones: every config runs first in turn, and each runs
+// after either neighbour.
 func rotate(cfgs []config, rep int) []config {
 	n := len(cfgs)
 	out := make([]config, n)
 	for i := range n {
-		out[i] = cfgs[(i+rep)%n]
-	}
-	if rep%2 == 1 {
-		for i, j := 0, n-1; i < j; i, j = i+1, j-1 {
-			out[i], out[j] = out[j], out[i]
+		if rep%2 == 0 {
+			out[i] = cfgs[(rep+i)%n]
+		} else {
+			out[i] = cfgs[((rep-i)%n+n)%n]
 		}
 	}
 	return out
