@@ -49,15 +49,7 @@ var fixtures = []fixture{
 // live path (cmd/cudatrace buildReport) would have written.
 func buildFixture(t testing.TB, fx fixture) *Report {
 	t.Helper()
-	f, err := os.Open(filepath.Join("..", "testdata", "strace", "h200", fx.strace))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	log, err := stracelog.Parse(f)
-	if err != nil {
-		t.Fatalf("%s: %v", fx.strace, err)
-	}
+	log := importLog(t, fx.strace)
 	rec := NewRecorder()
 	for i := range log.Events {
 		rec.Event(&log.Events[i])
@@ -87,6 +79,21 @@ func buildFixture(t testing.TB, fx fixture) *Report {
 	}
 	rep.Analysis = annotate.Analyze(rep.Events, snap)
 	return rep
+}
+
+// importLog parses one of the H200 recordings.
+func importLog(t testing.TB, name string) *stracelog.Log {
+	t.Helper()
+	f, err := os.Open(filepath.Join("..", "testdata", "strace", "h200", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	log, err := stracelog.Parse(f)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return log
 }
 
 // h200Base is the recorded host (../shared/recordings/README.md): open

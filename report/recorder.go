@@ -51,8 +51,8 @@ func (r *Recorder) Event(e *tracer.Event) {
 		}
 		s.Count++
 		if e.Failed() {
-			s.Failed++
-		} else if s.Count > ioctlSamplePerSite {
+			s.Failed++ // failures are the evidence: always stored
+		} else if s.Count-s.Failed > ioctlSamplePerSite {
 			return // counted, not stored
 		}
 	}

@@ -1,0 +1,219 @@
+package report
+
+import (
+	"fmt"
+	"io"
+	"testing"
+
+	"github.com/cudatrace/cudatrace/tracer"
+)
+
+func ioctlEv(seq uint64, pid, fd int, dev tracer.Dev, req uint32, ret int64) *tracer.Event {
+	d := dev
+	return &tracer.Event{Seq: seq, PID: pid, TID: pid, Comm: "python3", Kind: tracer.KindIoctl, Syscall: "ioctl",
+		FD: fd, Request: req, Dev: &d, Ret: ret, Arg: []byte{1, 2, 3, 4}}
+}
+
+func TestRecorderAggregatesIoctls(t *testing.T) {
+	ctl := tracer.Dev{Major: 195, Minor: 255}
+	uvm := tracer.Dev{Major: 238, Minor: 0}
+	const control, uvmInit = 0xc020462a, 0x30000001
+	r := NewRecorder()
+	seq := uint64(0)
+	next := func() uint64 { seq++; return seq }
+
+	// Failures first, so that they cannot use up the sample of successes.
+	var failed []uint64
+	for range 3 {
+		s := next()
+		failed = append(failed, s)
+		r.Event(ioctlEv(s, 42, 8, ctl, control, -22))
+	}
+	for range 20 {
+		r.Event(ioctlEv(next(), 42, 8, ctl, control, 0))
+	}
+	s := next()
+	failed = append(failed, s)
+	r.Event(ioctlEv(s, 42, 8, ctl, control, -1)) // after the sample is full
+	for range 5 {
+		r.Event(ioctlEv(next(), 42, 9, uvm, uvmInit, 0)) // another site
+	}
+	for range 10 {
+		r.Event(ioctlEv(next(), 43, 8, ctl, control, 0)) // another process, same request
+	}
+	r.Event(&tracer.Event{Seq: next(), PID: 42, TID: 42, Kind: tracer.KindOpen, Path: "/dev/nvidiactl", Ret: 8})
+
+	if r.Seen != seq {
+		t.Errorf("Seen = %d, want %d", r.Seen, seq)
+	}
+	if r.Overflow != 0 {
+		t.Errorf("Overflow = %d", r.Overflow)
+	}
+	type key struct {
+		pid int
+		req uint32
+		ok  bool
+	}
+	stored := map[key]int{}
+	storedSeq := map[uint64]bool{}
+	for _, e := range r.Events {
+		storedSeq[e.Seq] = true
+		if e.Kind == tracer.KindIoctl {
+			stored[key{e.PID, e.Request, !e.Failed()}]++
+		}
+	}
+	want := map[key]int{
+		{42, control, true}: 8, {42, control, false}: 4,
+		{42, uvmInit, true}: 5,
+		{43, control, true}: 8,
+	}
+	for k, n := range want {
+		if stored[k] != n {
+			t.Errorf("stored %+v: %d, want %d", k, stored[k], n)
+		}
+	}
+	for _, s := range failed {
+		if !storedSeq[s] {
+			t.Errorf("failed ioctl %d not stored", s)
+		}
+	}
+	if !storedSeq[seq] {
+		t.Error("the open after the ioctls was not stored")
+	}
+	for i := 1; i < len(r.Events); i++ {
+		if r.Events[i].Seq <= r.Events[i-1].Seq {
+			t.Fatalf("stored events out of order at %d", i)
+		}
+	}
+
+	got := r.Ioctls()
+	wantSum := []IoctlSummary{
+		{PID: 42, Dev: ctl, Request: control, Count: 24, Failed: 4},
+		{PID: 42, Dev: uvm, Request: uvmInit, Count: 5},
+		{PID: 43, Dev: ctl, Request: control, Count: 10},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(wantSum) {
+		t.Errorf("Ioctls() = %+v\nwant %+v", got, wantSum)
+	}
+}
+
+// An ioctl whose fd's device is unknown (fd -1 after a failed open) is a
+// site of its own, not a crash on the nil Dev.
+func TestRecorderIoctlWithoutDevice(t *testing.T) {
+	r := NewRecorder()
+	r.Event(&tracer.Event{Seq: 1, PID: 7, Kind: tracer.KindIoctl, FD: -1, Request: 0x30000002, Ret: -9})
+	if len(r.Events) != 1 || r.Events[0].Dev != nil {
+		t.Fatalf("events %+v", r.Events)
+	}
+	if s := r.Ioctls(); len(s) != 1 || s[0].Failed != 1 || s[0].Dev != (tracer.Dev{}) {
+		t.Errorf("summary %+v", s)
+	}
+}
+
+func TestRecorderOverflowIsCounted(t *testing.T) {
+	r := NewRecorder()
+	const extra = 7
+	for i := range maxStored + extra {
+		r.Event(&tracer.Event{Seq: uint64(i + 1), PID: 1, Kind: tracer.KindStat, Path: "/dev/nvidiactl"})
+	}
+	// Beyond the cap, ioctls are still summarised exactly.
+	for i := range 3 {
+		r.Event(ioctlEv(uint64(maxStored+extra+i+1), 1, 8, tracer.Dev{Major: 195, Minor: 255}, 0xc020462a, -22))
+	}
+	if len(r.Events) != maxStored {
+		t.Errorf("stored %d, want the cap %d", len(r.Events), maxStored)
+	}
+	if r.Overflow != extra+3 {
+		t.Errorf("Overflow = %d, want %d", r.Overflow, extra+3)
+	}
+	if r.Seen != maxStored+extra+3 {
+		t.Errorf("Seen = %d", r.Seen)
+	}
+	if s := r.Ioctls(); len(s) != 1 || s[0].Count != 3 || s[0].Failed != 3 {
+		t.Errorf("ioctl summary past the cap: %+v", s)
+	}
+	if last := r.Events[len(r.Events)-1].Seq; last != maxStored {
+		t.Errorf("kept up to seq %d: the first events must be the ones kept", last)
+	}
+}
+
+// Backends reuse their buffers (tracer.Sink): what the recorder keeps must
+// not change when the caller's event does.
+func TestRecorderStoresDeepCopies(t *testing.T) {
+	r := NewRecorder()
+	e := &tracer.Event{Seq: 1, PID: 5, TID: 5, Comm: "python3", Kind: tracer.KindExec, Path: "/usr/bin/python3",
+		Argv: []string{"python3", "-c", "pass"}}
+	io := ioctlEv(2, 5, 8, tracer.Dev{Major: 195, Minor: 255}, 0xc020462a, 0)
+	r.Event(e)
+	r.Event(io)
+
+	e.Argv[0], e.Argv[2] = "XXX", "YYY"
+	e.Argv = append(e.Argv[:1], "ZZZ")
+	e.Path, e.Comm, e.Seq = "/tmp/other", "other", 99
+	io.Arg[0] = 0xff
+	io.Dev.Major = 1
+
+	got := r.Events
+	if got[0].Seq != 1 || got[0].Path != "/usr/bin/python3" || got[0].Comm != "python3" ||
+		fmt.Sprint(got[0].Argv) != "[python3 -c pass]" {
+		t.Errorf("stored exec changed with the caller's event: %+v", got[0])
+	}
+	if got[1].Arg[0] != 1 || got[1].Dev.Major != 195 {
+		t.Errorf("stored ioctl changed with the caller's event: arg %v dev %v", got[1].Arg, got[1].Dev)
+	}
+	if &got[1].Arg[0] == &io.Arg[0] || got[1].Dev == io.Dev {
+		t.Error("stored ioctl shares memory with the caller's event")
+	}
+}
+
+func BenchmarkRecorder(b *testing.B) {
+	b.Run("cuinit-stream", func(b *testing.B) {
+		evs := importLog(b, "cuinit-ok-root.strace").Events
+		b.ReportAllocs()
+		n := 0
+		var r *Recorder
+		for b.Loop() {
+			if n%len(evs) == 0 {
+				r = NewRecorder() // one recorder per cuInit, as a trace has
+			}
+			r.Event(&evs[n%len(evs)])
+			n++
+		}
+		b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "events/s")
+	})
+	// A long job: millions of successful ioctls on a few sites, all but the
+	// sample folded into counts. This path should not allocate.
+	b.Run("steady-ioctls", func(b *testing.B) {
+		r := NewRecorder()
+		sites := []*tracer.Event{
+			ioctlEv(1, 9, 8, tracer.Dev{Major: 195, Minor: 255}, 0xc020462a, 0),
+			ioctlEv(2, 9, 8, tracer.Dev{Major: 195, Minor: 255}, 0xc030462b, 0),
+			ioctlEv(3, 9, 10, tracer.Dev{Major: 238, Minor: 0}, 0x4b, 0),
+		}
+		for _, s := range sites {
+			for range ioctlSamplePerSite {
+				r.Event(s)
+			}
+		}
+		b.ReportAllocs()
+		n := 0
+		for b.Loop() {
+			r.Event(sites[n%len(sites)])
+			n++
+		}
+		b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "events/s")
+		if len(r.Events) != len(sites)*ioctlSamplePerSite {
+			b.Fatalf("stored %d", len(r.Events))
+		}
+	})
+}
+
+func BenchmarkRenderText(b *testing.B) {
+	rep := buildFixture(b, fixtures[0])
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := Render(io.Discard, rep, FormatText, RenderOptions{Width: 100}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
