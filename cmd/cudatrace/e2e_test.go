@@ -20,11 +20,11 @@ import (
 
 var backends = []string{"ebpf", "ptrace"}
 
-// lingerArgs keep fakecuda alive after its first cuInit: a second run
-// follows after a pause. Without it the target exits microseconds after
-// the failing open, racing the failure snapshot (see
-// TestSnapshotOfExitingTarget), and the verdict flips between runs.
-var lingerArgs = []string{"--loop", "2", "--interval", "500ms"}
+// lingerArgs keep fakecuda alive after its first cuInit (a second run
+// follows after a pause), so the failure snapshot sees a live target.
+// Without them it exits microseconds after the failing call and the
+// snapshot falls back to the exit-time view; both must give one verdict.
+var lingerArgs = []string{"--loop", "2", "--interval", "300ms"}
 
 // traceRun is one cudatrace run inside a scenario.
 type traceRun struct {
@@ -190,10 +190,11 @@ func bothBackends(t *testing.T, mk func() *scenario.Env, args []string, target [
 	}
 }
 
-// fakeOr is target, or fakecuda with lingerArgs when target is nil.
+// fakeOr is target, or fakecuda when target is nil; a target starting
+// with "fakecuda" gets the built binary and env's --proc-devices.
 func fakeOr(env *scenario.Env, target []string) []string {
 	if target == nil {
-		return fakecuda(env, lingerArgs...)
+		return fakecuda(env)
 	}
 	if target[0] == "fakecuda" {
 		return fakecuda(env, target[1:]...)
@@ -260,6 +261,7 @@ func commonChecks(t *testing.T, tr traceRun) {
 	if tr.rep.Trace.Source != "live" || tr.rep.Schema != report.SchemaVersion {
 		t.Errorf("source %q schema %d", tr.rep.Trace.Source, tr.rep.Schema)
 	}
+	roundTrip(t, tr)
 }
 
 // parity: both backends reach the same findings about the same call.
@@ -362,7 +364,7 @@ func TestHealthy(t *testing.T) {
 	t.Parallel()
 	bothBackends(t, standIn, nil, nil, func(t *testing.T, env *scenario.Env, tr traceRun) {
 		commonChecks(t, tr)
-		tr.checkStreams(t, "0", 2)
+		tr.checkStreams(t, "0", 1)
 		if tr.code != 0 || tr.rep.Target.Exit == nil || tr.rep.Target.Exit.Code != 0 {
 			t.Errorf("exit %d, report exit %+v; want the target's 0", tr.code, tr.rep.Target.Exit)
 		}
@@ -392,11 +394,33 @@ func TestHealthy(t *testing.T) {
 	})
 }
 
+// lifetimes runs body with a target that exits right after cuInit, and
+// with one that lingers.
+func lifetimes(t *testing.T, body func(t *testing.T, target []string, runs int)) {
+	for _, v := range []struct {
+		name   string
+		target []string
+		runs   int
+	}{
+		{"exits", nil, 1},
+		{"lingers", append([]string{"fakecuda"}, lingerArgs...), 2},
+	} {
+		t.Run(v.name, func(t *testing.T) {
+			t.Parallel()
+			body(t, v.target, v.runs)
+		})
+	}
+}
+
 func TestCgroup2DeniesUVM(t *testing.T) {
 	t.Parallel()
-	bothBackends(t, denyUVM, nil, nil, func(t *testing.T, env *scenario.Env, tr traceRun) {
+	lifetimes(t, testCgroup2DeniesUVM)
+}
+
+func testCgroup2DeniesUVM(t *testing.T, target []string, runs int) {
+	bothBackends(t, denyUVM, nil, target, func(t *testing.T, env *scenario.Env, tr traceRun) {
 		commonChecks(t, tr)
-		tr.checkStreams(t, "999", 2)
+		tr.checkStreams(t, "999", runs)
 		if tr.code != 0 {
 			t.Errorf("exit %d, want the target's 0", tr.code)
 		}
@@ -426,7 +450,6 @@ func TestCgroup2DeniesUVM(t *testing.T) {
 		if !strings.Contains(tr.findingText("calls-ok"), "/dev/nvidiactl") {
 			t.Errorf("calls-ok does not name /dev/nvidiactl, the contrast")
 		}
-		roundTrip(t, tr)
 	})
 }
 
@@ -480,7 +503,7 @@ func TestCgroup2StaleMajor(t *testing.T) {
 	}
 	bothBackends(t, mk, nil, nil, func(t *testing.T, env *scenario.Env, tr traceRun) {
 		commonChecks(t, tr)
-		tr.checkStreams(t, "999", 2)
+		tr.checkStreams(t, "999", 1)
 		tr.failing(t, "openat", "/dev/nvidia-uvm", unix.EPERM)
 		id := "cgroup2-stale-major"
 		if finding(tr.rep, id) == nil {
@@ -507,7 +530,7 @@ func TestCgroup1Denies(t *testing.T) {
 	}
 	bothBackends(t, mk, nil, nil, func(t *testing.T, env *scenario.Env, tr traceRun) {
 		commonChecks(t, tr)
-		tr.checkStreams(t, "999", 2)
+		tr.checkStreams(t, "999", 1)
 		tr.failing(t, "openat", "/dev/nvidia-uvm", unix.EPERM)
 		tr.requireFinding(t, "cgroup1-denied", annotate.SeverityError)
 	})
@@ -521,9 +544,15 @@ func TestNodeMissingUnprivileged(t *testing.T) {
 		env.Nodes = withoutNode(env.Nodes, "nvidia-uvm")
 		return env
 	}
-	bothBackends(t, mk, []string{"-u", "nobody"}, nil, func(t *testing.T, env *scenario.Env, tr traceRun) {
+	lifetimes(t, func(t *testing.T, target []string, runs int) {
+		testNodeMissingUnprivileged(t, mk, target, runs)
+	})
+}
+
+func testNodeMissingUnprivileged(t *testing.T, mk func() *scenario.Env, target []string, runs int) {
+	bothBackends(t, mk, []string{"-u", "nobody"}, target, func(t *testing.T, env *scenario.Env, tr traceRun) {
 		commonChecks(t, tr)
-		tr.checkStreams(t, "999", 2)
+		tr.checkStreams(t, "999", runs)
 		f := tr.failing(t, "openat", "/dev/nvidia-uvm", unix.ENOENT)
 		var mknod *tracer.Event
 		for i := range tr.rep.Events {
@@ -553,7 +582,7 @@ func TestNodeRepairedByRoot(t *testing.T) {
 	}
 	bothBackends(t, mk, nil, nil, func(t *testing.T, env *scenario.Env, tr traceRun) {
 		commonChecks(t, tr)
-		tr.checkStreams(t, "0", 2)
+		tr.checkStreams(t, "0", 1)
 		repaired := false
 		for _, e := range tr.rep.Events {
 			if e.Kind == tracer.KindMknod && e.Path == "/dev/nvidia-uvm" && e.Ret == 0 {
@@ -584,7 +613,7 @@ func TestNodeStaleMajor(t *testing.T) {
 	}
 	bothBackends(t, mk, []string{"-u", "nobody"}, nil, func(t *testing.T, env *scenario.Env, tr traceRun) {
 		commonChecks(t, tr)
-		tr.checkStreams(t, "999", 2)
+		tr.checkStreams(t, "999", 1)
 		tr.failing(t, "openat", "/dev/nvidia-uvm", unix.ENXIO)
 		tr.requireFinding(t, "node-stale-major", annotate.SeverityError)
 		text := tr.findingText("node-stale-major")
@@ -623,7 +652,7 @@ func TestNodev(t *testing.T) {
 	}
 	bothBackends(t, mk, nil, nil, func(t *testing.T, env *scenario.Env, tr traceRun) {
 		commonChecks(t, tr)
-		tr.checkStreams(t, "100", 2)
+		tr.checkStreams(t, "100", 1)
 		tr.failing(t, "openat", "/dev/nvidiactl", unix.EACCES)
 		tr.requireFinding(t, "nodev", annotate.SeverityError)
 	})
@@ -636,11 +665,13 @@ func TestModeDenied(t *testing.T) {
 		env.Nodes = withNode(env.Nodes, scenario.Node{Path: "nvidia-uvm", Major: scenario.UVMMajor, Minor: scenario.UVMMinor, Mode: 0o600})
 		return env
 	}
-	bothBackends(t, mk, []string{"-u", "nobody"}, nil, func(t *testing.T, env *scenario.Env, tr traceRun) {
-		commonChecks(t, tr)
-		tr.checkStreams(t, "999", 2)
-		tr.failing(t, "openat", "/dev/nvidia-uvm", unix.EACCES)
-		tr.requireFinding(t, "mode-denied", annotate.SeverityError)
+	lifetimes(t, func(t *testing.T, target []string, runs int) {
+		bothBackends(t, mk, []string{"-u", "nobody"}, target, func(t *testing.T, env *scenario.Env, tr traceRun) {
+			commonChecks(t, tr)
+			tr.checkStreams(t, "999", runs)
+			tr.failing(t, "openat", "/dev/nvidia-uvm", unix.EACCES)
+			tr.requireFinding(t, "mode-denied", annotate.SeverityError)
+		})
 	})
 }
 
@@ -648,9 +679,9 @@ func TestModeDenied(t *testing.T) {
 // traced process's nor the second's.
 func TestGrandchildFails(t *testing.T) {
 	t.Parallel()
-	bothBackends(t, denyUVM, nil, append([]string{"fakecuda", "--fork-depth", "2"}, lingerArgs...), func(t *testing.T, env *scenario.Env, tr traceRun) {
+	bothBackends(t, denyUVM, nil, []string{"fakecuda", "--fork-depth", "2"}, func(t *testing.T, env *scenario.Env, tr traceRun) {
 		commonChecks(t, tr)
-		tr.checkStreams(t, "999", 2)
+		tr.checkStreams(t, "999", 1)
 		f := tr.failing(t, "openat", "/dev/nvidia-uvm", unix.EPERM)
 		var pids []int
 		for _, e := range tr.rep.Events {
@@ -680,9 +711,9 @@ func TestGrandchildFails(t *testing.T) {
 // The failing open comes from a second thread: tid != pid.
 func TestThreadFails(t *testing.T) {
 	t.Parallel()
-	bothBackends(t, denyUVM, nil, append([]string{"fakecuda", "--thread"}, lingerArgs...), func(t *testing.T, env *scenario.Env, tr traceRun) {
+	bothBackends(t, denyUVM, nil, []string{"fakecuda", "--thread"}, func(t *testing.T, env *scenario.Env, tr traceRun) {
 		commonChecks(t, tr)
-		tr.checkStreams(t, "999", 2)
+		tr.checkStreams(t, "999", 1)
 		f := tr.failing(t, "openat", "/dev/nvidia-uvm", unix.EPERM)
 		if f.TID == f.PID {
 			t.Errorf("failing call made by the main thread (tid %d), want the second thread", f.TID)

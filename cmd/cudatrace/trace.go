@@ -320,15 +320,27 @@ func (f *failureSnapshot) trigger(pid int) {
 		go func() {
 			defer close(f.done)
 			snap := snapshot.Collect(opts)
-			// A target reaped while it was being read leaves a snapshot that
-			// is part its view, part cudatrace's (cgroups lost on the way):
-			// drop it, and the exit snapshot is taken instead.
-			if err := unix.Kill(pid, 0); errors.Is(err, unix.ESRCH) {
+			// A target that exited while it was being read leaves a snapshot
+			// that is part its view, part cudatrace's (mounts or cgroups
+			// lost on the way): drop it, and the exit snapshot is taken
+			// instead.
+			if exited(pid) {
 				snap = nil
 			}
 			f.snap = snap
 		}()
 	})
+}
+
+// exited reports whether pid is a zombie or gone.
+func exited(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	return len(f) == 0 || f[0] == "Z" || f[0] == "X"
 }
 
 func (f *failureSnapshot) wait() *snapshot.Snapshot {
@@ -380,9 +392,9 @@ func touchedPaths(events []tracer.Event) []string {
 }
 
 // fillCred records the -u credentials when the target was already gone at
-// snapshot time.
+// snapshot time (its status unread: no comm, though its PID is kept).
 func fillCred(s *snapshot.Snapshot, c *tracer.Cred) {
-	if c == nil || s.Process.PID != 0 {
+	if c == nil || s.Process.Comm != "" {
 		return
 	}
 	s.Process.UID, s.Process.GID, s.Process.Groups, s.Process.User = c.UID, c.GID, c.Groups, c.User
