@@ -179,7 +179,16 @@ func Save(path string, rep *Report) error {
 	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
 		return err
 	}
-	return os.Rename(tmp.Name(), path)
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	// Make the rename itself durable; the report is complete either way,
+	// so a directory that cannot be synced is not an error.
+	if d, err := os.Open(dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return nil
 }
 
 // WriteJSON writes the report as indented JSON.
