@@ -292,7 +292,7 @@ func writeTimelineTable(w io.Writer, rows []timelineRow, width int, p palette) e
 		}
 	}
 	const gap = 2 // between columns
-	callWidth := width - (widths[0] + widths[1] + widths[3] + widths[4]) - gap*(len(header)-1)
+	callWidth := width - (widths[0] + widths[1] + widths[3] + widths[4]) - gap*len(header) // gap after each column, the last too
 	callWidth = min(max(callWidth, 24), widths[2])
 
 	var buf strings.Builder
@@ -312,13 +312,15 @@ func writeTimelineTable(w io.Writer, rows []timelineRow, width int, p palette) e
 		})),
 	)
 	t.Header(header)
+	// Lines each row takes, so that the failing row can be coloured
+	// after the layout (escape codes inside cells would only confuse it).
+	var failLines []bool
 	for _, r := range rows {
 		cells := r.cells()
-		cells[2] = strings.Join(wrapCall(r.call, callWidth), "\n")
-		if r.failing {
-			for i := range cells {
-				cells[i] = colorLines(cells[i], p.red)
-			}
+		call := wrapCall(r.call, callWidth)
+		cells[2] = strings.Join(call, "\n")
+		for range call {
+			failLines = append(failLines, r.failing)
 		}
 		if err := t.Append(cells); err != nil {
 			return err
@@ -328,26 +330,17 @@ func writeTimelineTable(w io.Writer, rows []timelineRow, width int, p palette) e
 		return err
 	}
 	// The padding after the last column is invisible noise in a paste.
-	lines := strings.SplitAfter(buf.String(), "\n")
+	lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
+	const headerLines = 2 // the header and its rule
 	for i, l := range lines {
-		if strings.HasSuffix(l, "\n") {
-			lines[i] = strings.TrimRight(l[:len(l)-1], " ") + "\n"
+		l = strings.TrimRight(l, " ")
+		if j := i - headerLines; j >= 0 && j < len(failLines) && failLines[j] {
+			l = p.red(l)
 		}
+		lines[i] = l
 	}
-	_, err := io.WriteString(w, strings.Join(lines, ""))
+	_, err := io.WriteString(w, strings.Join(lines, "\n")+"\n")
 	return err
-}
-
-// colorLines colours each line of a multi-line cell on its own, so the
-// escape codes never span the table's line breaks.
-func colorLines(s string, c func(string) string) string {
-	lines := strings.Split(s, "\n")
-	for i, l := range lines {
-		if l != "" {
-			lines[i] = c(l)
-		}
-	}
-	return strings.Join(lines, "\n")
 }
 
 // wrapCall breaks a formatted call into lines of at most width runes,

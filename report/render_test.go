@@ -1,0 +1,232 @@
+package report
+
+import (
+	"bytes"
+	"encoding/json"
+	"regexp"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/cudatrace/cudatrace/tracer"
+)
+
+var ansi = regexp.MustCompile("\x1b\\[[0-9;]*m")
+
+func render(t *testing.T, rep *Report, f Format, o RenderOptions) string {
+	t.Helper()
+	var b bytes.Buffer
+	if err := Render(&b, rep, f, o); err != nil {
+		t.Fatalf("render %s: %v", f, err)
+	}
+	return b.String()
+}
+
+func TestColourOnlyWhenAsked(t *testing.T) {
+	for _, fx := range fixtures {
+		rep := buildFixture(t, fx)
+		for _, f := range []Format{FormatText, FormatMarkdown, FormatJSON} {
+			if out := render(t, rep, f, RenderOptions{}); strings.Contains(out, "\x1b") {
+				t.Errorf("%s %s: escape codes without Color", fx.name, f)
+			}
+		}
+		// Markdown and JSON go into files and tickets: never coloured.
+		for _, f := range []Format{FormatMarkdown, FormatJSON} {
+			if out := render(t, rep, f, RenderOptions{Color: true}); strings.Contains(out, "\x1b") {
+				t.Errorf("%s %s: escape codes in a non-terminal format", fx.name, f)
+			}
+		}
+		plain := render(t, rep, FormatText, RenderOptions{})
+		col := render(t, rep, FormatText, RenderOptions{Color: true})
+		if !strings.Contains(col, "\x1b[") {
+			t.Errorf("%s: Color set but no escape codes", fx.name)
+		}
+		// Colour changes nothing else: not the words, not the alignment.
+		if stripped := ansi.ReplaceAllString(col, ""); stripped != plain {
+			t.Errorf("%s: coloured text differs from plain text once the colour is removed:\n%s", fx.name, stripped)
+		}
+		first, _, _ := strings.Cut(col, "\n")
+		if rep.Analysis.Failing != nil && !strings.HasPrefix(first, "\x1b[1;31m") {
+			t.Errorf("%s: the failing verdict is not red: %q", fx.name, first)
+		}
+	}
+}
+
+func TestFailingRowMarked(t *testing.T) {
+	rep := buildFixture(t, fixtures[0])
+	var marked []string
+	for _, line := range strings.Split(render(t, rep, FormatText, RenderOptions{Width: 100}), "\n") {
+		if strings.Contains(line, "◀") {
+			marked = append(marked, line)
+		}
+	}
+	if len(marked) != 1 || !strings.Contains(marked[0], `openat("/dev/nvidia-uvm", O_RDWR|O_CLOEXEC)`) || !strings.Contains(marked[0], "(c 238:0)") {
+		t.Errorf("marked rows: %q", marked)
+	}
+	md := render(t, rep, FormatMarkdown, RenderOptions{})
+	if !strings.Contains(md, "| `openat(\"/dev/nvidia-uvm\", O_RDWR\\|O_CLOEXEC)` | **EPERM ◀** | (c 238:0) |") {
+		t.Error("Markdown timeline does not mark the failing row")
+	}
+}
+
+func TestIncompleteTraceIsLoud(t *testing.T) {
+	rep := buildFixture(t, fixtures[0])
+	rep.Trace.Dropped, rep.Trace.Complete = 12, false
+	const loud = "INCOMPLETE TRACE: 12 events dropped by the kernel; the failing call may be missing"
+
+	text := render(t, rep, FormatText, RenderOptions{})
+	lines := strings.Split(strings.TrimRight(text, "\n"), "\n")
+	if lines[0] != loud {
+		t.Errorf("text does not open with the warning: %q", lines[0])
+	}
+	if lines[len(lines)-1] != loud {
+		t.Errorf("text does not end with the warning: %q", lines[len(lines)-1])
+	}
+	if !strings.Contains(text, "12 dropped") {
+		t.Error("trace summary lacks the drop count")
+	}
+	if q := render(t, rep, FormatText, RenderOptions{Quiet: true}); !strings.HasPrefix(q, loud+"\n") {
+		t.Errorf("--quiet hides the warning: %q", q)
+	}
+
+	md := render(t, rep, FormatMarkdown, RenderOptions{})
+	if !strings.Contains(md, "> [!WARNING]\n> "+loud+"\n") {
+		t.Error("Markdown lacks the warning block")
+	}
+	if i, j := strings.Index(md, "[!WARNING]"), strings.Index(md, "**Failing call:**"); i < 0 || j < 0 || i > j {
+		t.Error("Markdown warning comes after the failing call")
+	}
+
+	var got struct {
+		Trace struct {
+			Dropped  uint64 `json:"dropped"`
+			Complete *bool  `json:"complete"`
+		} `json:"trace"`
+	}
+	if err := json.Unmarshal([]byte(render(t, rep, FormatJSON, RenderOptions{})), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Trace.Complete == nil || *got.Trace.Complete || got.Trace.Dropped != 12 {
+		t.Errorf("JSON trace: complete %v dropped %d", got.Trace.Complete, got.Trace.Dropped)
+	}
+
+	// A complete trace says nothing of the kind.
+	ok := buildFixture(t, fixtures[0])
+	for _, f := range []Format{FormatText, FormatMarkdown} {
+		if out := render(t, ok, f, RenderOptions{}); strings.Contains(out, "INCOMPLETE") {
+			t.Errorf("%s: complete trace called incomplete", f)
+		}
+	}
+	if !strings.Contains(render(t, ok, FormatJSON, RenderOptions{}), `"complete": true`) {
+		t.Error(`JSON of a complete trace lacks "complete": true`)
+	}
+}
+
+func TestQuietIsTheVerdictOnly(t *testing.T) {
+	rep := buildFixture(t, fixtures[0])
+	if got := render(t, rep, FormatText, RenderOptions{Quiet: true}); got != rep.Analysis.Verdict+"\n" {
+		t.Errorf("quiet: %q", got)
+	}
+}
+
+// The timeline table fits the width it is given, at any sensible width.
+func TestTimelineFitsWidth(t *testing.T) {
+	for _, fx := range fixtures {
+		rep := buildFixture(t, fx)
+		for _, width := range []int{80, 100, 132} {
+			out := render(t, rep, FormatText, RenderOptions{Width: width})
+			_, table, ok := strings.Cut(out, "\nTIME ")
+			if !ok {
+				t.Fatalf("%s: no timeline table", fx.name)
+			}
+			table, _, _ = strings.Cut("TIME "+table, "\n\nTrace: ")
+			for _, line := range strings.Split(table, "\n") {
+				if n := utf8.RuneCountInString(line); n > width {
+					t.Errorf("%s at width %d: %d-column line %q", fx.name, width, n, line)
+				}
+			}
+		}
+	}
+}
+
+func TestAllEventsListsEveryEvent(t *testing.T) {
+	rep := buildFixture(t, fixtures[1])
+	all := timelineRows(rep, true)
+	if len(all) != len(rep.Events) {
+		t.Errorf("--all-events: %d rows for %d events", len(all), len(rep.Events))
+	}
+	cond := timelineRows(rep, false)
+	if len(cond) >= len(all) {
+		t.Errorf("condensed timeline (%d rows) is no shorter than the full one (%d)", len(cond), len(all))
+	}
+	// Every event is in exactly one condensed row: the ×N counts add up.
+	n := 0
+	for _, r := range cond {
+		if _, cnt, ok := strings.Cut(r.call, " ×"); ok {
+			var k int
+			for _, c := range cnt {
+				k = k*10 + int(c-'0')
+			}
+			n += k
+		} else {
+			n++
+		}
+	}
+	if n != len(rep.Events) {
+		t.Errorf("condensed rows cover %d events, want %d", n, len(rep.Events))
+	}
+}
+
+func TestWrapCall(t *testing.T) {
+	cases := []struct {
+		in    string
+		width int
+		want  []string
+	}{
+		{`stat("/dev/nvidiactl")`, 40, []string{`stat("/dev/nvidiactl")`}},
+		{`openat("/dev/nvidia-uvm", O_RDWR|O_CLOEXEC)`, 30, []string{`openat("/dev/nvidia-uvm",`, `  O_RDWR|O_CLOEXEC)`}},
+		{`symlink("../nvidia-caps/nvidia-cap1", "/dev/char/241:1")`, 40, []string{`symlink("../nvidia-caps/nvidia-cap1",`, `  "/dev/char/241:1")`}},
+		// One argument longer than the width breaks after a slash.
+		{`openat("/proc/driver/nvidia/capabilities/mig/config", O_RDONLY)`, 30, []string{`openat("/proc/driver/nvidia/`, `  capabilities/mig/config",`, `  O_RDONLY)`}},
+		// No slash at all: a hard break.
+		{"ioctl(8, " + strings.Repeat("X", 35) + ")", 20, []string{`ioctl(8,`, "  " + strings.Repeat("X", 18), "  " + strings.Repeat("X", 17) + ")"}},
+	}
+	for _, c := range cases {
+		got := wrapCall(c.in, c.width)
+		if strings.Join(got, "\n") != strings.Join(c.want, "\n") {
+			t.Errorf("wrapCall(%q, %d) =\n%q\nwant\n%q", c.in, c.width, got, c.want)
+		}
+		for _, l := range got {
+			if utf8.RuneCountInString(l) > c.width {
+				t.Errorf("line %q longer than %d", l, c.width)
+			}
+		}
+	}
+}
+
+// Odd but loadable reports render without panicking: a failing call that
+// is not among the events, an exec with a huge argv, no snapshot.
+func TestRenderOddReports(t *testing.T) {
+	long := strings.Repeat("x", 5000)
+	argv := make([]string, 500)
+	for i := range argv {
+		argv[i] = long
+	}
+	rep := &Report{Schema: 1, Tool: Tool{Name: "cudatrace"},
+		Events: []tracer.Event{
+			{Seq: 1, Kind: tracer.KindExec, Path: "/" + long, Argv: argv},
+			{Seq: 2, Kind: tracer.KindOpen, Path: "/dev/" + long, Ret: -13},
+			{Seq: 3, Kind: tracer.KindIoctl, FD: -1, Ret: -9},
+			{Seq: 4, Kind: tracer.KindExit, Signal: 9},
+		},
+	}
+	rep.Analysis.Failing = &tracer.Event{Seq: 99, Kind: tracer.KindOpen, Path: "/dev/nvidia0", Ret: -1}
+	for _, f := range []Format{FormatText, FormatMarkdown, FormatJSON} {
+		for _, w := range []int{0, 1, 40, 500} {
+			render(t, rep, f, RenderOptions{Width: w, AllEvents: w == 40})
+		}
+	}
+	if out := render(t, rep, FormatText, RenderOptions{}); strings.Contains(out, long[:100]+long[:100]) {
+		t.Error("the exec argv was not shortened in the timeline")
+	}
+}
