@@ -291,7 +291,7 @@ func writeTimelineTable(w io.Writer, rows []timelineRow, width int, p palette) e
 			widths[i] = max(widths[i], utf8.RuneCountInString(c))
 		}
 	}
-	const gap = 2 // between columns
+	const gap = 2                                                                          // between columns
 	callWidth := width - (widths[0] + widths[1] + widths[3] + widths[4]) - gap*len(header) // gap after each column, the last too
 	callWidth = min(max(callWidth, 24), widths[2])
 
