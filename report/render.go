@@ -291,8 +291,8 @@ func writeTimelineTable(w io.Writer, rows []timelineRow, width int, p palette) e
 			widths[i] = max(widths[i], utf8.RuneCountInString(c))
 		}
 	}
-	const gap = 2                                                                          // between columns
-	callWidth := width - (widths[0] + widths[1] + widths[3] + widths[4]) - gap*len(header) // gap after each column, the last too
+	const gap = 2 // after each column, the last one included
+	callWidth := width - (widths[0] + widths[1] + widths[3] + widths[4]) - gap*len(header)
 	callWidth = min(max(callWidth, 24), widths[2])
 
 	var buf strings.Builder
