@@ -68,6 +68,9 @@ func renderMarkdown(w io.Writer, rep *Report, o RenderOptions) error {
 			// A code span shows the call as typed; only | needs escaping
 			// inside a table.
 			cells[2] = "`" + strings.ReplaceAll(c, "|", "\\|") + "`"
+			if r.repeat > 1 {
+				cells[2] += fmt.Sprintf(" ×%d", r.repeat)
+			}
 		}
 		if r.failing {
 			cells[3] = "**" + cells[3] + "**"

@@ -192,10 +192,21 @@ func traceSummary(rep *Report) string {
 // timelineRow is one line of the timeline, before layout.
 type timelineRow struct {
 	time, proc, call, result, dev string
+	repeat                        int  // events folded into this row, when more than one
 	failing                       bool // the analysis's failing call
 }
 
-func (r timelineRow) cells() []string { return []string{r.time, r.proc, r.call, r.result, r.dev} }
+// callCell is the call with its repeat count: `stat("/dev/nvidiactl") ×2`.
+func (r timelineRow) callCell() string {
+	if r.repeat > 1 {
+		return fmt.Sprintf("%s ×%d", r.call, r.repeat)
+	}
+	return r.call
+}
+
+func (r timelineRow) cells() []string {
+	return []string{r.time, r.proc, r.callCell(), r.result, r.dev}
+}
 
 // timelineRows lists the events for the timeline. Condensed, runs of
 // successful ioctls by one thread on one fd fold into one row, and so do
@@ -242,7 +253,7 @@ func timelineRows(rep *Report, all bool) []timelineRow {
 			}
 		}
 		if j > i {
-			r.call += fmt.Sprintf(" ×%d", j-i+1)
+			r.repeat = j - i + 1
 			i = j
 		}
 		rows = append(rows, r)
@@ -317,7 +328,7 @@ func writeTimelineTable(w io.Writer, rows []timelineRow, width int, p palette) e
 	var failLines []bool
 	for _, r := range rows {
 		cells := r.cells()
-		call := wrapCall(r.call, callWidth)
+		call := wrapCall(r.callCell(), callWidth)
 		cells[2] = strings.Join(call, "\n")
 		for range call {
 			failLines = append(failLines, r.failing)
