@@ -3,6 +3,7 @@ package report
 import (
 	"fmt"
 	"io"
+	"sort"
 	"strings"
 
 	"github.com/cudatrace/cudatrace/annotate"
@@ -98,7 +99,41 @@ func writeSnapshotMarkdown(b *strings.Builder, s *snapshot.Snapshot) {
 		b.WriteString("\n")
 	}
 	if c := s.Container; c.Runtime != "" {
-		fmt.Fprintf(b, "- container: %s %s\n", c.Runtime, c.ID)
+		fmt.Fprintf(b, "- container: %s %s", c.Runtime, c.ID)
+		if c.ProxmoxCTID != "" && c.ProxmoxCTID != c.ID {
+			fmt.Fprintf(b, " (Proxmox CT %s)", c.ProxmoxCTID)
+		}
+		b.WriteString("\n")
+	}
+	if p := s.Process; p.PID != 0 {
+		fmt.Fprintf(b, "- process: `%s[%d]` uid %d gid %d", p.Comm, p.PID, p.UID, p.GID)
+		if p.User != "" {
+			fmt.Fprintf(b, " (%s)", mdEscape(p.User))
+		}
+		if p.UserNS {
+			b.WriteString(", in a user namespace")
+		}
+		if p.NoNewPrivs {
+			b.WriteString(", no_new_privs")
+		}
+		if p.Seccomp == 2 {
+			b.WriteString(", seccomp filter")
+		}
+		b.WriteString("\n")
+	}
+	// Only the mounts that can change a verdict: nodev, or a node
+	// bind-mounted in from elsewhere.
+	for _, m := range s.Mounts {
+		if m.NoDev || m.Bind {
+			fmt.Fprintf(b, "- mount `%s`: %s from `%s`", m.MountPoint, m.FSType, m.Source)
+			if m.Bind {
+				fmt.Fprintf(b, ", bind of `%s`", m.Root)
+			}
+			if m.NoDev {
+				b.WriteString(", **nodev**")
+			}
+			b.WriteString("\n")
+		}
 	}
 	if len(s.ProcDevices) > 0 {
 		var parts []string
@@ -139,8 +174,25 @@ func writeSnapshotMarkdown(b *strings.Builder, s *snapshot.Snapshot) {
 	if v1 := s.CgroupV1; v1 != nil {
 		fmt.Fprintf(b, "- cgroup v1 devices `%s`: `%s`\n", v1.Path, strings.Join(v1.DevicesList, "`, `"))
 	}
+	if len(s.Env) > 0 {
+		keys := make([]string, 0, len(s.Env))
+		for k := range s.Env {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			fmt.Fprintf(b, "- `%s=%s`\n", k, s.Env[k])
+		}
+	}
 	for _, u := range s.Unavailable {
 		fmt.Fprintf(b, "- not checked: %s\n", mdEscape(u))
+	}
+	if len(s.KernelLog) > 0 {
+		b.WriteString("\nKernel log during the trace:\n\n```\n")
+		for _, l := range s.KernelLog {
+			b.WriteString(l.Text + "\n")
+		}
+		b.WriteString("```\n")
 	}
 }
 

@@ -58,6 +58,7 @@ func (p palette) red(s string) string    { return p.wrap("1;31", s) }
 func (p palette) yellow(s string) string { return p.wrap("33", s) }
 func (p palette) bold(s string) string   { return p.wrap("1", s) }
 func (p palette) dim(s string) string    { return p.wrap("2", s) }
+func (p palette) green(s string) string  { return p.wrap("1;32", s) }
 
 func severityLabel(p palette, s annotate.Severity) string {
 	switch s {
@@ -114,7 +115,7 @@ func renderText(w io.Writer, rep *Report, o RenderOptions) error {
 			fmt.Fprintf(&b, "      %s\n", d)
 		}
 		if f.Fix != "" {
-			fmt.Fprintf(&b, "  Fix: %s\n", strings.ReplaceAll(f.Fix, "\n", "\n       "))
+			fmt.Fprintf(&b, "  %s %s\n", p.green("Fix:"), strings.ReplaceAll(f.Fix, "\n", "\n       "))
 		}
 	}
 	if _, err := io.WriteString(w, b.String()); err != nil {
