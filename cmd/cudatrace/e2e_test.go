@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -157,6 +158,12 @@ func (tr traceRun) checkStreams(t *testing.T, cuInit string, times int) {
 // the two reports' findings.
 func bothBackends(t *testing.T, mk func() *scenario.Env, args []string, target []string, check func(t *testing.T, env *scenario.Env, tr traceRun)) {
 	t.Helper()
+	bothBackendsPrepared(t, mk, nil, args, target, check)
+}
+
+// bothBackendsPrepared is bothBackends with a hook run on each prepared Env.
+func bothBackendsPrepared(t *testing.T, mk func() *scenario.Env, setup func(*testing.T, *scenario.Env), args []string, target []string, check func(t *testing.T, env *scenario.Env, tr traceRun)) {
+	t.Helper()
 	privtest.RequireRoot(t)
 	needBinaries(t)
 	runs := make([]traceRun, len(backends))
@@ -164,6 +171,9 @@ func bothBackends(t *testing.T, mk func() *scenario.Env, args []string, target [
 	for i := range backends {
 		envs[i] = mk()
 		envs[i].Prepare(t)
+		if setup != nil {
+			setup(t, envs[i])
+		}
 	}
 	var wg sync.WaitGroup
 	errs := make([]string, len(backends))
@@ -517,7 +527,45 @@ func TestCgroup2StaleMajor(t *testing.T) {
 	})
 }
 
-func TestCgroup1Denies(t *testing.T) {
+// A v1 devices cgroup in the shape Docker and LXC write (deny all, then an
+// allow list) that lacks uvm's major: devices.list shows the list, so the
+// verdict names it.
+func TestCgroup1AllowList(t *testing.T) {
+	t.Parallel()
+	privtest.RequireRoot(t)
+	if scenario.CgroupV1DevicesRoot() == "" {
+		privtest.Skip(t, "the cgroup v1 devices controller is not mounted")
+	}
+	mk := func() *scenario.Env {
+		env := standIn()
+		env.CgroupV1Deny = []string{"a"}
+		return env
+	}
+	allow := func(t *testing.T, env *scenario.Env) {
+		// mem (null, zero, full, the nvidiactl and nvidia0 stand-ins), tty
+		// and pts: everything but vcs, uvm's stand-in.
+		for _, rule := range []string{"c 1:* rwm", "c 5:* rwm", "c 136:* rwm", "c 4:* rwm"} {
+			if err := os.WriteFile(filepath.Join(env.CgroupV1Path(), "devices.allow"), []byte(rule), 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	bothBackendsPrepared(t, mk, allow, nil, nil, func(t *testing.T, env *scenario.Env, tr traceRun) {
+		commonChecks(t, tr)
+		tr.checkStreams(t, "999", 1)
+		tr.failing(t, "openat", "/dev/nvidia-uvm", unix.EPERM)
+		tr.requireFinding(t, "cgroup1-denied", annotate.SeverityError)
+		if text := tr.findingText("cgroup1-denied"); !strings.Contains(text, "c 7:* rwm") {
+			t.Errorf("cgroup1-denied lacks the fix c 7:* rwm:\n%s", text)
+		}
+	})
+}
+
+// A deny rule in an allow-by-default v1 cgroup: the kernel's devices.list
+// then shows only "a *:* rwm" and hides the exception, so cudatrace cannot
+// read the rule, but it must not conclude that the cgroup allows the
+// access: EPERM from an open with the mode and nodev fine is the cgroup.
+func TestCgroup1DenyException(t *testing.T) {
 	t.Parallel()
 	privtest.RequireRoot(t)
 	if scenario.CgroupV1DevicesRoot() == "" {
@@ -532,7 +580,10 @@ func TestCgroup1Denies(t *testing.T) {
 		commonChecks(t, tr)
 		tr.checkStreams(t, "999", 1)
 		tr.failing(t, "openat", "/dev/nvidia-uvm", unix.EPERM)
-		tr.requireFinding(t, "cgroup1-denied", annotate.SeverityError)
+		if finding(tr.rep, "cgroup1-denied") == nil && finding(tr.rep, "cgroup-denied-inferred") == nil {
+			t.Errorf("findings %v, want cgroup1-denied or cgroup-denied-inferred: devices.list %q cannot show deny exceptions; verdict %q",
+				findingIDs(tr.rep), tr.rep.Snapshot.CgroupV1, tr.rep.Analysis.Verdict)
+		}
 	})
 }
 
@@ -779,4 +830,102 @@ func TestSnapshotOfExitingTarget(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Without root, auto falls back to ptrace (saying why, in one line), still
+// pinpoints the failing call, and marks the cgroup verdict as inferred
+// because the device programs cannot be read.
+func TestUnprivilegedAutoFallsBackToPtrace(t *testing.T) {
+	t.Parallel()
+	privtest.RequireRoot(t) // to build the scenario
+	needBinaries(t)
+	env := denyUVM()
+	env.User = "nobody" // cudatrace itself runs as nobody
+	env.Prepare(t)
+	out := filepath.Join(sharedDir(t), "r.json")
+	cmd := env.Command(t, cudatraceBin, "--proc-devices", env.ProcDevicesPath(), "-o", out, "--", fakecudaBin, "--proc-devices", env.ProcDevicesPath())
+	r := runBinary(t, cmd)
+	if r.code != 0 {
+		t.Fatalf("exit %d, want the target's 0; stderr:\n%s", r.code, r.stderr)
+	}
+	if r.stdout != "cuInit 999\n" {
+		t.Errorf("stdout %q", r.stdout)
+	}
+	first, _, _ := strings.Cut(r.stderr, "\n")
+	if !strings.HasPrefix(first, "cudatrace: eBPF unavailable (") || !strings.HasSuffix(first, "; using ptrace") {
+		t.Errorf("first stderr line %q does not say why eBPF is not used", first)
+	}
+	rep, err := report.LoadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := traceRun{result: r, rep: rep, backend: "ptrace"}
+	commonChecks(t, tr)
+	tr.failing(t, "openat", "/dev/nvidia-uvm", unix.EPERM)
+	f := tr.requireFinding(t, "cgroup-denied-inferred", annotate.SeverityError)
+	if !f.Inferred {
+		t.Error("cgroup-denied-inferred is not marked inferred")
+	}
+	if fix := f.Fix; !strings.Contains(fix, "c 7:* rwm") {
+		t.Errorf("fix %q lacks c 7:* rwm", fix)
+	}
+	var why string
+	for _, u := range rep.Snapshot.Unavailable {
+		if strings.HasPrefix(u, "cgroup v2 device programs") {
+			why = u
+		}
+	}
+	if why == "" {
+		t.Errorf("the report does not say the cgroup programs could not be read: %q", rep.Snapshot.Unavailable)
+	} else if strings.Contains(why, "not supported") {
+		// The kernel supports BPF_PROG_QUERY; nobody lacks the privilege.
+		t.Errorf("unreadable programs blamed on kernel support, not privileges: %q", why)
+	}
+}
+
+// sharedDir is a temp dir any user can write (t.TempDir is 0700).
+func sharedDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "cudatrace-cli-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// cudatrace mounts tracefs when it is missing and removes it afterwards.
+// The host may have it mounted already, so the run happens in a private
+// mount namespace without it, whose mount table is compared before and
+// after.
+func TestNoMountsLeftBehind(t *testing.T) {
+	privtest.RequireRoot(t)
+	needBinaries(t)
+	t.Parallel()
+	script := `set -e
+for m in /sys/kernel/tracing /sys/kernel/debug/tracing /sys/kernel/debug; do umount -l "$m" 2>/dev/null || true; done
+if grep -q ' - tracefs ' /proc/self/mountinfo; then echo "tracefs still mounted" >&2; exit 99; fi
+cut -d' ' -f5,9 /proc/self/mountinfo > "$1"
+rc=0; "$2" --backend ebpf -q -- /bin/true || rc=$?
+cut -d' ' -f5,9 /proc/self/mountinfo > "$3"
+exit $rc`
+	dir := t.TempDir()
+	before, after := filepath.Join(dir, "before"), filepath.Join(dir, "after")
+	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", script, "sh", before, cudatraceBin, after)
+	r := runBinary(t, cmd)
+	if r.code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", r.code, r.stderr)
+	}
+	b1, err1 := os.ReadFile(before)
+	b2, err2 := os.ReadFile(after)
+	if err1 != nil || err2 != nil {
+		t.Fatal(err1, err2)
+	}
+	if string(b1) != string(b2) {
+		t.Errorf("mounts changed:\nbefore:\n%s\nafter:\n%s", b1, b2)
+	}
+	noOrphanPrograms(t)
 }

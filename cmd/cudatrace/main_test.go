@@ -47,7 +47,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
-	if os.Geteuid() == 0 && code == 0 {
+	if os.Geteuid() == 0 {
 		if msgs := checkLeftovers(before); len(msgs) > 0 {
 			for _, m := range msgs {
 				fmt.Fprintln(os.Stderr, "left behind:", m)
@@ -110,9 +110,15 @@ func checkLeftovers(before leftovers) []string {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	for _, m := range mountPoints() {
+	after := mountPoints()
+	for _, m := range after {
 		if !slices.Contains(before.mounts, m) {
 			msgs = append(msgs, "mount "+m)
+		}
+	}
+	for _, m := range before.mounts {
+		if !slices.Contains(after, m) {
+			msgs = append(msgs, "mount removed (not ours to unmount): "+m)
 		}
 	}
 	mine := scenario.ScratchPrefix + strconv.Itoa(os.Getpid()) + "-"
