@@ -2,8 +2,8 @@ package ebpftrace
 
 import (
 	"context"
-	"fmt"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -120,7 +120,6 @@ func traceCmd(t *testing.T, spec tracer.Spec, script string) (*tracer.Result, *r
 	}
 	return res, rec
 }
-
 
 func byPath(path string) func(*tracer.Event) bool {
 	return func(e *tracer.Event) bool { return e.Path == path }

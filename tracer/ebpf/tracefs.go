@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
-	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -16,62 +16,100 @@ import (
 // tracepoints' ids are only published there.
 const tracefsDir = "/sys/kernel/tracing"
 
-// tracefs mounts are shared between concurrent Runs in one process; the last
-// one out unmounts what the first one mounted.
-var tracefsState tracefsRefs
+// stateDir holds the locks that let several cudatrace processes share one
+// tracefs mount: the last one out unmounts it, and only if a cudatrace
+// mounted it. /run is emptied at boot, like the mount table.
+var stateDir = "/run/cudatrace"
 
-type tracefsRefs struct {
-	sync.Mutex
-	refs    int
-	mounted bool // we mounted it, so we unmount it
-}
+const (
+	stateLock = "tracefs.lock"    // held (exclusive) while deciding to mount or unmount
+	usersLock = "tracefs.users"   // held (shared) by every process using the mount
+	marker    = "tracefs.mounted" // exists while a cudatrace-made mount exists
+)
 
 // acquireTracefs makes sure tracefs is reachable and returns the function
-// that undoes whatever it did.
+// that undoes whatever it did, once no other cudatrace uses it.
 func acquireTracefs() (release func() error, err error) {
-	s := &tracefsState
-	s.Lock()
-	defer s.Unlock()
-	if s.refs == 0 {
-		present, err := tracefsPresent("/proc/self/mountinfo")
-		if err != nil {
-			return nil, err
-		}
-		if !present {
-			if err := unix.Mount("tracefs", tracefsDir, "tracefs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-				if errors.Is(err, unix.EPERM) {
-					return nil, unavailable("tracefs is not mounted and mounting it needs CAP_SYS_ADMIN")
-				}
-				return nil, fmt.Errorf("mount tracefs on %s: %w", tracefsDir, err)
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("tracefs state directory: %w", err)
+	}
+	state, err := lockFile(filepath.Join(stateDir, stateLock), unix.LOCK_EX)
+	if err != nil {
+		return nil, err
+	}
+	defer state.Close() // unlocks
+	present, err := tracefsPresent("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	if !present {
+		if err := unix.Mount("tracefs", tracefsDir, "tracefs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+			if errors.Is(err, unix.EPERM) {
+				return nil, unavailable("tracefs is not mounted and mounting it needs CAP_SYS_ADMIN")
 			}
-			s.mounted = true
+			return nil, fmt.Errorf("mount tracefs on %s: %w", tracefsDir, err)
+		}
+		if err := os.WriteFile(filepath.Join(stateDir, marker), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600); err != nil {
+			unix.Unmount(tracefsDir, 0)
+			return nil, fmt.Errorf("record tracefs mount: %w", err)
 		}
 	}
-	s.refs++
-	var once sync.Once
-	return func() (err error) {
-		once.Do(func() { err = s.release() })
-		return err
+	users, err := lockFile(filepath.Join(stateDir, usersLock), unix.LOCK_SH)
+	if err != nil {
+		return nil, err
+	}
+	done := false
+	return func() error {
+		if done {
+			return nil
+		}
+		done = true
+		return releaseTracefs(users)
 	}, nil
 }
 
-func (s *tracefsRefs) release() error {
-	s.Lock()
-	defer s.Unlock()
-	s.refs--
-	if s.refs > 0 || !s.mounted {
-		return nil
+func releaseTracefs(users *os.File) error {
+	defer users.Close()
+	state, err := lockFile(filepath.Join(stateDir, stateLock), unix.LOCK_EX)
+	if err != nil {
+		return err
 	}
-	s.mounted = false
-	err := unix.Unmount(tracefsDir, 0)
+	defer state.Close()
+	// Upgrading our shared lock succeeds only if no one else holds one.
+	if unix.Flock(int(users.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+		return nil // another cudatrace still traces; the last one unmounts
+	}
+	if _, err := os.Stat(filepath.Join(stateDir, marker)); err != nil {
+		return nil // not ours to unmount
+	}
+	err = unix.Unmount(tracefsDir, 0)
 	if errors.Is(err, unix.EBUSY) {
 		// Someone is using it (a shell cd'ed into it): detach it anyway.
 		err = unix.Unmount(tracefsDir, unix.MNT_DETACH)
 	}
-	if err != nil {
+	if err != nil && !errors.Is(err, unix.EINVAL) { // EINVAL: unmounted meanwhile
 		return fmt.Errorf("unmount tracefs from %s: %w", tracefsDir, err)
 	}
+	os.Remove(filepath.Join(stateDir, marker))
 	return nil
+}
+
+func lockFile(path string, how int) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("tracefs lock: %w", err)
+	}
+	for {
+		err = unix.Flock(int(f.Fd()), how)
+		if !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	return f, nil
 }
 
 // tracefsPresent reports whether tracefs is mounted anywhere, or debugfs with
@@ -136,9 +174,6 @@ func unescapeMount(s string) string {
 }
 
 func octal3(s string) (byte, bool) {
-	if len(s) != 3 {
-		return 0, false
-	}
 	var v int
 	for _, c := range s {
 		if c < '0' || c > '7' {

@@ -1,0 +1,252 @@
+package ebpftrace
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/cudatrace/cudatrace/internal/privtest"
+	"github.com/cudatrace/cudatrace/tracer"
+)
+
+// blockingSink holds the reader on the first event until release is closed,
+// so the ring buffer fills up for certain.
+type blockingSink struct {
+	recorder
+	once    sync.Once
+	release chan struct{}
+}
+
+func (s *blockingSink) Event(e *tracer.Event) {
+	s.once.Do(func() { <-s.release })
+	s.recorder.Event(e)
+}
+
+// With a one-page ring and a stalled reader, most events are lost, and every
+// lost one is counted: captured + dropped is exactly what the target did.
+func TestTinyRingCountsEveryDrop(t *testing.T) {
+	privtest.RequireRoot(t)
+	node := fakeNode(t, "nvidiactl")
+	fifo := filepath.Join(t.TempDir(), "done")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const opens = 3000
+	sink := &blockingSink{release: make(chan struct{})}
+	go func() {
+		// The target writes the fifo after its last open; until then the
+		// sink stays blocked.
+		os.ReadFile(fifo)
+		close(sink.release)
+	}()
+	res, err := New().Run(context.Background(), tracer.Spec{
+		Argv:            []string{"/bin/sh", "-c", fmt.Sprintf("i=0; while [ $i -lt %d ]; do : < %s; i=$((i+1)); done; echo done > %s", opens, node, fifo)},
+		DeviceMajors:    []uint32{1},
+		RingBufferBytes: os.Getpagesize(),
+	}, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Ground truth: the opens, plus the exec of sh and its exit.
+	const truth = opens + 2
+	if res.Dropped == 0 {
+		t.Fatalf("no drops with a %d-byte ring and a stalled reader", os.Getpagesize())
+	}
+	if res.Events+res.Dropped != truth {
+		t.Fatalf("events %d + dropped %d = %d, want %d", res.Events, res.Dropped, res.Events+res.Dropped, truth)
+	}
+	if uint64(len(sink.events)) != res.Events {
+		t.Fatalf("sink got %d events, Result.Events %d", len(sink.events), res.Events)
+	}
+	if len(res.Notes) == 0 || !strings.Contains(res.Notes[0], "dropped") {
+		t.Errorf("notes %q do not mention the drops", res.Notes)
+	}
+	for i, e := range sink.events {
+		if e.Seq != uint64(i+1) {
+			t.Fatalf("event %d has Seq %d", i, e.Seq)
+		}
+	}
+}
+
+// ourPrograms lists loaded BPF programs whose names are ours.
+func ourPrograms(t *testing.T) []string {
+	t.Helper()
+	spec, err := loadBpf()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for name := range spec.Programs {
+		names[name[:min(len(name), 15)]] = true // BPF_OBJ_NAME_LEN
+	}
+	var found []string
+	id := ebpf.ProgramID(0)
+	for {
+		id, err = ebpf.ProgramGetNextID(id)
+		if errors.Is(err, os.ErrNotExist) {
+			return found
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := ebpf.NewProgramFromID(id)
+		if err != nil {
+			continue // gone meanwhile
+		}
+		info, err := p.Info()
+		p.Close()
+		if err == nil && names[info.Name] {
+			found = append(found, fmt.Sprintf("%s (id %d)", info.Name, id))
+		}
+	}
+}
+
+func tracefsMounts(t *testing.T) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Count(string(b), " - tracefs ")
+}
+
+// After Run, nothing of ours stays loaded or mounted, whether it succeeded
+// or failed part-way.
+func TestNothingLeftBehind(t *testing.T) {
+	privtest.RequireRoot(t)
+	if left := ourPrograms(t); len(left) > 0 {
+		t.Fatalf("programs of ours loaded before the test: %v", left)
+	}
+	mountsBefore := tracefsMounts(t)
+	sawMount := false
+	res, err := New().Run(context.Background(), tracer.Spec{Argv: []string{"/bin/sh", "-c", "exit 3"}},
+		tracer.SinkFunc(func(*tracer.Event) {
+			// While tracing, tracefs is mounted (by us or by someone else).
+			sawMount = sawMount || tracefsMounts(t) > 0
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Exit == nil || res.Exit.Code != 3 || !sawMount {
+		t.Fatalf("exit %+v, tracefs mounted while tracing: %v", res.Exit, sawMount)
+	}
+	// A failing Run: attaching to a process that does not exist.
+	if _, err := New().Run(context.Background(), tracer.Spec{PIDs: []int{1 << 30}}, tracer.SinkFunc(func(*tracer.Event) {})); err == nil {
+		t.Fatal("attach to a missing PID succeeded")
+	}
+	if left := ourPrograms(t); len(left) > 0 {
+		t.Errorf("programs left loaded: %v", left)
+	}
+	if n := tracefsMounts(t); n != mountsBefore {
+		t.Errorf("%d tracefs mounts after Run, %d before", n, mountsBefore)
+	}
+}
+
+func TestBadSpecs(t *testing.T) {
+	privtest.RequireRoot(t)
+	sink := tracer.SinkFunc(func(*tracer.Event) {})
+	for _, tc := range []struct {
+		name string
+		spec tracer.Spec
+		want string
+	}{
+		{"nothing to trace", tracer.Spec{}, "either a command"},
+		{"both", tracer.Spec{Argv: []string{"/bin/true"}, PIDs: []int{1}}, "either a command"},
+		{"missing PID", tracer.Spec{PIDs: []int{1 << 30}}, fmt.Sprintf("no such process: %d", 1<<30)},
+		{"negative PID", tracer.Spec{PIDs: []int{-4}}, "invalid PID -4"},
+		{"ourselves", tracer.Spec{PIDs: []int{os.Getpid()}}, "cannot attach to cudatrace itself"},
+		{"ring not a power of two", tracer.Spec{Argv: []string{"/bin/true"}, RingBufferBytes: 3 * 4096}, "power of two"},
+		{"ring below a page", tracer.Spec{Argv: []string{"/bin/true"}, RingBufferBytes: 64}, "power of two"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := New().Run(context.Background(), tc.spec, sink)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+				t.Errorf("err = %v, want one line containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// Attach to a running process: its calls and its new children's are traced
+// until ctx is cancelled; then it is left running, untraced.
+func TestAttach(t *testing.T) {
+	privtest.RequireRoot(t)
+	node := fakeNode(t, "nvidiactl")
+	target := exec.Command("/bin/sh", "-c", fmt.Sprintf(`while :; do : < %[1]s; sh -c ': < %[1]s'; done`, node))
+	if err := target.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		target.Process.Kill()
+		target.Wait()
+	}()
+	pid := target.Process.Pid
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rec := &recorder{}
+	var fromParent, fromChild int
+	res, err := New().Run(ctx, tracer.Spec{PIDs: []int{pid}, DeviceMajors: []uint32{1}},
+		tracer.SinkFunc(func(e *tracer.Event) {
+			rec.Event(e)
+			if e.Path == node && e.PID == pid {
+				fromParent++
+			} else if e.Path == node {
+				fromChild++
+			}
+			if fromParent >= 3 && fromChild >= 3 {
+				cancel()
+			}
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fromParent < 3 || fromChild < 3 {
+		t.Fatalf("opens: %d by the attached shell, %d by its children", fromParent, fromChild)
+	}
+	if res.Launched || res.Exit != nil || len(res.Notes) == 0 {
+		t.Errorf("result %+v", res)
+	}
+	if err := target.Process.Signal(unix.Signal(0)); err != nil {
+		t.Fatalf("attached process did not survive the detach: %v", err)
+	}
+	if left := ourPrograms(t); len(left) > 0 {
+		t.Errorf("programs left loaded after detach: %v", left)
+	}
+}
+
+// An attach ends by itself once every traced process has exited.
+func TestAttachEndsWhenTargetExits(t *testing.T) {
+	privtest.RequireRoot(t)
+	node := fakeNode(t, "nvidiactl")
+	target := exec.Command("/bin/sh", "-c", fmt.Sprintf("while :; do : < %s; done", node))
+	if err := target.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer target.Wait()
+	var once sync.Once
+	rec := &recorder{}
+	// Kill the target once its calls show the attach is live; Run must
+	// then return without ctx or a duration.
+	res, err := New().Run(context.Background(), tracer.Spec{PIDs: []int{target.Process.Pid}, DeviceMajors: []uint32{1}},
+		tracer.SinkFunc(func(e *tracer.Event) {
+			rec.Event(e)
+			once.Do(func() { target.Process.Signal(unix.SIGTERM) })
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex := one(t, rec, "exit of the attached process", func(e *tracer.Event) bool { return e.Kind == tracer.KindExit })
+	if ex.PID != target.Process.Pid || ex.Signal != int(unix.SIGTERM) {
+		t.Errorf("exit %+v, want PID %d killed by SIGTERM", *ex, target.Process.Pid)
+	}
+	checkComplete(t, res)
+}

@@ -1,0 +1,71 @@
+package ebpftrace
+
+import (
+	"testing"
+	"unsafe"
+
+	"github.com/cudatrace/cudatrace/report"
+	"github.com/cudatrace/cudatrace/tracer"
+)
+
+// rawSample lays out one ring-buffer sample as the BPF side writes it.
+func rawSample(e bpfEvent) []byte {
+	buf := make([]byte, eventSize)
+	*(*bpfEvent)(unsafe.Pointer(&buf[0])) = e
+	return buf
+}
+
+func setCStr(dst []int8, s string) {
+	for i := range len(s) {
+		dst[i] = int8(s[i])
+	}
+	dst[len(s)] = 0
+}
+
+// w1Samples are the two events of one W1 iteration (scripts/bench): an
+// open of a device node and a successful ioctl on it.
+func w1Samples() [][]byte {
+	var open, ioctl bpfEvent
+	for _, e := range []*bpfEvent{&open, &ioctl} {
+		e.Tgid, e.Tid, e.Ktime = 4242, 4242, 1_000_000
+		e.HasDev, e.DevMajor, e.DevMinor = 1, 195, 255
+		setCStr(e.Comm[:], "python3")
+	}
+	open.Kind, open.Syscall, open.Ret, open.Flags = uint8(bpfEventKindKIND_OPEN), uint16(bpfSyscallIdSC_OPENAT), 5, 0o2000002
+	setCStr(open.Path[:], "/dev/nvidiactl")
+	ioctl.Kind, ioctl.Syscall, ioctl.Fd, ioctl.Request = uint8(bpfEventKindKIND_IOCTL), uint16(bpfSyscallIdSC_IOCTL), 5, 0xc020462a
+	ioctl.ArgLen = 32
+	return [][]byte{rawSample(open), rawSample(ioctl)}
+}
+
+// BenchmarkPipeline is the user-space cost per event of an eBPF trace:
+// decoding a sample, then the report's Recorder (what cudatrace's sink
+// does). Reading the ring itself is the kernel's and cilium/ebpf's part.
+func BenchmarkPipeline(b *testing.B) {
+	samples := w1Samples()
+	b.Run("decode", func(b *testing.B) {
+		d := newDecoder(0)
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			if _, err := d.decode(samples[i&1]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("decode+record", func(b *testing.B) {
+		d := newDecoder(0)
+		rec := report.NewRecorder()
+		var sink tracer.Sink = rec
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			ev, err := d.decode(samples[i&1])
+			if err != nil {
+				b.Fatal(err)
+			}
+			sink.Event(ev)
+		}
+		if rec.Seen != uint64(b.N) {
+			b.Fatalf("recorder saw %d events, want %d", rec.Seen, b.N)
+		}
+	})
+}
