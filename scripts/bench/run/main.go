@@ -63,6 +63,7 @@ type workload struct {
 type bench struct {
 	bin, out, node, strace string
 	ringbuf                int // bytes for W5
+	keepReports            bool
 	timeout                time.Duration
 	runs                   []run
 	runsCSV                *csv.Writer
@@ -106,6 +107,7 @@ func main() {
 	flag.IntVar(&n4, "n4", 1000, "W4 iterations per worker")
 	flag.IntVar(&n5, "n5", 2000, "W5 iterations per thread")
 	flag.IntVar(&big, "big", 5_000_000, "iterations of the RSS check (2 events each); 0 skips it")
+	flag.BoolVar(&b.keepReports, "keep-reports", false, "keep every cudatrace JSON report under OUT/reports")
 	flag.BoolVar(&quick, "quick", false, "a smoke run: fewer repetitions and iterations")
 	flag.DurationVar(&b.timeout, "timeout", 5*time.Minute, "limit per command")
 	flag.Parse()
@@ -253,7 +255,7 @@ func (b *bench) finish(r *run, res *result, err error, hasReport bool, reportPat
 			r.Truth = 0 // the workload is not the traced process
 		}
 		if hasReport {
-			if err := r.readReport(reportPath, b.node); err != nil {
+			if err := r.readReport(reportPath, b.node, b.keepReports); err != nil {
 				r.OK, r.Note = false, err.Error()
 			} else if r.Captured+r.Dropped != r.Truth && r.Dropped == 0 {
 				r.OK, r.Note = false, fmt.Sprintf("captured %d of %d events, none reported dropped", r.Captured, r.Truth)
@@ -317,7 +319,7 @@ func (b *bench) measureW5(w workload, rep, ring int) {
 // counts the workload's own calls: opens of the node and ioctls (only
 // ioctls on major-1 fds are recorded). Everything else (exec, exit) is
 // stored verbatim, so subtracting it from the delivered total is exact.
-func (r *run) readReport(path, node string) error {
+func (r *run) readReport(path, node string, keep bool) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("no report: %v", err)
@@ -355,9 +357,8 @@ func (r *run) readReport(path, node string) error {
 	if len(rep.Events) > 0 {
 		r.FirstEventNs = rep.Events[0].Time
 	}
-	// Only large reports are worth deleting; small ones help debugging.
-	if len(data) > 8<<20 {
-		os.Remove(path)
+	if !keep {
+		os.Remove(path) // tens of MB per repetition otherwise
 	}
 	return nil
 }
