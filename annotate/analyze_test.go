@@ -843,3 +843,23 @@ func TestNodevByMountPrefix(t *testing.T) {
 	f := find(t, Analyze(b.evs, s), "nodev")
 	mustContain(t, "summary", f.Summary, "(/dev)")
 }
+
+// A target that dies on another device before touching NVIDIA nodes
+// (PyTorch on /dev/urandom) still learns that its /dev is nodev.
+func TestNodevWithoutFailedNVIDIAOpen(t *testing.T) {
+	s := &snapshot.Snapshot{
+		Nodes: []snapshot.Node{
+			{Path: "/dev/nvidia-caps/nvidia-cap1", Exists: true, Type: "c", Major: 241, Minor: 1, Mode: 0o400, MountPoint: "/dev"},
+			{Path: "/dev/nvidiactl", Exists: true, Type: "c", Major: 195, Minor: 255, Mode: 0o666, MountPoint: "/dev"},
+		},
+		Mounts: []snapshot.Mount{{MountPoint: "/dev", FSType: "tmpfs", Options: []string{"rw", "nodev"}, NoDev: true}},
+	}
+	a := Analyze(nil, s)
+	f := find(t, a, "nodev")
+	if f.Severity != SeverityError || !strings.Contains(f.Summary, "/dev/nvidiactl") || !strings.Contains(f.Fix, "remount,dev /dev") {
+		t.Fatalf("nodev finding = %+v", f)
+	}
+	if a.Failing != nil {
+		t.Fatalf("no call failed, but Failing = %+v", a.Failing)
+	}
+}

@@ -30,6 +30,7 @@ func (a *analyzer) checkAll() {
 	if l := a.kernelLines(isXidLost); len(l) > 0 {
 		a.gpuLost(-1, SeverityError)
 	}
+	a.checkNodevNodes()
 	a.checkLibcuda()
 	a.checkVisibleDevices()
 	a.checkStaleNodes()
@@ -38,6 +39,29 @@ func (a *analyzer) checkAll() {
 	a.checkModprobe()
 	a.checkUVMInit()
 	a.checkCallsOK()
+}
+
+// checkNodevNodes flags NVIDIA nodes that sit on a nodev mount even when no
+// open of them failed: the target may have died on another device first
+// (PyTorch opens /dev/urandom before CUDA), and every open there fails.
+func (a *analyzer) checkNodevNodes() {
+	for i := range a.s.Nodes {
+		n := &a.s.Nodes[i]
+		// Name a main node rather than a MIG capability node.
+		if !n.Exists || !isNvidiaNode(n.Path) || (isCapsNode(n.Path) && i < len(a.s.Nodes)-1) {
+			continue
+		}
+		m := mountOf(a.s, n, n.Path)
+		if m == nil || !m.NoDev {
+			continue
+		}
+		a.add(Finding{ID: "nodev", Severity: SeverityError,
+			Summary: fmt.Sprintf("%s is on a nodev mount (%s): every device open there fails with EACCES", n.Path, m.MountPoint),
+			Detail: []string{fmt.Sprintf("The mount %s (%s, options %s) is nodev, so the kernel refuses to open any device node on it, NVIDIA's or not (/dev/null, /dev/urandom), before permissions or cgroups are checked.", m.MountPoint, m.FSType, strings.Join(m.Options, ",")),
+				"No NVIDIA node open failed in this trace: the target stopped earlier, probably on another device node on the same mount."},
+			Fix: fmt.Sprintf("Remount %s without nodev (`mount -o remount,dev %s`), or bind-mount the host's device nodes into the target's /dev.", m.MountPoint, m.MountPoint)}, "")
+		return
+	}
 }
 
 func (a *analyzer) openedOK(path string) bool {
