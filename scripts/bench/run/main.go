@@ -274,10 +274,14 @@ func (b *bench) finish(r *run, res *result, err error, hasReport bool, reportPat
 func (b *bench) measureTrue(c config, rep int) {
 	r := run{Workload: "true", Config: c.name, Rep: rep}
 	argv := []string{"/bin/true"}
+	path := b.reportPath("true", c.name, rep)
 	if c.wrap != nil {
-		argv = c.wrap(b, b.reportPath("true", c.name, rep), argv)
+		argv = c.wrap(b, path, argv)
 	}
 	res, err := b.exec(argv)
+	if !b.keepReports {
+		os.Remove(path)
+	}
 	if err != nil {
 		r.Note = err.Error()
 	} else {
