@@ -10,8 +10,21 @@ import (
 // trace runs.
 const ioctlSamplePerSite = 8
 
+// samplePerSite bounds how many successful identical calls of other kinds
+// (one process opening or stat'ing one path) are kept verbatim: enough for a
+// whole cuInit (it reads the params file ~10 times), while a job reopening a
+// device in a loop no longer grows memory without bound.
+const samplePerSite = 32
+
 // maxStored caps the stored events; beyond it events are counted only.
 const maxStored = 200_000
+
+// callSite is a repeated successful call other than an ioctl.
+type callSite struct {
+	pid  int
+	kind tracer.Kind
+	path string
+}
 
 type ioctlSite struct {
 	pid     int
@@ -27,11 +40,13 @@ type Recorder struct {
 	Overflow uint64 // events not stored because of maxStored
 	sites    map[ioctlSite]*IoctlSummary
 	order    []ioctlSite
+	calls    map[callSite]*FoldedSummary
+	folded   []callSite
 }
 
 // NewRecorder returns an empty recorder.
 func NewRecorder() *Recorder {
-	return &Recorder{sites: make(map[ioctlSite]*IoctlSummary)}
+	return &Recorder{sites: make(map[ioctlSite]*IoctlSummary), calls: make(map[callSite]*FoldedSummary)}
 }
 
 // Event implements tracer.Sink.
@@ -55,6 +70,20 @@ func (r *Recorder) Event(e *tracer.Event) {
 		} else if s.Count-s.Failed > ioctlSamplePerSite {
 			return // counted, not stored
 		}
+	} else if !e.Failed() && e.Kind != tracer.KindExec && e.Kind != tracer.KindExit {
+		site := callSite{e.PID, e.Kind, e.Path}
+		s := r.calls[site]
+		if s == nil {
+			s = &FoldedSummary{PID: e.PID, Kind: e.Kind, Path: e.Path}
+			r.calls[site] = s
+		}
+		s.Calls++
+		if s.Calls > samplePerSite {
+			if s.Calls == samplePerSite+1 {
+				r.folded = append(r.folded, site)
+			}
+			return // counted, not stored
+		}
 	}
 	if len(r.Events) >= maxStored {
 		r.Overflow++
@@ -75,6 +104,16 @@ func (r *Recorder) Ioctls() []IoctlSummary {
 	out := make([]IoctlSummary, 0, len(r.order))
 	for _, s := range r.order {
 		out = append(out, *r.sites[s])
+	}
+	return out
+}
+
+// Folded returns, for each call site with more than samplePerSite successful
+// calls, how many there were in all (the first samplePerSite are stored).
+func (r *Recorder) Folded() []FoldedSummary {
+	out := make([]FoldedSummary, 0, len(r.folded))
+	for _, s := range r.folded {
+		out = append(out, *r.calls[s])
 	}
 	return out
 }

@@ -3,6 +3,7 @@ package report
 import (
 	"fmt"
 	"io"
+	"strconv"
 	"testing"
 
 	"github.com/cudatrace/cudatrace/tracer"
@@ -114,7 +115,7 @@ func TestRecorderOverflowIsCounted(t *testing.T) {
 	r := NewRecorder()
 	const extra = 7
 	for i := range maxStored + extra {
-		r.Event(&tracer.Event{Seq: uint64(i + 1), PID: 1, Kind: tracer.KindStat, Path: "/dev/nvidiactl"})
+		r.Event(&tracer.Event{Seq: uint64(i + 1), PID: 1, Kind: tracer.KindStat, Path: "/dev/nvidia" + strconv.Itoa(i)})
 	}
 	// Beyond the cap, ioctls are still summarised exactly.
 	for i := range 3 {
@@ -134,6 +135,25 @@ func TestRecorderOverflowIsCounted(t *testing.T) {
 	}
 	if last := r.Events[len(r.Events)-1].Seq; last != maxStored {
 		t.Errorf("kept up to seq %d: the first events must be the ones kept", last)
+	}
+}
+
+// A process reopening one node in a loop is stored samplePerSite times and counted.
+func TestRecorderFoldsRepeatedCalls(t *testing.T) {
+	r := NewRecorder()
+	for i := range 1000 {
+		r.Event(&tracer.Event{Seq: uint64(i + 1), PID: 7, Kind: tracer.KindOpen, Path: "/dev/nvidiactl", Ret: 3})
+	}
+	r.Event(&tracer.Event{Seq: 1001, PID: 7, Kind: tracer.KindOpen, Path: "/dev/nvidiactl", Ret: -1})
+	if len(r.Events) != samplePerSite+1 {
+		t.Fatalf("stored %d events, want %d samples plus the failure", len(r.Events), samplePerSite)
+	}
+	if last := r.Events[len(r.Events)-1]; last.Seq != 1001 || !last.Failed() {
+		t.Errorf("the failed open must always be stored, last = %+v", last)
+	}
+	f := r.Folded()
+	if len(f) != 1 || f[0].Calls != 1000 || f[0].Path != "/dev/nvidiactl" || f[0].PID != 7 {
+		t.Errorf("folded = %+v, want 1000 calls of /dev/nvidiactl by 7", f)
 	}
 }
 

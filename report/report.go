@@ -32,6 +32,7 @@ type Report struct {
 	Trace    Trace              `json:"trace"`
 	Events   []tracer.Event     `json:"events"`
 	Ioctls   []IoctlSummary     `json:"ioctls,omitempty"`
+	Folded   []FoldedSummary    `json:"folded,omitempty"`
 	Snapshot *snapshot.Snapshot `json:"snapshot,omitempty"`
 	Analysis annotate.Analysis  `json:"analysis"`
 }
@@ -81,6 +82,15 @@ type IoctlSummary struct {
 	Request uint32     `json:"request"`
 	Count   uint64     `json:"count"`
 	Failed  uint64     `json:"failed"`
+}
+
+// FoldedSummary counts the successful calls of one process on one path
+// (opens, stats, ...) when there were too many to store them all.
+type FoldedSummary struct {
+	PID   int         `json:"pid"`
+	Kind  tracer.Kind `json:"kind"`
+	Path  string      `json:"path"`
+	Calls uint64      `json:"calls"` // in all; the first few are in events
 }
 
 // Errors from Load. Each is a one-line reason the CLI prints as is.

@@ -425,13 +425,16 @@ func buildReport(spec tracer.Spec, res *tracer.Result, rec *report.Recorder, sna
 		},
 		Events:   rec.Events,
 		Ioctls:   rec.Ioctls(),
+		Folded:   rec.Folded(),
 		Snapshot: snap,
 	}
 	if spec.Cred != nil {
 		rep.Target.UID = int(spec.Cred.UID)
 	}
 	if rec.Overflow > 0 {
-		rep.Trace.Notes = append(rep.Trace.Notes, fmt.Sprintf("%d events beyond the first %d were counted but not stored", rec.Overflow, len(rec.Events)))
+		// The failing call may be among them: as incomplete as a drop.
+		rep.Trace.Complete = false
+		rep.Trace.Notes = append(rep.Trace.Notes, fmt.Sprintf("%d events beyond the first %d were counted but not stored: the trace is incomplete", rec.Overflow, len(rec.Events)))
 	}
 	if rep.Trace.Started.IsZero() {
 		rep.Trace.Started = started
