@@ -235,7 +235,10 @@ func TestAttach(t *testing.T) {
 			n := lines.count()
 			lines.waitFor(n + 3)
 			cmd.Process.Signal(syscall.SIGINT)
-			err := cmd.Wait()
+			err, hung := waitGuarded(cmd)
+			if hung {
+				t.Fatalf("cudatrace hung after SIGINT; stderr:\n%s", stderr.String())
+			}
 			code := 0
 			if ee, ok := err.(*exec.ExitError); ok {
 				code = ee.ExitCode()

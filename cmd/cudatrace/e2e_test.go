@@ -238,8 +238,11 @@ func traceInCollect(c *collectT, t *testing.T, env *scenario.Env, backend string
 	cmd := env.Command(t, argv...)
 	var so, se strings.Builder
 	cmd.Stdout, cmd.Stderr = &so, &se
-	err := cmd.Run()
+	err, hung := runGuarded(cmd)
 	r := result{stdout: so.String(), stderr: se.String()}
+	if hung {
+		c.fail("%s: cudatrace hung (killed after %v)\nstderr:\n%s", backend, hangLimit, r.stderr)
+	}
 	if ee, ok := err.(*exec.ExitError); ok {
 		r.code = ee.ExitCode()
 		if r.code < 0 {

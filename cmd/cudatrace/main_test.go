@@ -233,8 +233,11 @@ func runBinary(t *testing.T, cmd *exec.Cmd) result {
 	t.Helper()
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
+	err, hung := runGuarded(cmd)
 	r := result{stdout: out.String(), stderr: errb.String()}
+	if hung {
+		t.Fatalf("%v hung (killed after %v)\nstderr:\n%s", cmd.Args, hangLimit, r.stderr)
+	}
 	var ee *exec.ExitError
 	switch {
 	case err == nil:
@@ -259,5 +262,30 @@ func noCrash(t *testing.T, out string) {
 		if strings.Contains(out, bad) {
 			t.Errorf("output contains %q:\n%s", bad, out)
 		}
+	}
+}
+
+// hangLimit bounds one cudatrace run. It is no performance assertion: runs
+// take well under a second; a run past this is stuck, and killing it lets
+// the test report that and clean up instead of the whole binary timing out.
+const hangLimit = 60 * time.Second
+
+// runGuarded runs cmd, killing it if it outlives hangLimit.
+func runGuarded(cmd *exec.Cmd) (err error, hung bool) {
+	if err := cmd.Start(); err != nil {
+		return err, false
+	}
+	return waitGuarded(cmd)
+}
+
+func waitGuarded(cmd *exec.Cmd) (err error, hung bool) {
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return err, false
+	case <-time.After(hangLimit):
+		cmd.Process.Kill()
+		return <-done, true
 	}
 }
