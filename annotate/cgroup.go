@@ -86,7 +86,12 @@ func evalV1(s *snapshot.Snapshot, req cgroupdev.Request) v1Eval {
 	if err != nil {
 		return v1Eval{state: cgUnknown, why: "devices.list could not be parsed: " + err.Error()}
 	}
-	ok, _ := cgroupdev.EvaluateV1(rules, req)
+	ok, by := cgroupdev.EvaluateV1(rules, req)
+	if ok && by != nil && by.Type == cgroupdev.TypeAll && by.Major < 0 && by.Minor < 0 {
+		// A default-allow cgroup lists only "a *:* rwm"; the kernel hides
+		// its deny exceptions, so the list cannot clear the access.
+		return v1Eval{state: cgUnknown, rules: rules, why: "devices.list shows `a *:* rwm`: the v1 devices cgroup allows by default, and the kernel does not list the deny rules written to its devices.deny"}
+	}
 	if ok {
 		return v1Eval{state: cgAllow, rules: rules}
 	}
