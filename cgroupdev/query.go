@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"unsafe"
@@ -133,6 +134,12 @@ func queryDir(path string, flags uint32) ([]link.AttachedProgram, error) {
 	defer unix.Close(fd)
 	res, err := link.QueryPrograms(link.QueryOptions{Target: fd, Attach: ebpf.AttachCGroupDevice, QueryFlags: flags})
 	if err != nil {
+		// cilium/ebpf reports the kernel's EPERM for an unprivileged query
+		// as "not supported (requires >= v4.15)", which misleads on any
+		// modern kernel: name the real cause.
+		if errors.Is(err, ebpf.ErrNotSupported) && !privilegedForBPF() {
+			return nil, fmt.Errorf("query device programs of %s: operation not permitted (needs root, or CAP_BPF and CAP_SYS_ADMIN)", path)
+		}
 		return nil, fmt.Errorf("query device programs of %s: %w", path, err)
 	}
 	return res.Programs, nil
@@ -188,4 +195,16 @@ func readProgram(id ebpf.ProgramID) (snapshot.DeviceProgram, error) {
 	}
 	out.Instructions = buf.Bytes()
 	return out, nil
+}
+
+// privilegedForBPF reports whether we hold CAP_SYS_ADMIN or CAP_BPF, which
+// BPF_PROG_QUERY needs.
+func privilegedForBPF() bool {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return os.Geteuid() == 0
+	}
+	has := func(c uint) bool { return data[c/32].Effective&(1<<(c%32)) != 0 }
+	return has(unix.CAP_SYS_ADMIN) || has(unix.CAP_BPF)
 }
