@@ -158,11 +158,28 @@ func tgidOf(pid int) (int, error) {
 	return 0, fmt.Errorf("no such process: %d", pid)
 }
 
+// processAlive is false for a process that is gone or a zombie.
+func processAlive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	// The state follows the parenthesised comm, which may hold anything.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 || i+2 >= len(b) {
+		return false
+	}
+	return b[i+2] != 'Z' && b[i+2] != 'X'
+}
+
 func monotonicNow() uint64 {
 	var ts unix.Timespec
 	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) // the clock of bpf_ktime_get_ns
 	return uint64(ts.Nano())
 }
+
+// onLoad lets tests see what a Run loaded, to check it is gone afterwards.
+var onLoad func(*ebpf.Collection)
 
 // session is one loaded set of programs and maps.
 type session struct {
@@ -188,6 +205,9 @@ func load(spec tracer.Spec, ringBytes int) (*session, error) {
 	coll, err := ebpf.NewCollection(cspec)
 	if err != nil {
 		return nil, loadError(err, spec.Debug)
+	}
+	if onLoad != nil {
+		onLoad(coll)
 	}
 	s := &session{coll: coll, debug: spec.Debug, exits: make(chan struct{}, 1)}
 	majors := coll.Maps[bpfMapNvidiaMajors]
@@ -321,9 +341,11 @@ func (s *session) runAttach(ctx context.Context, spec tracer.Spec, tgids []int, 
 	if err := s.attach(); err != nil {
 		return err
 	}
-	// A process that died before its PID was in the filter sends no exit.
+	// A process that died before the exit program was attached sent no
+	// exit event and would stay in the filter.
 	for _, t := range tgids {
-		if err := unix.Kill(t, 0); errors.Is(err, unix.ESRCH) {
+		var v uint8
+		if !processAlive(t) && s.coll.Maps[bpfMapTraced].Lookup(uint32(t), &v) == nil {
 			return fmt.Errorf("process %d exited during attach", t)
 		}
 	}
@@ -334,6 +356,11 @@ func (s *session) runAttach(ctx context.Context, spec tracer.Spec, tgids []int, 
 		defer t.Stop()
 		timeout = t.C
 	}
+	// Exit events say when to look whether anyone is left. An exit event
+	// lost to a full ring still removed its process from the filter, so a
+	// slow re-check makes sure such a loss cannot keep us waiting forever.
+	recheck := time.NewTicker(time.Second)
+	defer recheck.Stop()
 	for s.tracing() {
 		select {
 		case <-ctx.Done():
@@ -341,6 +368,7 @@ func (s *session) runAttach(ctx context.Context, spec tracer.Spec, tgids []int, 
 		case <-timeout:
 			return nil
 		case <-s.exits:
+		case <-recheck.C:
 		}
 	}
 	return nil

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -77,20 +78,41 @@ func TestTinyRingCountsEveryDrop(t *testing.T) {
 	}
 }
 
-// ourPrograms lists loaded BPF programs whose names are ours.
-func ourPrograms(t *testing.T) []string {
+// watchPrograms records the IDs of the programs every Run loads from now on.
+// (Other processes on the host may load programs of the same names, so
+// names alone cannot tell ours.)
+func watchPrograms(t *testing.T) *[]ebpf.ProgramID {
 	t.Helper()
-	spec, err := loadBpf()
-	if err != nil {
-		t.Fatal(err)
+	ids := new([]ebpf.ProgramID)
+	onLoad = func(c *ebpf.Collection) {
+		for name, p := range c.Programs {
+			info, err := p.Info()
+			if err != nil {
+				t.Errorf("info of %s: %v", name, err)
+				continue
+			}
+			id, _ := info.ID()
+			*ids = append(*ids, id)
+		}
 	}
-	names := map[string]bool{}
-	for name := range spec.Programs {
-		names[name[:min(len(name), 15)]] = true // BPF_OBJ_NAME_LEN
+	t.Cleanup(func() { onLoad = nil })
+	return ids
+}
+
+// stillLoaded walks every program in the kernel and returns those of ids.
+func stillLoaded(t *testing.T, ids []ebpf.ProgramID) []string {
+	t.Helper()
+	if len(ids) == 0 {
+		t.Fatal("no programs were recorded as loaded")
+	}
+	ours := map[ebpf.ProgramID]bool{}
+	for _, id := range ids {
+		ours[id] = true
 	}
 	var found []string
 	id := ebpf.ProgramID(0)
 	for {
+		var err error
 		id, err = ebpf.ProgramGetNextID(id)
 		if errors.Is(err, os.ErrNotExist) {
 			return found
@@ -98,16 +120,47 @@ func ourPrograms(t *testing.T) []string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p, err := ebpf.NewProgramFromID(id)
-		if err != nil {
-			continue // gone meanwhile
+		if !ours[id] {
+			continue
 		}
-		info, err := p.Info()
-		p.Close()
-		if err == nil && names[info.Name] {
-			found = append(found, fmt.Sprintf("%s (id %d)", info.Name, id))
+		name := "?"
+		if p, err := ebpf.NewProgramFromID(id); err == nil {
+			if info, err := p.Info(); err == nil {
+				name = info.Name
+			}
+			p.Close()
+		}
+		found = append(found, fmt.Sprintf("%s (id %d)", name, id))
+	}
+}
+
+// bpfFDs counts our open BPF objects and perf events: a leaked link or
+// program keeps one open.
+func bpfFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range ents {
+		target, _ := os.Readlink("/proc/self/fd/" + e.Name())
+		if strings.HasPrefix(target, "anon_inode:bpf") || strings.HasPrefix(target, "anon_inode:[perf_event]") {
+			n++
 		}
 	}
+	return n
+}
+
+// tracefsInUse: another cudatrace process (other tests on this host) holds
+// the shared mount.
+func tracefsInUse(t *testing.T) bool {
+	f, err := os.Open(filepath.Join(stateDir, usersLock))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	return unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil
 }
 
 func tracefsMounts(t *testing.T) int {
@@ -123,9 +176,8 @@ func tracefsMounts(t *testing.T) int {
 // or failed part-way.
 func TestNothingLeftBehind(t *testing.T) {
 	privtest.RequireRoot(t)
-	if left := ourPrograms(t); len(left) > 0 {
-		t.Fatalf("programs of ours loaded before the test: %v", left)
-	}
+	ids := watchPrograms(t)
+	fdsBefore := bpfFDs(t)
 	mountsBefore := tracefsMounts(t)
 	sawMount := false
 	res, err := New().Run(context.Background(), tracer.Spec{Argv: []string{"/bin/sh", "-c", "exit 3"}},
@@ -139,15 +191,23 @@ func TestNothingLeftBehind(t *testing.T) {
 	if res.Exit == nil || res.Exit.Code != 3 || !sawMount {
 		t.Fatalf("exit %+v, tracefs mounted while tracing: %v", res.Exit, sawMount)
 	}
-	// A failing Run: attaching to a process that does not exist.
-	if _, err := New().Run(context.Background(), tracer.Spec{PIDs: []int{1 << 30}}, tracer.SinkFunc(func(*tracer.Event) {})); err == nil {
-		t.Fatal("attach to a missing PID succeeded")
+	// A Run that fails after loading.
+	majors := make([]uint32, 65)
+	for i := range majors {
+		majors[i] = uint32(i)
 	}
-	if left := ourPrograms(t); len(left) > 0 {
+	if _, err := New().Run(context.Background(), tracer.Spec{Argv: []string{"/bin/true"}, DeviceMajors: majors},
+		tracer.SinkFunc(func(*tracer.Event) {})); err == nil || !strings.Contains(err.Error(), "too many device majors") {
+		t.Fatalf("err = %v, want too many device majors", err)
+	}
+	if left := stillLoaded(t, *ids); len(left) > 0 {
 		t.Errorf("programs left loaded: %v", left)
 	}
-	if n := tracefsMounts(t); n != mountsBefore {
-		t.Errorf("%d tracefs mounts after Run, %d before", n, mountsBefore)
+	if n := bpfFDs(t); n != fdsBefore {
+		t.Errorf("%d BPF/perf fds open after Run, %d before", n, fdsBefore)
+	}
+	if n := tracefsMounts(t); n > mountsBefore && !tracefsInUse(t) {
+		t.Errorf("%d tracefs mounts after Run, %d before, and no cudatrace uses it", n, mountsBefore)
 	}
 }
 
@@ -190,6 +250,7 @@ func TestAttach(t *testing.T) {
 		target.Wait()
 	}()
 	pid := target.Process.Pid
+	ids := watchPrograms(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	rec := &recorder{}
@@ -218,7 +279,7 @@ func TestAttach(t *testing.T) {
 	if err := target.Process.Signal(unix.Signal(0)); err != nil {
 		t.Fatalf("attached process did not survive the detach: %v", err)
 	}
-	if left := ourPrograms(t); len(left) > 0 {
+	if left := stillLoaded(t, *ids); len(left) > 0 {
 		t.Errorf("programs left loaded after detach: %v", left)
 	}
 }
@@ -227,16 +288,23 @@ func TestAttach(t *testing.T) {
 func TestAttachEndsWhenTargetExits(t *testing.T) {
 	privtest.RequireRoot(t)
 	node := fakeNode(t, "nvidiactl")
-	target := exec.Command("/bin/sh", "-c", fmt.Sprintf("while :; do : < %s; done", node))
+	// Paced, so that the ring never fills and the exit event is kept.
+	target := exec.Command("/bin/sh", "-c", fmt.Sprintf("while :; do : < %s; sleep 0.01; done", node))
+	var stderr strings.Builder
+	target.Stderr = &stderr
 	if err := target.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer target.Wait()
 	var once sync.Once
 	rec := &recorder{}
+	// A safety net, not a timing assertion: if Run misses the exit, fail
+	// with the events seen rather than hang the suite.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 	// Kill the target once its calls show the attach is live; Run must
-	// then return without ctx or a duration.
-	res, err := New().Run(context.Background(), tracer.Spec{PIDs: []int{target.Process.Pid}, DeviceMajors: []uint32{1}},
+	// then return by itself.
+	res, err := New().Run(ctx, tracer.Spec{PIDs: []int{target.Process.Pid}, DeviceMajors: []uint32{1}},
 		tracer.SinkFunc(func(e *tracer.Event) {
 			rec.Event(e)
 			once.Do(func() { target.Process.Signal(unix.SIGTERM) })
@@ -244,9 +312,52 @@ func TestAttachEndsWhenTargetExits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ex := one(t, rec, "exit of the attached process", func(e *tracer.Event) bool { return e.Kind == tracer.KindExit })
+	if ctx.Err() != nil {
+		st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", target.Process.Pid))
+		t.Fatalf("Run did not notice the target's exit; target stat %q stderr %q; %d events", st, stderr.String(), len(rec.events))
+	}
+	ex := one(t, rec, "exit of the attached process", func(e *tracer.Event) bool {
+		return e.Kind == tracer.KindExit && e.PID == target.Process.Pid
+	})
 	if ex.PID != target.Process.Pid || ex.Signal != int(unix.SIGTERM) {
 		t.Errorf("exit %+v, want PID %d killed by SIGTERM", *ex, target.Process.Pid)
 	}
 	checkComplete(t, res)
+}
+
+// Even when the exit event itself is lost to a full ring, an attach ends
+// once the target is gone, and the loss is reported.
+func TestAttachEndsDespiteLostExit(t *testing.T) {
+	privtest.RequireRoot(t)
+	node := fakeNode(t, "nvidiactl")
+	// Opens until SIGUSR1, then a burst of 2000 and exit.
+	target := exec.Command("/bin/sh", "-c", fmt.Sprintf(
+		`trap 'go=1' USR1; while [ -z "$go" ]; do : < %[1]s; done; i=0; while [ $i -lt 2000 ]; do : < %[1]s; i=$((i+1)); done`, node))
+	if err := target.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer target.Wait()
+	pid := target.Process.Pid
+	var once sync.Once
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // safety net only
+	defer cancel()
+	res, err := New().Run(ctx, tracer.Spec{PIDs: []int{pid}, DeviceMajors: []uint32{1}, RingBufferBytes: os.Getpagesize()},
+		tracer.SinkFunc(func(e *tracer.Event) {
+			once.Do(func() {
+				// Stall the reader until the target is dead: its burst
+				// fills the one-page ring, so its exit finds no room.
+				target.Process.Signal(unix.SIGUSR1)
+				var info unix.Siginfo
+				unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+			})
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("Run did not end after the attached process died")
+	}
+	if res.Dropped < 1000 {
+		t.Errorf("%d drops reported with a stalled reader and a one-page ring, want most of 2000", res.Dropped)
+	}
 }

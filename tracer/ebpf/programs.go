@@ -108,6 +108,15 @@ func exitTracepointHasGroupDead() (bool, error) {
 // attachAll attaches every program. Optional syscalls the kernel lacks are
 // skipped; the caller closes the links, also on error.
 func attachAll(coll *ebpf.Collection) (links []link.Link, skipped []string, err error) {
+	// Fork and exit first: once a syscall is seen, its process's children
+	// and its exit must be seen too.
+	for _, name := range lifecycleProgs {
+		l, err := link.AttachTracing(link.TracingOptions{Program: coll.Programs[name]})
+		if err != nil {
+			return links, skipped, fmt.Errorf("attach %s: %w", name, err)
+		}
+		links = append(links, l)
+	}
 	for _, p := range syscallProbes {
 		// Exit first: an enter without its exit would only leave entries
 		// in the pending map.
@@ -128,13 +137,6 @@ func attachAll(coll *ebpf.Collection) (links []link.Link, skipped []string, err 
 			}
 			links = append(links, l)
 		}
-	}
-	for _, name := range lifecycleProgs {
-		l, err := link.AttachTracing(link.TracingOptions{Program: coll.Programs[name]})
-		if err != nil {
-			return links, skipped, fmt.Errorf("attach %s: %w", name, err)
-		}
-		links = append(links, l)
 	}
 	return links, skipped, nil
 }
