@@ -88,7 +88,8 @@ struct event {
 	__u64 ktime;
 	__u64 flags;
 	__s64 ret;
-	__u64 uptr; /* ioctl arg / stat buffer: read at exit */
+	__u64 uptr;      /* ioctl arg / stat buffer: read at exit */
+	__u64 path_uptr; /* the path argument, re-read at exit if it was paged out */
 	__u32 tgid;
 	__u32 tid;
 	__u32 request;
@@ -103,7 +104,7 @@ struct event {
 	__u8 arg_len;    /* valid bytes in arg */
 	__u8 argc;       /* exec: argv slots read into aux */
 	__u8 matched;    /* the path passed the filter (open: else decided at exit) */
-	__u8 _pad;
+	__u8 retry;      /* the path could not be read at enter */
 	char comm[16];
 	char path[PATH_LEN];
 	char aux[AUX_LEN]; /* symlink target, or exec argv as ARGV_MAX slots of ARGV_SLOT */
@@ -221,6 +222,8 @@ static __always_inline struct event *begin(__u16 sc, __u8 kind)
 	e->flags = 0;
 	e->ret = 0;
 	e->uptr = 0;
+	e->path_uptr = 0;
+	e->retry = 0;
 	e->tgid = tgid;
 	e->tid = (__u32)id;
 	e->request = 0;
@@ -249,10 +252,18 @@ static __always_inline int stash(struct event *e)
 	return 0;
 }
 
-static __always_inline void read_path(struct event *e, unsigned long uptr)
+/* Read the path argument. A tracepoint cannot fault pages in, so a string
+ * in a cold page (a literal in a library's .rodata) fails here; the exit
+ * handler reads it again once the kernel itself has touched it. */
+static __always_inline bool read_path(struct event *e, unsigned long uptr)
 {
-	if (bpf_probe_read_user_str(e->path, sizeof(e->path), (const void *)uptr) < 0)
+	e->path_uptr = uptr;
+	if (bpf_probe_read_user_str(e->path, sizeof(e->path), (const void *)uptr) < 0) {
 		e->path[0] = 0;
+		e->retry = 1;
+		return false;
+	}
+	return true;
 }
 
 #define HAS_PREFIX(buf, lit) has_prefix(buf, lit, sizeof(lit) - 1)
@@ -329,10 +340,10 @@ static __always_inline int open_enter(__u16 sc, unsigned long path, __u64 flags,
 	struct event *e = begin(sc, KIND_OPEN);
 	if (!e)
 		return 0;
-	read_path(e, path);
+	if (read_path(e, path))
+		e->matched = is_interesting_open(e->path);
 	e->flags = flags;
 	e->mode = mode;
-	e->matched = is_interesting_open(e->path);
 	/* Even an uninteresting path is kept: the fd may turn out to be an
 	 * NVIDIA node (a symlink, a bind mount, /dev/char/M:m). */
 	return stash(e);
@@ -395,30 +406,27 @@ int ct_enter_ioctl(struct trace_event_raw_sys_enter *ctx)
 
 /* ---- path calls recorded only for device nodes ---- */
 
-static __always_inline int node_enter(__u16 sc, __u8 kind, unsigned long path, bool modprobe_too)
-{
-	struct event *e = begin(sc, kind);
-	if (!e)
-		return 0;
-	read_path(e, path);
-	if (!is_node_path(e->path) && !(modprobe_too && mentions_modprobe(e->path)))
-		return 0;
-	e->matched = 1;
-	return stash(e);
-}
-
-/* Variant that fills more arguments: the scratch slot is per CPU, so it is
- * still ours until stash. */
+/* Start an event for a call recorded only on device-node paths; NULL when
+ * the path is not one. An unreadable path is decided at exit. */
 static __always_inline struct event *node_begin(__u16 sc, __u8 kind, unsigned long path, bool modprobe_too)
 {
 	struct event *e = begin(sc, kind);
 	if (!e)
 		return NULL;
-	read_path(e, path);
+	if (!read_path(e, path))
+		return e;
 	if (!is_node_path(e->path) && !(modprobe_too && mentions_modprobe(e->path)))
 		return NULL;
 	e->matched = 1;
 	return e;
+}
+
+static __always_inline int node_enter(__u16 sc, __u8 kind, unsigned long path)
+{
+	struct event *e = node_begin(sc, kind, path, false);
+	if (!e)
+		return 0;
+	return stash(e);
 }
 
 static __always_inline int mknod_enter(__u16 sc, unsigned long path, __u32 mode, __u32 dev)
@@ -461,7 +469,7 @@ int ct_enter_unlinkat(struct trace_event_raw_sys_enter *ctx)
 SEC("tracepoint/syscalls/sys_enter_unlink")
 int ct_enter_unlink(struct trace_event_raw_sys_enter *ctx)
 {
-	return node_enter(SC_UNLINK, KIND_UNLINK, ctx->args[0], false);
+	return node_enter(SC_UNLINK, KIND_UNLINK, ctx->args[0]);
 }
 
 static __always_inline int symlink_enter(__u16 sc, unsigned long target, unsigned long linkpath)
@@ -636,8 +644,10 @@ static __always_inline int finish(struct trace_event_raw_sys_exit *ctx)
 	dev_t rdev = 0;
 	bool have_inode = false;
 
-	if (p->kind == KIND_OPEN && ret >= 0) {
-		have_inode = fd_inode((int)ret, &imode, &rdev) && is_dev_mode(imode);
+	if (p->kind == KIND_OPEN) {
+		if (ret >= 0)
+			have_inode = fd_inode((int)ret, &imode, &rdev) && is_dev_mode(imode);
+		/* An unknown path counts only if it opened an NVIDIA node. */
 		if (!p->matched && !(have_inode && (imode & S_IFMT) == S_IFCHR && is_nvidia_major(rdev >> 20))) {
 			bpf_map_delete_elem(&pending, &tid);
 			return 0;
@@ -693,32 +703,64 @@ static __always_inline int finish(struct trace_event_raw_sys_exit *ctx)
 	return 0;
 }
 
-#define EXIT_PROG(name)                                             \
-	SEC("tracepoint/syscalls/sys_exit_" #name)                  \
+/* Path calls whose path was unreadable at enter: read it now and apply the
+ * filter the enter handler could not. */
+static __always_inline int finish_path(struct trace_event_raw_sys_exit *ctx, bool open, bool modprobe_too)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct event *p = bpf_map_lookup_elem(&pending, &tid);
+	if (!p)
+		return 0;
+	if (p->retry) {
+		p->retry = 0;
+		if (bpf_probe_read_user_str(p->path, sizeof(p->path), (const void *)p->path_uptr) < 0)
+			p->path[0] = 0;
+		if (open) {
+			p->matched = is_interesting_open(p->path);
+		} else {
+			p->matched = is_node_path(p->path) || (modprobe_too && mentions_modprobe(p->path));
+			if (!p->matched) {
+				bpf_map_delete_elem(&pending, &tid);
+				return 0;
+			}
+		}
+	}
+	return finish(ctx);
+}
+
+#define EXIT_PROG(name)                                          \
+	SEC("tracepoint/syscalls/sys_exit_" #name)               \
 	int ct_exit_##name(struct trace_event_raw_sys_exit *ctx) \
-	{                                                           \
-		return finish(ctx);                                 \
+	{                                                        \
+		return finish(ctx);                              \
 	}
 
-EXIT_PROG(openat)
-EXIT_PROG(openat2)
-EXIT_PROG(open)
+#define EXIT_PATH_PROG(name, open, modprobe_too)                 \
+	SEC("tracepoint/syscalls/sys_exit_" #name)               \
+	int ct_exit_##name(struct trace_event_raw_sys_exit *ctx) \
+	{                                                        \
+		return finish_path(ctx, open, modprobe_too);     \
+	}
+
+EXIT_PATH_PROG(openat, true, false)
+EXIT_PATH_PROG(openat2, true, false)
+EXIT_PATH_PROG(open, true, false)
 EXIT_PROG(ioctl)
-EXIT_PROG(mknodat)
-EXIT_PROG(mknod)
-EXIT_PROG(unlinkat)
-EXIT_PROG(unlink)
-EXIT_PROG(symlinkat)
-EXIT_PROG(symlink)
-EXIT_PROG(mkdirat)
-EXIT_PROG(mkdir)
-EXIT_PROG(newfstatat)
-EXIT_PROG(newstat)
-EXIT_PROG(newlstat)
-EXIT_PROG(statx)
-EXIT_PROG(faccessat)
-EXIT_PROG(faccessat2)
-EXIT_PROG(access)
+EXIT_PATH_PROG(mknodat, false, false)
+EXIT_PATH_PROG(mknod, false, false)
+EXIT_PATH_PROG(unlinkat, false, false)
+EXIT_PATH_PROG(unlink, false, false)
+EXIT_PATH_PROG(symlinkat, false, false)
+EXIT_PATH_PROG(symlink, false, false)
+EXIT_PATH_PROG(mkdirat, false, false)
+EXIT_PATH_PROG(mkdir, false, false)
+EXIT_PATH_PROG(newfstatat, false, true)
+EXIT_PATH_PROG(newstat, false, true)
+EXIT_PATH_PROG(newlstat, false, true)
+EXIT_PATH_PROG(statx, false, true)
+EXIT_PATH_PROG(faccessat, false, true)
+EXIT_PATH_PROG(faccessat2, false, true)
+EXIT_PATH_PROG(access, false, true)
 EXIT_PROG(memfd_create)
 EXIT_PROG(execve)
 EXIT_PROG(execveat)
@@ -787,6 +829,8 @@ int ct_exit(__u64 *ctx)
 	e->flags = 0;
 	e->ret = 0;
 	e->uptr = 0;
+	e->path_uptr = 0;
+	e->retry = 0;
 	e->tgid = tgid;
 	e->tid = tid;
 	e->request = 0;

@@ -27,6 +27,7 @@ type bpfEvent struct {
 	Flags    uint64
 	Ret      int64
 	Uptr     uint64
+	PathUptr uint64
 	Tgid     uint32
 	Tid      uint32
 	Request  uint32
@@ -41,7 +42,7 @@ type bpfEvent struct {
 	ArgLen   uint8
 	Argc     uint8
 	Matched  uint8
-	Pad      uint8
+	Retry    uint8
 	Comm     [16]int8
 	Path     [256]int8
 	Aux      [256]int8

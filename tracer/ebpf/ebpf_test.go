@@ -10,6 +10,8 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
+	"unsafe"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -57,6 +59,22 @@ func helperMain(args []string) int {
 			}
 		case "ioctl-badfd": // what libcuda does after a failed uvm open
 			unix.IoctlGetInt(-1, unix.TCGETS)
+		case "cold-open": // the path sits in a page not yet faulted in
+			if err := coldOpen(path); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+		case "memfd":
+			fd, err := unix.MemfdCreate(path, unix.MFD_CLOEXEC)
+			if err == nil {
+				unix.Close(fd)
+			}
+		case "probe": // print Probe's verdict; exit 3 when unavailable
+			err := Probe()
+			fmt.Println(err)
+			if errors.Is(err, tracer.ErrUnavailable) {
+				return 3
+			}
 		}
 	}
 	return 0
@@ -119,6 +137,31 @@ func traceCmd(t *testing.T, spec tracer.Spec, script string) (*tracer.Result, *r
 		t.Fatalf("Run: %v", err)
 	}
 	return res, rec
+}
+
+// coldOpen opens path through a pointer into a fresh file mapping that no
+// one has touched: the BPF read at syscall entry finds no page.
+func coldOpen(path string) error {
+	atFDCWD := unix.AT_FDCWD
+	f, err := os.CreateTemp("", "cold-path-")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	if _, err := f.WriteString(path + "\x00"); err != nil {
+		return err
+	}
+	mem, err := unix.Mmap(int(f.Fd()), 0, os.Getpagesize(), unix.PROT_READ, unix.MAP_PRIVATE)
+	if err != nil {
+		return err
+	}
+	defer unix.Munmap(mem)
+	fd, _, errno := unix.Syscall6(unix.SYS_OPENAT, uintptr(atFDCWD), uintptr(unsafe.Pointer(&mem[0])), unix.O_RDONLY, 0, 0, 0)
+	if errno != 0 {
+		return errno
+	}
+	return unix.Close(int(fd))
 }
 
 func byPath(path string) func(*tracer.Event) bool {
@@ -358,4 +401,111 @@ func TestUntracedNeighbour(t *testing.T) {
 			t.Fatalf("event from the untraced neighbour: %+v", *e)
 		}
 	}
+}
+
+func TestLibraryAndProcOpens(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	lib := dir + "/libcuda.so.1"
+	nvml := dir + "/libnvidia-ml.so.1"
+	if err := os.WriteFile(lib, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res, rec := traceCmd(t, tracer.Spec{}, fmt.Sprintf(
+		"cat %s /proc/devices > /dev/null; { cat %s; } 2>/dev/null; cat %s/libcudart.so /proc/version 2>/dev/null >/dev/null; %s %s memfd cuda-probe; true",
+		lib, nvml, dir, self, helperArg))
+	checkComplete(t, res)
+	for path, ret := range map[string]int64{lib: 3, nvml: -int64(unix.ENOENT), "/proc/devices": 3} {
+		e := one(t, rec, "open of "+path, byPath(path))
+		if e.Kind != tracer.KindOpen || e.Ret != ret || e.Dev != nil {
+			t.Errorf("open %+v, want ret %d and no device", *e, ret)
+		}
+	}
+	for _, path := range []string{dir + "/libcudart.so", "/proc/version"} {
+		if got := rec.find(byPath(path)); len(got) != 0 {
+			t.Errorf("unrelated open recorded: %+v", *got[0])
+		}
+	}
+	m := one(t, rec, "memfd_create", func(e *tracer.Event) bool { return e.Kind == tracer.KindMemfd })
+	if m.Path != "cuda-probe" || m.Ret < 0 || m.Flags != unix.MFD_CLOEXEC || m.Syscall != "memfd_create" {
+		t.Errorf("memfd %+v", *m)
+	}
+}
+
+// A device opened through a path the filters do not know (a symlink, here
+// /dev/null itself) is still recorded: its fd's inode has an NVIDIA major.
+func TestOpenRecordedByMajor(t *testing.T) {
+	res, rec := traceCmd(t, tracer.Spec{}, "cat /dev/null; cat /dev/zero | head -c 1 > /dev/full; true")
+	checkComplete(t, res)
+	null := rec.find(func(e *tracer.Event) bool { return e.Kind == tracer.KindOpen && e.Path == "/dev/null" })
+	if len(null) == 0 {
+		t.Fatalf("open of /dev/null (c 1:3, a traced major here) not recorded:\n%s", rec.dump())
+	}
+	wantDev(t, null[0], 1, 3)
+	// Not an NVIDIA major in this spec: nothing from /dev/tty (5:0) etc.
+	none, rec2 := traceCmd(t, tracer.Spec{DeviceMajors: []uint32{250}}, "cat /dev/null")
+	checkComplete(t, none)
+	if got := rec2.find(func(e *tracer.Event) bool { return e.Kind == tracer.KindOpen }); len(got) != 0 {
+		t.Errorf("open of a non-NVIDIA device recorded: %+v", *got[0])
+	}
+}
+
+func TestProbe(t *testing.T) {
+	privtest.RequireRoot(t)
+	if err := Probe(); err != nil {
+		t.Fatalf("Probe as root: %v", err)
+	}
+	// As nobody, Probe says what is missing, in one line.
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "ebpftrace-probe-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	bin := dir + "/probe"
+	data, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(dir, 0o755)
+	cmd := exec.Command(bin, helperArg, "probe", "-")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.Output()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 3 {
+		t.Fatalf("probe as nobody: %v, output %q", err, out)
+	}
+	want := "needs root or CAP_BPF+CAP_PERFMON: running as uid 65534\n"
+	if string(out) != want {
+		t.Errorf("probe as nobody said %q, want %q", out, want)
+	}
+}
+
+// A path the enter handler cannot read (its page is not faulted in yet) is
+// read again at exit, so the open is still recorded, with its path.
+func TestPathInColdPage(t *testing.T) {
+	node := fakeNode(t, "nvidiactl")
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, rec := traceCmd(t, tracer.Spec{DeviceMajors: []uint32{250}}, fmt.Sprintf("%s %s cold-open %s", self, helperArg, node))
+	checkComplete(t, res)
+	if res.Exit == nil || res.Exit.Code != 0 {
+		t.Fatalf("helper failed: %+v", res.Exit)
+	}
+	e := one(t, rec, "open through a cold page", byPath(node))
+	if e.Ret < 0 || e.Kind != tracer.KindOpen {
+		t.Errorf("open %+v", *e)
+	}
+	wantDev(t, e, 1, 3)
 }

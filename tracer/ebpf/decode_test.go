@@ -1,0 +1,129 @@
+package ebpftrace
+
+import (
+	"testing"
+	"unsafe"
+
+	"github.com/cudatrace/cudatrace/tracer"
+)
+
+func putStr(dst []int8, s string) {
+	for i := range dst {
+		dst[i] = 0
+	}
+	for i := 0; i < len(s) && i < len(dst)-1; i++ {
+		dst[i] = int8(s[i])
+	}
+}
+
+func sample(e *bpfEvent) []byte {
+	b := make([]byte, eventSize)
+	copy(b, unsafe.Slice((*byte)(unsafe.Pointer(e)), eventSize))
+	return b
+}
+
+func ioctlSample() []byte {
+	e := bpfEvent{
+		Ktime: 1_500, Ret: -25, Tgid: 42, Tid: 43, Request: 0xc020462a, Fd: 5,
+		DevMajor: 195, DevMinor: 255, HasDev: 1, ArgLen: 16,
+		Syscall: uint16(bpfSyscallIdSC_IOCTL), Kind: uint8(bpfEventKindKIND_IOCTL),
+	}
+	putStr(e.Comm[:], "python3")
+	for i := range 16 {
+		e.Arg[i] = byte(i)
+	}
+	return sample(&e)
+}
+
+func TestDecode(t *testing.T) {
+	d := newDecoder(1_000)
+	ev, err := d.decode(ioctlSample())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev.Seq != 1 || ev.Time != 500 || ev.PID != 42 || ev.TID != 43 || ev.Comm != "python3" ||
+		ev.Kind != tracer.KindIoctl || ev.Syscall != "ioctl" || ev.FD != 5 || ev.Request != 0xc020462a ||
+		ev.Ret != -25 || ev.Dev == nil || *ev.Dev != (tracer.Dev{Major: 195, Minor: 255}) ||
+		len(ev.Arg) != 16 || ev.Arg[15] != 15 || ev.ErrnoName() != "ENOTTY" {
+		t.Fatalf("decoded %+v", *ev)
+	}
+
+	exec := bpfEvent{Tgid: 7, Tid: 7, Syscall: uint16(bpfSyscallIdSC_EXECVE), Kind: uint8(bpfEventKindKIND_EXEC), Argc: 2}
+	putStr(exec.Path[:], "/usr/bin/nvidia-modprobe")
+	putStr(exec.Aux[0:64], "nvidia-modprobe")
+	putStr(exec.Aux[64:128], "-u")
+	ev, err = d.decode(sample(&exec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev.Seq != 2 || ev.Path != "/usr/bin/nvidia-modprobe" || len(ev.Argv) != 2 || ev.Argv[1] != "-u" || ev.Dev != nil {
+		t.Fatalf("exec decoded %+v", *ev)
+	}
+
+	exit := bpfEvent{Tgid: 7, Tid: 7, Syscall: uint16(bpfSyscallIdSC_EXIT), Kind: uint8(bpfEventKindKIND_EXIT), ExitCode: 0x8b} // SIGSEGV, core
+	ev, err = d.decode(sample(&exit))
+	if err != nil || ev.Signal != 11 || ev.ExitCode != 0 {
+		t.Fatalf("exit decoded %+v, %v", ev, err)
+	}
+	exit.ExitCode = 3 << 8
+	if ev, _ = d.decode(sample(&exit)); ev.ExitCode != 3 || ev.Signal != 0 {
+		t.Fatalf("exit 3 decoded %+v", *ev)
+	}
+}
+
+func TestDecodeRejectsBadSamples(t *testing.T) {
+	d := newDecoder(0)
+	if _, err := d.decode(make([]byte, 10)); err == nil {
+		t.Error("short sample accepted")
+	}
+	bad := bpfEvent{Kind: 200, Syscall: 1}
+	if _, err := d.decode(sample(&bad)); err == nil {
+		t.Error("unknown kind accepted")
+	}
+	bad = bpfEvent{Kind: uint8(bpfEventKindKIND_OPEN), Syscall: 999}
+	if _, err := d.decode(sample(&bad)); err == nil {
+		t.Error("unknown syscall accepted")
+	}
+	if d.seq != 0 {
+		t.Errorf("rejected samples consumed sequence numbers: %d", d.seq)
+	}
+}
+
+// Every syscall and kind the C side can send has a name.
+func TestTablesCoverEnums(t *testing.T) {
+	for id := bpfSyscallIdSC_OPENAT; id <= bpfSyscallIdSC_EXIT; id++ {
+		if syscallNames[id] == "" {
+			t.Errorf("syscall id %d has no name", id)
+		}
+	}
+	for k := bpfEventKindKIND_OPEN; k <= bpfEventKindKIND_EXIT; k++ {
+		if kinds[k] == "" {
+			t.Errorf("kind %d has no tracer.Kind", k)
+		}
+	}
+	if len(syscallProbes) != int(bpfSyscallIdSC_EXECVEAT) {
+		t.Errorf("%d syscall probes for %d syscalls", len(syscallProbes), bpfSyscallIdSC_EXECVEAT)
+	}
+}
+
+func TestMountinfoParsing(t *testing.T) {
+	root, mnt, fs, ok := parseMountinfoLine(`63 23 0:13 / /sys/kernel/my\040tracing rw,nosuid - tracefs tracefs rw`)
+	if !ok || root != "/" || mnt != "/sys/kernel/my tracing" || fs != "tracefs" {
+		t.Fatalf("got %q %q %q %v", root, mnt, fs, ok)
+	}
+	if _, _, _, ok := parseMountinfoLine("garbage"); ok {
+		t.Fatal("garbage parsed")
+	}
+}
+
+func BenchmarkDecode(b *testing.B) {
+	raw := ioctlSample()
+	d := newDecoder(0)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(raw)))
+	for b.Loop() {
+		if _, err := d.decode(raw); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
