@@ -11,8 +11,8 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"unsafe"
 	"testing"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
