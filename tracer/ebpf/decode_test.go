@@ -1,8 +1,15 @@
 package ebpftrace
 
 import (
+	"errors"
+	"strings"
 	"testing"
 	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+
+	"github.com/cudatrace/cudatrace/internal/privtest"
 
 	"github.com/cudatrace/cudatrace/tracer"
 )
@@ -125,5 +132,29 @@ func BenchmarkDecode(b *testing.B) {
 		if _, err := d.decode(raw); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// A rejected program is reported as unavailable; --debug gets the whole
+// verifier log, otherwise one line.
+func TestLoadErrorVerifierLog(t *testing.T) {
+	privtest.RequireRoot(t)
+	_, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Type:         ebpf.SocketFilter,
+		Instructions: asm.Instructions{asm.Return()}, // R0 never set
+		License:      "GPL",
+	})
+	if err == nil {
+		t.Fatal("invalid program loaded")
+	}
+	short, full := loadError(err, false), loadError(err, true)
+	if !errors.Is(short, tracer.ErrUnavailable) || !errors.Is(full, tracer.ErrUnavailable) {
+		t.Fatalf("not unavailable: %v / %v", short, full)
+	}
+	if strings.Contains(short.Error(), "\n") || !strings.Contains(short.Error(), "--debug") {
+		t.Errorf("short error %q", short)
+	}
+	if !strings.Contains(full.Error(), "R0 !read_ok") {
+		t.Errorf("debug error lacks the verifier log: %q", full)
 	}
 }
