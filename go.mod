@@ -3,8 +3,15 @@ module github.com/cudatrace/cudatrace
 go 1.26.8
 
 require (
+	github.com/cilium/ebpf v0.22.0
+	github.com/olekukonko/tablewriter v1.1.5
+	github.com/opencontainers/cgroups v0.1.0
+	github.com/spf13/pflag v1.1.0
+	golang.org/x/sys v0.50.0
+)
+
+require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/cilium/ebpf v0.22.0 // indirect
 	github.com/clipperhouse/displaywidth v0.10.0 // indirect
 	github.com/clipperhouse/uax29/v2 v2.6.0 // indirect
 	github.com/coreos/go-systemd/v22 v22.6.0 // indirect
@@ -19,11 +26,7 @@ require (
 	github.com/olekukonko/cat v0.0.0-20250911104152-50322a0618f6 // indirect
 	github.com/olekukonko/errors v1.2.0 // indirect
 	github.com/olekukonko/ll v0.1.6 // indirect
-	github.com/olekukonko/tablewriter v1.1.5 // indirect
-	github.com/opencontainers/cgroups v0.1.0 // indirect
 	github.com/sirupsen/logrus v1.9.4 // indirect
-	github.com/spf13/pflag v1.1.0 // indirect
-	golang.org/x/sys v0.50.0 // indirect
 )
 
 tool github.com/cilium/ebpf/cmd/bpf2go
