@@ -41,21 +41,7 @@ func reportCommand(args []string, o *options, stdout, stderr io.Writer) error {
 	if changed := verdictChange(stored, rep.Analysis); changed != "" && !o.quiet {
 		fmt.Fprintf(stderr, "cudatrace: note: this version's analysis differs from the stored one (%s)\n", changed)
 	}
-	if o.redact {
-		report.Redact(rep)
-	}
-	if o.output != "" {
-		if err := report.Save(o.output, rep); err != nil {
-			return fail(exitFailure, "write report: %v", err)
-		}
-	}
-	if err := render(stdout, stderr, rep, o, false); err != nil {
-		return err
-	}
-	if rep.Analysis.Failing != nil {
-		return &exitError{code: exitFound}
-	}
-	return nil
+	return emit(rep, o, stdout, stderr, false)
 }
 
 // verdictChange describes how two analyses differ, or "" when they agree
@@ -132,21 +118,7 @@ func explainCommand(args []string, o *options, stdout, stderr io.Writer) error {
 		rep.Trace.Duration = log.Events[n-1].Time
 	}
 	rep.Analysis = annotate.Analyze(rep.Events, snap)
-	if o.redact {
-		report.Redact(rep)
-	}
-	if o.output != "" {
-		if err := report.Save(o.output, rep); err != nil {
-			return fail(exitFailure, "write report: %v", err)
-		}
-	}
-	if err := render(stdout, stderr, rep, o, false); err != nil {
-		return err
-	}
-	if rep.Analysis.Failing != nil {
-		return &exitError{code: exitFound}
-	}
-	return nil
+	return emit(rep, o, stdout, stderr, false)
 }
 
 // snapshotFromLog is the snapshot of a strace log: nothing about the system

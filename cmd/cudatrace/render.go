@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"os"
 
@@ -8,6 +9,29 @@ import (
 
 	"github.com/cudatrace/cudatrace/report"
 )
+
+// emit finishes every command that produces a report: redact, save (-o),
+// print, and map the verdict to the exit status (3 when a call failed).
+func emit(rep *report.Report, o *options, stdout, stderr io.Writer, tracing bool) error {
+	if o.redact {
+		report.Redact(rep)
+	}
+	if o.output != "" {
+		if err := report.Save(o.output, rep); err != nil {
+			return fail(exitFailure, "write report: %v", err)
+		}
+	}
+	if err := render(stdout, stderr, rep, o, tracing); err != nil {
+		return err
+	}
+	if o.output != "" && tracing && !o.quiet {
+		fmt.Fprintf(stderr, "cudatrace: report written to %s\n", o.output)
+	}
+	if rep.Analysis.Failing != nil {
+		return &exitError{code: exitFound}
+	}
+	return nil
+}
 
 // render prints the report: on stderr while tracing (stdout belongs to the
 // target), on stdout for report and explain.

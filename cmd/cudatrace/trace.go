@@ -115,27 +115,13 @@ func traceCommand(argv []string, o *options, stdout, stderr io.Writer) error {
 
 	rep := buildReport(spec, res, rec, snap, started)
 	rep.Target.User = o.user
-	if o.redact {
-		report.Redact(rep)
-	}
-	if o.output != "" {
-		if err := report.Save(o.output, rep); err != nil {
-			return fail(exitFailure, "write report: %v", err)
-		}
-	}
-	if err := render(stdout, stderr, rep, o, true); err != nil {
-		return err
-	}
-	if o.output != "" && !o.quiet {
-		fmt.Fprintf(stderr, "cudatrace: report written to %s\n", o.output)
-	}
-	if res.Exit != nil {
+	err = emit(rep, o, stdout, stderr, true)
+	var ee *exitError
+	if res.Exit != nil && (err == nil || errors.As(err, &ee) && ee.code == exitFound) {
+		// A launched command's own status wins, as with strace.
 		return &exitError{code: res.Exit.ShellCode()}
 	}
-	if rep.Analysis.Failing != nil {
-		return &exitError{code: exitFound}
-	}
-	return nil
+	return err
 }
 
 func checkFormat(f string) error {
