@@ -23,10 +23,13 @@ bpf:
 generate: bpf
 
 # The whole suite. Privileged tests run as root; with
-# CUDATRACE_REQUIRE_PRIVILEGED=1 (CI) they fail instead of skipping.
+# CUDATRACE_REQUIRE_PRIVILEGED=1 (CI) they fail instead of skipping. One
+# package at a time (-p 1): the privileged tests check that nothing of
+# cudatrace's (BPF programs, tracefs mounts, scratch cgroups) is left on the
+# host, which another package's tests running beside them would upset.
 test:
 	$(GO) vet ./...
-	$(GO) test -count=1 -timeout 30m ./...
+	$(GO) test -p 1 -count=1 -timeout 40m ./...
 
 test-short:
 	$(GO) test -short ./...
