@@ -64,6 +64,8 @@ func helperMain(args []string) int {
 				fmt.Fprintln(os.Stderr, err)
 				return 1
 			}
+		case "open-fail": // the same path through every open syscall; all fail
+			openEverywhere(path, unix.O_RDONLY)
 		case "memfd":
 			fd, err := unix.MemfdCreate(path, unix.MFD_CLOEXEC)
 			if err == nil {
@@ -78,6 +80,19 @@ func helperMain(args []string) int {
 		}
 	}
 	return 0
+}
+
+// openEverywhere opens path through openat, openat2 and (x86-64) open.
+func openEverywhere(path string, flags int) {
+	for _, open := range []func() (int, error){
+		func() (int, error) { return unix.Openat(unix.AT_FDCWD, path, flags, 0) },
+		func() (int, error) { return unix.Openat2(unix.AT_FDCWD, path, &unix.OpenHow{Flags: uint64(flags)}) },
+		func() (int, error) { return legacyOpen(path, flags) },
+	} {
+		if fd, err := open(); err == nil {
+			unix.Close(fd)
+		}
+	}
 }
 
 // recorder is a Sink that keeps everything.
@@ -432,6 +447,62 @@ func TestLibraryAndProcOpens(t *testing.T) {
 	m := one(t, rec, "memfd_create", func(e *tracer.Event) bool { return e.Kind == tracer.KindMemfd })
 	if m.Path != "cuda-probe" || m.Ret < 0 || m.Flags != unix.MFD_CLOEXEC || m.Syscall != "memfd_create" {
 		t.Errorf("memfd %+v", *m)
+	}
+}
+
+// A failed open of a path the filter does not know is not recorded: python
+// probes dozens of library and locale paths that do not exist. The same
+// failures on a device path are.
+func TestFailedUnmatchedOpenNotRecorded(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	file := dir + "/regular"
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	unmatched := []string{
+		dir + "/missing.so.1",                     // ENOENT
+		"/usr/lib/locale/cudatrace-test/LC_CTYPE", // ENOENT, as glibc's locale probes
+		file + "/below-a-file",                    // ENOTDIR
+	}
+	node := fmt.Sprintf("/dev/nvidia-uvm-cudatrace-test-missing-%08x", rand.Uint32())
+	args := []string{self, helperArg}
+	for _, p := range append(unmatched, node) {
+		args = append(args, "open-fail", p)
+	}
+	privtest.RequireRoot(t)
+	rec := &recorder{}
+	res, err := New().Run(context.Background(), tracer.Spec{Argv: args, DeviceMajors: []uint32{1}}, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkComplete(t, res)
+	for _, p := range unmatched {
+		if got := rec.find(byPath(p)); len(got) != 0 {
+			t.Errorf("failed open of %s recorded: %+v", p, *got[0])
+		}
+	}
+	want := 2 // openat, openat2
+	if haveLegacyOpen {
+		want = 3
+	}
+	got := rec.find(byPath(node))
+	if len(got) != want {
+		t.Fatalf("%d failed opens of %s recorded, want %d:\n%s", len(got), node, want, rec.dump())
+	}
+	for _, e := range got {
+		if e.Kind != tracer.KindOpen || e.Ret != -int64(unix.ENOENT) {
+			t.Errorf("open %+v, want ENOENT", *e)
+		}
+	}
+	// Nothing else was opened by the helper but its own binary's files.
+	for _, e := range rec.find(func(e *tracer.Event) bool { return e.Kind == tracer.KindOpen && e.Failed() }) {
+		if e.Path != node {
+			t.Errorf("unrelated failed open recorded: %+v", *e)
+		}
 	}
 }
 
