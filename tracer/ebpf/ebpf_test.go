@@ -66,6 +66,11 @@ func helperMain(args []string) int {
 			}
 		case "open-fail": // the same path through every open syscall; all fail
 			openEverywhere(path, unix.O_RDONLY)
+		case "tracefs-cycle": // see TestTracefsPerMountNamespace
+			if err := tracefsCycle(); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
 		case "memfd":
 			fd, err := unix.MemfdCreate(path, unix.MFD_CLOEXEC)
 			if err == nil {

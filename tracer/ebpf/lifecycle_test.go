@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -155,7 +157,11 @@ func bpfFDs(t *testing.T) int {
 // tracefsInUse: another cudatrace process (other tests on this host) holds
 // the shared mount.
 func tracefsInUse(t *testing.T) bool {
-	f, err := os.Open(filepath.Join(stateDir, usersLock))
+	names, err := currentTracefsState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(names.users)
 	if err != nil {
 		return false
 	}
@@ -241,7 +247,14 @@ func TestBadSpecs(t *testing.T) {
 func TestAttach(t *testing.T) {
 	privtest.RequireRoot(t)
 	node := fakeNode(t, "nvidiactl")
-	target := exec.Command("/bin/sh", "-c", fmt.Sprintf(`while :; do : < %[1]s; sh -c ': < %[1]s'; done`, node))
+	// An NVIDIA-named node whose major (5, the pty multiplexer) is not in
+	// the spec's: still listed as held, by its path.
+	ptmx := node + "-ptmx"
+	if err := unix.Mknod(ptmx, unix.S_IFCHR|0o666, int(unix.Mkdev(5, 2))); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(ptmx)
+	target := exec.Command("/bin/sh", "-c", fmt.Sprintf(`exec 7<>%[1]s 8<>%[2]s; while :; do : < %[1]s; sh -c ': < %[1]s'; done`, node, ptmx))
 	if err := target.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -273,8 +286,30 @@ func TestAttach(t *testing.T) {
 	if fromParent < 3 || fromChild < 3 {
 		t.Fatalf("opens: %d by the attached shell, %d by its children", fromParent, fromChild)
 	}
-	if res.Launched || res.Exit != nil || len(res.Notes) == 0 {
+	if res.Launched || res.Exit != nil {
 		t.Errorf("result %+v", res)
+	}
+	// exec.Command gave the shell /dev/null (c 1:3, a traced major here)
+	// as stdin, stdout and stderr.
+	want := []string{"attached to running processes: calls made before the attach are not in this trace"}
+	for fd := range 3 {
+		want = append(want, fmt.Sprintf("fd %d → /dev/null (c 1:3), held before the attach", fd))
+	}
+	want = append(want,
+		fmt.Sprintf("fd 7 → %s (c 1:3), held before the attach", node),
+		fmt.Sprintf("fd 8 → %s (c 5:2), held before the attach", ptmx))
+	// The loop may be caught mid-redirection, with fd 0 saved above 9: a
+	// copy of /dev/null or of the node, also held.
+	extra := regexp.MustCompile(fmt.Sprintf(`^fd \d\d+ → (/dev/null|%s) \(c 1:3\), held before the attach$`, regexp.QuoteMeta(node)))
+	for _, n := range res.Notes {
+		if !slices.Contains(want, n) && !extra.MatchString(n) {
+			t.Errorf("unexpected note %q", n)
+		}
+	}
+	for _, w := range want {
+		if !slices.Contains(res.Notes, w) {
+			t.Errorf("missing note %q; notes:\n%s", w, strings.Join(res.Notes, "\n"))
+		}
 	}
 	if err := target.Process.Signal(unix.Signal(0)); err != nil {
 		t.Fatalf("attached process did not survive the detach: %v", err)

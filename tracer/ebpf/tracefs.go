@@ -21,19 +21,39 @@ const tracefsDir = "/sys/kernel/tracing"
 // mounted it. /run is emptied at boot, like the mount table.
 var stateDir = "/run/cudatrace"
 
+// Mounts belong to a mount namespace, so the state is kept per namespace:
+// a cudatrace in a private namespace (unshare --mount, a container) must
+// neither wait for nor unmount the host's tracefs, nor the other way round.
 const (
-	stateLock = "tracefs.lock"    // held (exclusive) while deciding to mount or unmount
-	usersLock = "tracefs.users"   // held (shared) by every process using the mount
-	marker    = "tracefs.mounted" // exists while a cudatrace-made mount exists
+	stateLock = "tracefs-%d.lock"    // held (exclusive) while deciding to mount or unmount
+	usersLock = "tracefs-%d.users"   // held (shared) by every process using the mount
+	marker    = "tracefs-%d.mounted" // the mount ID of a tracefs a cudatrace mounted
 )
 
+// tracefsState names the state files of the current mount namespace.
+type tracefsState struct{ lock, users, marker string }
+
+func currentTracefsState() (tracefsState, error) {
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/self/ns/mnt", &st); err != nil {
+		return tracefsState{}, fmt.Errorf("mount namespace: %w", err)
+	}
+	f := func(pattern string) string { return filepath.Join(stateDir, fmt.Sprintf(pattern, st.Ino)) }
+	return tracefsState{lock: f(stateLock), users: f(usersLock), marker: f(marker)}, nil
+}
+
 // acquireTracefs makes sure tracefs is reachable and returns the function
-// that undoes whatever it did, once no other cudatrace uses it.
+// that undoes whatever it did, once no other cudatrace in this mount
+// namespace uses it.
 func acquireTracefs() (release func() error, err error) {
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("tracefs state directory: %w", err)
 	}
-	state, err := lockFile(filepath.Join(stateDir, stateLock), unix.LOCK_EX)
+	names, err := currentTracefsState()
+	if err != nil {
+		return nil, err
+	}
+	state, err := lockFile(names.lock, unix.LOCK_EX)
 	if err != nil {
 		return nil, err
 	}
@@ -49,12 +69,19 @@ func acquireTracefs() (release func() error, err error) {
 			}
 			return nil, fmt.Errorf("mount tracefs on %s: %w", tracefsDir, err)
 		}
-		if err := os.WriteFile(filepath.Join(stateDir, marker), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600); err != nil {
+		// The mount ID says which mount is ours: a marker left by a
+		// crashed run (or a reused namespace inode) cannot point at a
+		// mount someone else made.
+		id, err := tracefsMountID("/proc/self/mountinfo")
+		if err == nil {
+			err = os.WriteFile(names.marker, []byte(strconv.Itoa(id)+"\n"), 0o600)
+		}
+		if err != nil {
 			unix.Unmount(tracefsDir, 0)
 			return nil, fmt.Errorf("record tracefs mount: %w", err)
 		}
 	}
-	users, err := lockFile(filepath.Join(stateDir, usersLock), unix.LOCK_SH)
+	users, err := lockFile(names.users, unix.LOCK_SH)
 	if err != nil {
 		return nil, err
 	}
@@ -64,13 +91,13 @@ func acquireTracefs() (release func() error, err error) {
 			return nil
 		}
 		done = true
-		return releaseTracefs(users)
+		return releaseTracefs(names, users)
 	}, nil
 }
 
-func releaseTracefs(users *os.File) error {
+func releaseTracefs(names tracefsState, users *os.File) error {
 	defer users.Close()
-	state, err := lockFile(filepath.Join(stateDir, stateLock), unix.LOCK_EX)
+	state, err := lockFile(names.lock, unix.LOCK_EX)
 	if err != nil {
 		return err
 	}
@@ -79,8 +106,32 @@ func releaseTracefs(users *os.File) error {
 	if unix.Flock(int(users.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
 		return nil // another cudatrace still traces; the last one unmounts
 	}
-	if _, err := os.Stat(filepath.Join(stateDir, marker)); err != nil {
-		return nil // not ours to unmount
+	if err := unmountOurs(names.marker); err != nil {
+		return err
+	}
+	// Last user: remove the namespace's files, so that namespaces that come
+	// and go leave nothing. Whoever opened them meanwhile sees, once it has
+	// the lock, that the name is gone and starts again (lockFile). The users
+	// file goes first: it is only opened with the state lock held.
+	os.Remove(names.marker)
+	os.Remove(names.users)
+	os.Remove(names.lock)
+	return nil
+}
+
+// unmountOurs unmounts the tracefs on tracefsDir if it is the mount the
+// marker names.
+func unmountOurs(markerPath string) error {
+	b, err := os.ReadFile(markerPath)
+	if err != nil {
+		return nil // no cudatrace mounted one: not ours to unmount
+	}
+	want, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return nil
+	}
+	if id, err := tracefsMountID("/proc/self/mountinfo"); err != nil || id != want {
+		return nil // unmounted meanwhile, or replaced by someone else's
 	}
 	err = unix.Unmount(tracefsDir, 0)
 	if errors.Is(err, unix.EBUSY) {
@@ -90,26 +141,65 @@ func releaseTracefs(users *os.File) error {
 	if err != nil && !errors.Is(err, unix.EINVAL) { // EINVAL: unmounted meanwhile
 		return fmt.Errorf("unmount tracefs from %s: %w", tracefsDir, err)
 	}
-	os.Remove(filepath.Join(stateDir, marker))
 	return nil
 }
 
+// lockFile opens and locks path. A lock on a file that was removed while we
+// waited guards nothing: then it tries again with the new file.
 func lockFile(path string, how int) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("tracefs lock: %w", err)
-	}
 	for {
-		err = unix.Flock(int(f.Fd()), how)
-		if !errors.Is(err, unix.EINTR) {
-			break
+		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("tracefs lock: %w", err)
+		}
+		for {
+			err = unix.Flock(int(f.Fd()), how)
+			if !errors.Is(err, unix.EINTR) {
+				break
+			}
+		}
+		if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("lock %s: %w", path, err)
+		}
+		var held, named unix.Stat_t
+		if unix.Fstat(int(f.Fd()), &held) == nil && unix.Stat(path, &named) == nil &&
+			held.Ino == named.Ino && held.Dev == named.Dev {
+			return f, nil
+		}
+		f.Close()
+	}
+}
+
+// tracefsMountID is the mount ID of the topmost tracefs mounted on
+// tracefsDir, or an error when there is none.
+func tracefsMountID(mountinfo string) (int, error) {
+	f, err := os.Open(mountinfo)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	id := -1
+	for sc.Scan() {
+		line := sc.Text()
+		_, mnt, fstype, ok := parseMountinfoLine(line)
+		if !ok || mnt != tracefsDir || fstype != "tracefs" {
+			continue
+		}
+		// Later lines are mounted on top of earlier ones.
+		if n, err := strconv.Atoi(strings.Fields(line)[0]); err == nil {
+			id = n
 		}
 	}
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("lock %s: %w", path, err)
+	if err := sc.Err(); err != nil {
+		return 0, err
 	}
-	return f, nil
+	if id < 0 {
+		return 0, errors.New("no tracefs on " + tracefsDir)
+	}
+	return id, nil
 }
 
 // tracefsPresent reports whether tracefs is mounted anywhere, or debugfs with
