@@ -350,6 +350,9 @@ func (s *session) runAttach(ctx context.Context, spec tracer.Spec, tgids []int, 
 		}
 	}
 	res.Notes = append(res.Notes, "attached to running processes: calls made before the attach are not in this trace")
+	for _, t := range tgids {
+		res.Notes = append(res.Notes, heldDeviceNotes(t, spec.DeviceMajors)...)
+	}
 	var timeout <-chan time.Time
 	if spec.Duration > 0 {
 		t := time.NewTimer(spec.Duration)
