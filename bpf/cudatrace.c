@@ -26,6 +26,8 @@ char LICENSE[] SEC("license") = "GPL";
 #define S_IFCHR 0020000
 #define S_IFBLK 0060000
 #define SIGNAL_GROUP_EXIT 0x00000004
+/* creat(p, m) is open(p, O_CREAT|O_WRONLY|O_TRUNC, m). */
+#define CREAT_FLAGS (01 | 0100 | 01000)
 
 /* Runtime settings, fixed at load time (the verifier prunes dead branches). */
 const volatile bool follow_children = true;
@@ -56,6 +58,7 @@ enum syscall_id {
 	SC_OPENAT,
 	SC_OPENAT2,
 	SC_OPEN,
+	SC_CREAT,
 	SC_IOCTL,
 	SC_MKNODAT,
 	SC_MKNOD,
@@ -359,6 +362,12 @@ SEC("tracepoint/syscalls/sys_enter_open")
 int ct_enter_open(struct trace_event_raw_sys_enter *ctx)
 {
 	return open_enter(SC_OPEN, ctx->args[0], ctx->args[1], ctx->args[2]);
+}
+
+SEC("tracepoint/syscalls/sys_enter_creat")
+int ct_enter_creat(struct trace_event_raw_sys_enter *ctx)
+{
+	return open_enter(SC_CREAT, ctx->args[0], CREAT_FLAGS, ctx->args[1]);
 }
 
 struct open_how_min {
@@ -745,6 +754,7 @@ static __always_inline int finish_path(struct trace_event_raw_sys_exit *ctx, boo
 EXIT_PATH_PROG(openat, true, false)
 EXIT_PATH_PROG(openat2, true, false)
 EXIT_PATH_PROG(open, true, false)
+EXIT_PATH_PROG(creat, true, false)
 EXIT_PROG(ioctl)
 EXIT_PATH_PROG(mknodat, false, false)
 EXIT_PATH_PROG(mknod, false, false)

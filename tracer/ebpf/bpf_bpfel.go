@@ -72,26 +72,27 @@ const (
 	bpfSyscallIdSC_OPENAT       bpfSyscallId = 1
 	bpfSyscallIdSC_OPENAT2      bpfSyscallId = 2
 	bpfSyscallIdSC_OPEN         bpfSyscallId = 3
-	bpfSyscallIdSC_IOCTL        bpfSyscallId = 4
-	bpfSyscallIdSC_MKNODAT      bpfSyscallId = 5
-	bpfSyscallIdSC_MKNOD        bpfSyscallId = 6
-	bpfSyscallIdSC_UNLINKAT     bpfSyscallId = 7
-	bpfSyscallIdSC_UNLINK       bpfSyscallId = 8
-	bpfSyscallIdSC_SYMLINKAT    bpfSyscallId = 9
-	bpfSyscallIdSC_SYMLINK      bpfSyscallId = 10
-	bpfSyscallIdSC_MKDIRAT      bpfSyscallId = 11
-	bpfSyscallIdSC_MKDIR        bpfSyscallId = 12
-	bpfSyscallIdSC_NEWFSTATAT   bpfSyscallId = 13
-	bpfSyscallIdSC_STAT         bpfSyscallId = 14
-	bpfSyscallIdSC_LSTAT        bpfSyscallId = 15
-	bpfSyscallIdSC_STATX        bpfSyscallId = 16
-	bpfSyscallIdSC_FACCESSAT    bpfSyscallId = 17
-	bpfSyscallIdSC_FACCESSAT2   bpfSyscallId = 18
-	bpfSyscallIdSC_ACCESS       bpfSyscallId = 19
-	bpfSyscallIdSC_MEMFD_CREATE bpfSyscallId = 20
-	bpfSyscallIdSC_EXECVE       bpfSyscallId = 21
-	bpfSyscallIdSC_EXECVEAT     bpfSyscallId = 22
-	bpfSyscallIdSC_EXIT         bpfSyscallId = 23
+	bpfSyscallIdSC_CREAT        bpfSyscallId = 4
+	bpfSyscallIdSC_IOCTL        bpfSyscallId = 5
+	bpfSyscallIdSC_MKNODAT      bpfSyscallId = 6
+	bpfSyscallIdSC_MKNOD        bpfSyscallId = 7
+	bpfSyscallIdSC_UNLINKAT     bpfSyscallId = 8
+	bpfSyscallIdSC_UNLINK       bpfSyscallId = 9
+	bpfSyscallIdSC_SYMLINKAT    bpfSyscallId = 10
+	bpfSyscallIdSC_SYMLINK      bpfSyscallId = 11
+	bpfSyscallIdSC_MKDIRAT      bpfSyscallId = 12
+	bpfSyscallIdSC_MKDIR        bpfSyscallId = 13
+	bpfSyscallIdSC_NEWFSTATAT   bpfSyscallId = 14
+	bpfSyscallIdSC_STAT         bpfSyscallId = 15
+	bpfSyscallIdSC_LSTAT        bpfSyscallId = 16
+	bpfSyscallIdSC_STATX        bpfSyscallId = 17
+	bpfSyscallIdSC_FACCESSAT    bpfSyscallId = 18
+	bpfSyscallIdSC_FACCESSAT2   bpfSyscallId = 19
+	bpfSyscallIdSC_ACCESS       bpfSyscallId = 20
+	bpfSyscallIdSC_MEMFD_CREATE bpfSyscallId = 21
+	bpfSyscallIdSC_EXECVE       bpfSyscallId = 22
+	bpfSyscallIdSC_EXECVEAT     bpfSyscallId = 23
+	bpfSyscallIdSC_EXIT         bpfSyscallId = 24
 )
 
 // Names of all BPF objects in the ELF.
@@ -105,6 +106,7 @@ const (
 	bpfMapScratch             = "scratch"
 	bpfMapTraced              = "traced"
 	bpfProgCtEnterAccess      = "ct_enter_access"
+	bpfProgCtEnterCreat       = "ct_enter_creat"
 	bpfProgCtEnterExecve      = "ct_enter_execve"
 	bpfProgCtEnterExecveat    = "ct_enter_execveat"
 	bpfProgCtEnterFaccessat   = "ct_enter_faccessat"
@@ -129,6 +131,7 @@ const (
 	bpfProgCtExec             = "ct_exec"
 	bpfProgCtExit             = "ct_exit"
 	bpfProgCtExitAccess       = "ct_exit_access"
+	bpfProgCtExitCreat        = "ct_exit_creat"
 	bpfProgCtExitExecve       = "ct_exit_execve"
 	bpfProgCtExitExecveat     = "ct_exit_execveat"
 	bpfProgCtExitFaccessat    = "ct_exit_faccessat"
@@ -204,6 +207,7 @@ type bpfSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type bpfProgramSpecs struct {
 	CtEnterAccess      *ebpf.ProgramSpec `ebpf:"ct_enter_access"`
+	CtEnterCreat       *ebpf.ProgramSpec `ebpf:"ct_enter_creat"`
 	CtEnterExecve      *ebpf.ProgramSpec `ebpf:"ct_enter_execve"`
 	CtEnterExecveat    *ebpf.ProgramSpec `ebpf:"ct_enter_execveat"`
 	CtEnterFaccessat   *ebpf.ProgramSpec `ebpf:"ct_enter_faccessat"`
@@ -228,6 +232,7 @@ type bpfProgramSpecs struct {
 	CtExec             *ebpf.ProgramSpec `ebpf:"ct_exec"`
 	CtExit             *ebpf.ProgramSpec `ebpf:"ct_exit"`
 	CtExitAccess       *ebpf.ProgramSpec `ebpf:"ct_exit_access"`
+	CtExitCreat        *ebpf.ProgramSpec `ebpf:"ct_exit_creat"`
 	CtExitExecve       *ebpf.ProgramSpec `ebpf:"ct_exit_execve"`
 	CtExitExecveat     *ebpf.ProgramSpec `ebpf:"ct_exit_execveat"`
 	CtExitFaccessat    *ebpf.ProgramSpec `ebpf:"ct_exit_faccessat"`
@@ -336,6 +341,7 @@ type bpfVariables struct {
 // It can be passed to loadBpfObjects or ebpf.CollectionSpec.LoadAndAssign.
 type bpfPrograms struct {
 	CtEnterAccess      *ebpf.Program `ebpf:"ct_enter_access"`
+	CtEnterCreat       *ebpf.Program `ebpf:"ct_enter_creat"`
 	CtEnterExecve      *ebpf.Program `ebpf:"ct_enter_execve"`
 	CtEnterExecveat    *ebpf.Program `ebpf:"ct_enter_execveat"`
 	CtEnterFaccessat   *ebpf.Program `ebpf:"ct_enter_faccessat"`
@@ -360,6 +366,7 @@ type bpfPrograms struct {
 	CtExec             *ebpf.Program `ebpf:"ct_exec"`
 	CtExit             *ebpf.Program `ebpf:"ct_exit"`
 	CtExitAccess       *ebpf.Program `ebpf:"ct_exit_access"`
+	CtExitCreat        *ebpf.Program `ebpf:"ct_exit_creat"`
 	CtExitExecve       *ebpf.Program `ebpf:"ct_exit_execve"`
 	CtExitExecveat     *ebpf.Program `ebpf:"ct_exit_execveat"`
 	CtExitFaccessat    *ebpf.Program `ebpf:"ct_exit_faccessat"`
@@ -387,6 +394,7 @@ type bpfPrograms struct {
 func (p *bpfPrograms) Close() error {
 	return _BpfClose(
 		p.CtEnterAccess,
+		p.CtEnterCreat,
 		p.CtEnterExecve,
 		p.CtEnterExecveat,
 		p.CtEnterFaccessat,
@@ -411,6 +419,7 @@ func (p *bpfPrograms) Close() error {
 		p.CtExec,
 		p.CtExit,
 		p.CtExitAccess,
+		p.CtExitCreat,
 		p.CtExitExecve,
 		p.CtExitExecveat,
 		p.CtExitFaccessat,

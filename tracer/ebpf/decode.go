@@ -14,6 +14,7 @@ var syscallNames = [...]string{
 	bpfSyscallIdSC_OPENAT:       "openat",
 	bpfSyscallIdSC_OPENAT2:      "openat2",
 	bpfSyscallIdSC_OPEN:         "open",
+	bpfSyscallIdSC_CREAT:        "creat",
 	bpfSyscallIdSC_IOCTL:        "ioctl",
 	bpfSyscallIdSC_MKNODAT:      "mknodat",
 	bpfSyscallIdSC_MKNOD:        "mknod",

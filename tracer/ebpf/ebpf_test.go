@@ -71,6 +71,10 @@ func helperMain(args []string) int {
 				fmt.Fprintln(os.Stderr, err)
 				return 1
 			}
+		case "creat": // x86-64 only
+			if fd, err := legacyCreat(path, 0o600); err == nil {
+				unix.Close(fd)
+			}
 		case "memfd":
 			fd, err := unix.MemfdCreate(path, unix.MFD_CLOEXEC)
 			if err == nil {
@@ -508,6 +512,35 @@ func TestFailedUnmatchedOpenNotRecorded(t *testing.T) {
 		if e.Path != node {
 			t.Errorf("unrelated failed open recorded: %+v", *e)
 		}
+	}
+}
+
+// creat is an open: recorded like one, with the flags it implies.
+func TestCreat(t *testing.T) {
+	if !haveLegacyOpen {
+		t.Skip("no creat syscall on " + runtime.GOARCH)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := fakeNode(t, "nvidiactl")
+	created := fmt.Sprintf("/dev/nvidia-cudatrace-test-creat-%08x", rand.Uint32())
+	t.Cleanup(func() { os.Remove(created) })
+	res, rec := traceCmd(t, tracer.Spec{}, fmt.Sprintf("%s %s creat %s creat %s creat /tmp", self, helperArg, node, created))
+	checkComplete(t, res)
+	const flags = unix.O_CREAT | unix.O_WRONLY | unix.O_TRUNC
+	dev := one(t, rec, "creat of the node", byPath(node))
+	if dev.Kind != tracer.KindOpen || dev.Syscall != "creat" || dev.Ret < 0 || dev.Flags != flags || dev.Mode != 0o600 {
+		t.Errorf("creat %+v", *dev)
+	}
+	wantDev(t, dev, 1, 3)
+	file := one(t, rec, "creat of a new file", byPath(created))
+	if file.Syscall != "creat" || file.Ret < 0 || file.Dev != nil {
+		t.Errorf("creat %+v, want a regular file", *file)
+	}
+	if got := rec.find(byPath("/tmp")); len(got) != 0 {
+		t.Errorf("failed creat of an unrelated path recorded: %+v", *got[0])
 	}
 }
 

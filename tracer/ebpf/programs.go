@@ -16,7 +16,7 @@ import (
 type syscallProbe struct {
 	name        string // tracepoint name: sys_enter_<name>
 	enter, exit string // program names
-	// optional syscalls do not exist everywhere: open, stat, mknod... only
+	// optional syscalls do not exist everywhere: open, creat, stat, mknod... only
 	// on x86-64; openat2 since 5.6, faccessat2 since 5.8.
 	optional bool
 }
@@ -25,6 +25,7 @@ var syscallProbes = []syscallProbe{
 	{"openat", bpfProgCtEnterOpenat, bpfProgCtExitOpenat, false},
 	{"openat2", bpfProgCtEnterOpenat2, bpfProgCtExitOpenat2, true},
 	{"open", bpfProgCtEnterOpen, bpfProgCtExitOpen, true},
+	{"creat", bpfProgCtEnterCreat, bpfProgCtExitCreat, true},
 	{"ioctl", bpfProgCtEnterIoctl, bpfProgCtExitIoctl, false},
 	{"mknodat", bpfProgCtEnterMknodat, bpfProgCtExitMknodat, false},
 	{"mknod", bpfProgCtEnterMknod, bpfProgCtExitMknod, true},
