@@ -37,6 +37,9 @@ const volatile bool exit_tp_has_group_dead = false;
 /* Offsets in the user's struct stat: x86-64 24/40, arm64 (generic) 16/32. */
 const volatile __u32 stat_mode_off = 24;
 const volatile __u32 stat_rdev_off = 40;
+/* Wake the reader once this many bytes wait in the ring (user space sets a
+ * quarter of it); below that it finds them on its own short timer. */
+const volatile __u64 wakeup_bytes = 2 << 20;
 
 enum event_kind {
 	KIND_OPEN = 1,
@@ -207,6 +210,17 @@ static __always_inline bool is_dev_mode(__u32 mode)
 {
 	__u32 t = mode & S_IFMT;
 	return t == S_IFCHR || t == S_IFBLK;
+}
+
+/* Submit without a wake-up unless the ring is filling or the event ends or
+ * changes the trace: each wake-up is an IPI (a trap to the hypervisor in a
+ * VM) and a reader wake-up, per event. */
+static __always_inline void submit(void *e, bool urgent)
+{
+	__u64 flags = BPF_RB_NO_WAKEUP;
+	if (urgent || bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes)
+		flags = BPF_RB_FORCE_WAKEUP;
+	bpf_ringbuf_submit(e, flags);
 }
 
 /* Start an event for the current task in the per-CPU scratch slot, or NULL
@@ -708,7 +722,7 @@ static __always_inline int finish(struct trace_event_raw_sys_exit *ctx)
 				set_udev(e, dev);
 		}
 	}
-	bpf_ringbuf_submit(e, 0);
+	submit(e, e->kind == KIND_EXEC);
 	return 0;
 }
 
@@ -842,7 +856,7 @@ int ct_exit(__u64 *ctx)
 	e->path_uptr = 0;
 	e->retry = 0;
 	e->tgid = tgid;
-	e->tid = tid;
+	e->tid = tgid; /* the process's exit, reported by its leader as ptrace does */
 	e->request = 0;
 	e->fd = 0;
 	e->mode = 0;
@@ -861,6 +875,6 @@ int ct_exit(__u64 *ctx)
 	e->path[0] = 0;
 	e->aux[0] = 0;
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
-	bpf_ringbuf_submit(e, 0);
+	submit(e, true);
 	return 0;
 }

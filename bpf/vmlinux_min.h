@@ -41,6 +41,16 @@ enum {
 	BPF_NOEXIST = 1,
 };
 
+/* bpf_ringbuf_submit/output flags and bpf_ringbuf_query keys (UAPI). */
+enum {
+	BPF_RB_NO_WAKEUP = 1,
+	BPF_RB_FORCE_WAKEUP = 2,
+};
+
+enum {
+	BPF_RB_AVAIL_DATA = 0,
+};
+
 typedef struct {
 	int counter;
 } atomic_t;

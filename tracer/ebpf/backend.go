@@ -56,6 +56,7 @@ func (backend) Run(ctx context.Context, spec tracer.Spec, sink tracer.Sink) (res
 		}
 	}
 
+	phases := newPhaseLog(spec.Debug)
 	releaseTracefs, err := acquireTracefs()
 	if err != nil {
 		return nil, err
@@ -64,13 +65,18 @@ func (backend) Run(ctx context.Context, spec tracer.Spec, sink tracer.Sink) (res
 		if uerr := releaseTracefs(); uerr != nil && err == nil {
 			err = uerr
 		}
+		phases.mark("tracefs released")
+		phases.print()
 	}()
+	phases.mark("tracefs acquired")
 
 	s, err := load(spec, ringBytes)
 	if err != nil {
 		return nil, err
 	}
+	s.phases = phases
 	defer s.close()
+	phases.mark("loaded")
 
 	res = &tracer.Result{Backend: "ebpf", Launched: launching}
 	startKtime := monotonicNow()
@@ -83,12 +89,15 @@ func (backend) Run(ctx context.Context, spec tracer.Spec, sink tracer.Sink) (res
 	} else {
 		err = s.runAttach(ctx, spec, tgids, res)
 	}
+	phases.mark("traced")
 	// Stop the producers, then read everything they wrote.
 	s.detach()
+	phases.mark("detached")
 	if ferr := s.rd.Flush(); ferr != nil && err == nil {
 		err = fmt.Errorf("flush ring buffer: %w", ferr)
 	}
 	<-p.done
+	phases.mark("drained")
 	res.Ended = time.Now()
 	res.Events = p.events
 	if p.err != nil && err == nil {
@@ -185,8 +194,9 @@ var onLoad func(*ebpf.Collection)
 type session struct {
 	coll  *ebpf.Collection
 	links []link.Link
-	rd    *ringbuf.Reader
-	debug bool
+	rd     *ringbuf.Reader
+	debug  bool
+	phases *phaseLog
 	exits chan struct{} // a traced process exited (attach: is any left?)
 }
 
@@ -301,6 +311,7 @@ func (s *session) runLaunch(ctx context.Context, spec tracer.Spec, res *tracer.R
 		child.Abort()
 		return err
 	}
+	s.phases.mark("attached")
 	waitc := make(chan waitResult, 1)
 	if err := child.Release(); err != nil {
 		// The loader is gone already; Wait says how it ended.
@@ -341,6 +352,7 @@ func (s *session) runAttach(ctx context.Context, spec tracer.Spec, tgids []int, 
 	if err := s.attach(); err != nil {
 		return err
 	}
+	s.phases.mark("attached")
 	// A process that died before the exit program was attached sent no
 	// exit event and would stay in the filter.
 	for _, t := range tgids {

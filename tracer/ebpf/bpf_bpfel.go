@@ -162,6 +162,7 @@ const (
 	bpfVarUnusedDrop          = "unused_drop"
 	bpfVarUnusedKind          = "unused_kind"
 	bpfVarUnusedSyscall       = "unused_syscall"
+	bpfVarWakeupBytes         = "wakeup_bytes"
 )
 
 // loadBpf returns the embedded CollectionSpec for bpf.
@@ -281,6 +282,7 @@ type bpfVariableSpecs struct {
 	UnusedDrop         *ebpf.VariableSpec `ebpf:"unused_drop"`
 	UnusedKind         *ebpf.VariableSpec `ebpf:"unused_kind"`
 	UnusedSyscall      *ebpf.VariableSpec `ebpf:"unused_syscall"`
+	WakeupBytes        *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
 
 // bpfObjects contains all objects after they have been loaded into the kernel.
@@ -334,6 +336,7 @@ type bpfVariables struct {
 	UnusedDrop         *ebpf.Variable `ebpf:"unused_drop"`
 	UnusedKind         *ebpf.Variable `ebpf:"unused_kind"`
 	UnusedSyscall      *ebpf.Variable `ebpf:"unused_syscall"`
+	WakeupBytes        *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
 
 // bpfPrograms contains all programs after they have been loaded into the kernel.

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -75,6 +76,13 @@ func helperMain(args []string) int {
 			if fd, err := legacyCreat(path, 0o600); err == nil {
 				unix.Close(fd)
 			}
+		case "leader-exits-first": // the leader thread ends; another thread ends the process
+			go func() {
+				runtime.LockOSThread()
+				time.Sleep(50 * time.Millisecond) // after the leader's exit, not a timing assertion
+				os.Exit(0)
+			}()
+			unix.RawSyscall(unix.SYS_EXIT, 0, 0, 0) // this thread only
 		case "memfd":
 			fd, err := unix.MemfdCreate(path, unix.MFD_CLOEXEC)
 			if err == nil {
@@ -541,6 +549,28 @@ func TestCreat(t *testing.T) {
 	}
 	if got := rec.find(byPath("/tmp")); len(got) != 0 {
 		t.Errorf("failed creat of an unrelated path recorded: %+v", *got[0])
+	}
+}
+
+// A process whose leader thread exits first ends when its last thread does;
+// its exit is still reported under the leader's TID, as ptrace does.
+func TestExitReportedByLeader(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	privtest.RequireRoot(t)
+	rec := &recorder{}
+	res, err := New().Run(context.Background(), tracer.Spec{
+		Argv: []string{self, helperArg, "leader-exits-first", "-"}, DeviceMajors: []uint32{1},
+	}, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkComplete(t, res)
+	ex := one(t, rec, "exit", func(e *tracer.Event) bool { return e.Kind == tracer.KindExit })
+	if ex.TID != ex.PID || ex.ExitCode != 0 {
+		t.Errorf("exit %+v, want TID = PID and code 0", *ex)
 	}
 }
 

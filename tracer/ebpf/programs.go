@@ -55,6 +55,9 @@ func configure(spec *ebpf.CollectionSpec, ringBytes int) error {
 	if ringBytes != 0 {
 		spec.Maps[bpfMapEvents].MaxEntries = uint32(ringBytes)
 	}
+	// Below a quarter full, the reader's own timer (pump.go) collects
+	// events; above it, every submit wakes it.
+	wakeup := uint64(spec.Maps[bpfMapEvents].MaxEntries / 4)
 	hasGroupDead, err := exitTracepointHasGroupDead()
 	if err != nil {
 		return err
@@ -69,6 +72,7 @@ func configure(spec *ebpf.CollectionSpec, ringBytes int) error {
 		"exit_tp_has_group_dead": hasGroupDead,
 		"stat_mode_off":          modeOff,
 		"stat_rdev_off":          rdevOff,
+		"wakeup_bytes":           wakeup,
 	}
 	for name, v := range vars {
 		vs, ok := spec.Variables[name]

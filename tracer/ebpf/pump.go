@@ -10,8 +10,15 @@ import (
 	"github.com/cudatrace/cudatrace/tracer"
 )
 
+// pollInterval bounds how long an event waits in the ring: the BPF side
+// submits without waking the reader (a wake-up per event costs more than
+// the event) until the ring is a quarter full or the event is an exec or
+// exit.
+const pollInterval = 10 * time.Millisecond
+
 // pump moves events from the ring buffer to the sink. It blocks in the
-// reader (epoll), never polls, and ends once Flush has let it drain the ring.
+// reader (epoll) for at most pollInterval, and ends once Flush has let it
+// drain the ring.
 type pump struct {
 	rd    *ringbuf.Reader
 	dec   *decoder
@@ -34,10 +41,18 @@ func (p *pump) run() {
 	var rec ringbuf.Record
 	draining := false
 	for {
+		if !draining {
+			// Set here, by the reader: ReadInto holds the reader's lock
+			// while it waits, so SetDeadline from elsewhere would block.
+			p.rd.SetDeadline(time.Now().Add(pollInterval))
+		}
 		err := p.rd.ReadInto(&rec)
 		switch {
 		case err == nil:
 			p.deliver(rec.RawSample)
+		case !draining && errors.Is(err, os.ErrDeadlineExceeded):
+			// Quiet for pollInterval: whatever was submitted without a
+			// wake-up has been read; look again.
 		case errors.Is(err, ringbuf.ErrFlushed):
 			// Everything committed before the flush has been read. Programs
 			// that were mid-run when detached may still commit: read with a

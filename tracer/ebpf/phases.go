@@ -1,0 +1,34 @@
+package ebpftrace
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"time"
+)
+
+// phaseLog times the stages of a run for --debug: start-up and teardown
+// cost is what a user of a short target notices.
+type phaseLog struct {
+	on    bool
+	last  time.Time
+	steps []string
+}
+
+func newPhaseLog(on bool) *phaseLog { return &phaseLog{on: on, last: time.Now()} }
+
+func (l *phaseLog) mark(what string) {
+	if l == nil || !l.on {
+		return
+	}
+	now := time.Now()
+	l.steps = append(l.steps, fmt.Sprintf("%s %v", what, now.Sub(l.last).Round(100*time.Microsecond)))
+	l.last = now
+}
+
+func (l *phaseLog) print() {
+	if l == nil || !l.on {
+		return
+	}
+	fmt.Fprintf(os.Stderr, "cudatrace: ebpf: %s\n", strings.Join(l.steps, ", "))
+}
