@@ -313,33 +313,56 @@ static __always_inline bool match_at(const char *buf, int off, const char *lit, 
 	return true;
 }
 
-/* These scans carry no state between iterations but the index, so the
- * verifier can prune them: no "last slash seen" variable, no length. */
+/* The scans below run as bpf_loop() callbacks: the verifier checks a
+ * callback once, where it walks a bounded loop iteration by iteration (in
+ * every program that inlines it, which made loading take most of a second).
+ * The index is masked, so any i is a safe offset. */
+
+struct scan {
+	const char *p;
+	bool found;
+};
 
 /* A path component starting with libcuda.so or libnvidia-ml.so. */
+static long lib_step(__u32 i, struct scan *s)
+{
+	const char *p = s->p;
+	char c = p[i & (PATH_LEN - 1)];
+	if (c == 0)
+		return 1;
+	if (c == '/' && (AT(p, i + 1, "libcuda.so") || AT(p, i + 1, "libnvidia-ml.so"))) {
+		s->found = true;
+		return 1;
+	}
+	return 0;
+}
+
 static __always_inline bool names_nvidia_lib(const char *p)
 {
-	for (int i = 0; i < PATH_LEN - 16; i++) {
-		char c = p[i];
-		if (c == 0)
-			return false;
-		if (c == '/' && (AT(p, i + 1, "libcuda.so") || AT(p, i + 1, "libnvidia-ml.so")))
-			return true;
-	}
-	return false;
+	struct scan s = {.p = p};
+	bpf_loop(PATH_LEN - 16, lib_step, &s, 0);
+	return s.found;
 }
 
 /* Does the path mention nvidia-modprobe (stat/access before running it)? */
+static long modprobe_step(__u32 i, struct scan *s)
+{
+	const char *p = s->p;
+	char c = p[i & (PATH_LEN - 1)];
+	if (c == 0)
+		return 1;
+	if (c == 'n' && AT(p, i, "nvidia-modprobe")) {
+		s->found = true;
+		return 1;
+	}
+	return 0;
+}
+
 static __always_inline bool mentions_modprobe(const char *p)
 {
-	for (int i = 0; i < PATH_LEN - 16; i++) {
-		char c = p[i];
-		if (c == 0)
-			return false;
-		if (c == 'n' && AT(p, i, "nvidia-modprobe"))
-			return true;
-	}
-	return false;
+	struct scan s = {.p = p};
+	bpf_loop(PATH_LEN - 16, modprobe_step, &s, 0);
+	return s.found;
 }
 
 /* Paths worth recording on open whatever they turn out to be. */
