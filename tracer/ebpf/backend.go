@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 	"github.com/cilium/ebpf/rlimit"
@@ -192,12 +193,12 @@ var onLoad func(*ebpf.Collection)
 
 // session is one loaded set of programs and maps.
 type session struct {
-	coll  *ebpf.Collection
-	links []link.Link
+	coll   *ebpf.Collection
+	links  []link.Link
 	rd     *ringbuf.Reader
 	debug  bool
 	phases *phaseLog
-	exits chan struct{} // a traced process exited (attach: is any left?)
+	exits  chan struct{} // a traced process exited (attach: is any left?)
 }
 
 func load(spec tracer.Spec, ringBytes int) (*session, error) {
@@ -205,14 +206,15 @@ func load(spec tracer.Spec, ringBytes int) (*session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read embedded BPF object: %w", err)
 	}
-	if err := configure(cspec, ringBytes); err != nil {
+	cache := btf.NewCache()
+	if err := configure(cspec, ringBytes, cache); err != nil {
 		return nil, err
 	}
 	// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK.
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, unavailable("BPF not supported: %v", err)
 	}
-	coll, err := ebpf.NewCollection(cspec)
+	coll, err := loadCollection(cspec, cache)
 	if err != nil {
 		return nil, loadError(err, spec.Debug)
 	}
@@ -344,17 +346,20 @@ func (s *session) runLaunch(ctx context.Context, spec tracer.Spec, res *tracer.R
 // runAttach traces running processes until they are all gone, the duration
 // passes or ctx is cancelled; they are left running.
 func (s *session) runAttach(ctx context.Context, spec tracer.Spec, tgids []int, res *tracer.Result) error {
+	// Attach everything first, then put the processes in the filter: from
+	// that moment every program sees them, so a child forked during the
+	// attach cannot have its exec missed yet its opens recorded.
+	if err := s.attach(); err != nil {
+		return err
+	}
 	for _, t := range tgids {
 		if err := s.trace(t); err != nil {
 			return fmt.Errorf("trace PID %d: %w", t, err)
 		}
 	}
-	if err := s.attach(); err != nil {
-		return err
-	}
 	s.phases.mark("attached")
-	// A process that died before the exit program was attached sent no
-	// exit event and would stay in the filter.
+	// A process that died before it was in the filter sent no exit event
+	// and would stay there.
 	for _, t := range tgids {
 		var v uint8
 		if !processAlive(t) && s.coll.Maps[bpfMapTraced].Lookup(uint32(t), &v) == nil {

@@ -4,6 +4,11 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
+
+	"github.com/cudatrace/cudatrace/internal/privtest"
+
 	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/tracer"
 )
@@ -68,4 +73,49 @@ func BenchmarkPipeline(b *testing.B) {
 			b.Fatalf("recorder saw %d events, want %d", rec.Seen, b.N)
 		}
 	})
+}
+
+// BenchmarkLoad is the start-up cost that does not depend on the target:
+// reading the kernel's BTF (not cached between calls), configuring,
+// and loading every program and map.
+func BenchmarkLoad(b *testing.B) {
+	privtest.RequireRoot(b)
+	b.Run("kernel-btf+configure", func(b *testing.B) {
+		for b.Loop() {
+			spec, err := loadBpf()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := configure(spec, 0, btf.NewCache()); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	for _, tc := range []struct {
+		name string
+		load func(*ebpf.CollectionSpec, *btf.Cache) (*ebpf.Collection, error)
+	}{
+		{"collection-sequential", func(s *ebpf.CollectionSpec, c *btf.Cache) (*ebpf.Collection, error) {
+			return ebpf.NewCollectionWithOptions(s, ebpf.CollectionOptions{Cache: c})
+		}},
+		{"collection-parallel", loadCollection},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			spec, err := loadBpf()
+			if err != nil {
+				b.Fatal(err)
+			}
+			cache := btf.NewCache()
+			if err := configure(spec, 0, cache); err != nil {
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				coll, err := tc.load(spec, cache)
+				if err != nil {
+					b.Fatal(err)
+				}
+				coll.Close()
+			}
+		})
+	}
 }

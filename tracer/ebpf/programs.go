@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
+	"sync"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
@@ -50,15 +52,16 @@ var syscallProbes = []syscallProbe{
 // lifecycleProgs follow the process tree; they are BTF tracepoints.
 var lifecycleProgs = []string{bpfProgCtFork, bpfProgCtExec, bpfProgCtExit}
 
-// configure sets the load-time constants and the ring size in spec.
-func configure(spec *ebpf.CollectionSpec, ringBytes int) error {
+// configure sets the load-time constants and the ring size in spec. cache
+// holds the kernel's BTF, parsed once for configure and the load.
+func configure(spec *ebpf.CollectionSpec, ringBytes int, cache *btf.Cache) error {
 	if ringBytes != 0 {
 		spec.Maps[bpfMapEvents].MaxEntries = uint32(ringBytes)
 	}
 	// Below a quarter full, the reader's own timer (pump.go) collects
 	// events; above it, every submit wakes it.
 	wakeup := uint64(spec.Maps[bpfMapEvents].MaxEntries / 4)
-	hasGroupDead, err := exitTracepointHasGroupDead()
+	hasGroupDead, err := exitTracepointHasGroupDead(cache)
 	if err != nil {
 		return err
 	}
@@ -89,8 +92,8 @@ func configure(spec *ebpf.CollectionSpec, ringBytes int) error {
 // exitTracepointHasGroupDead: since 6.16 sched_process_exit passes
 // group_dead, computed before the tracepoint runs (signal->live may not be
 // decremented yet when it fires).
-func exitTracepointHasGroupDead() (bool, error) {
-	kspec, err := btf.LoadKernelSpec()
+func exitTracepointHasGroupDead(cache *btf.Cache) (bool, error) {
+	kspec, err := cache.Kernel()
 	if err != nil {
 		return false, unavailable("BPF not supported: no kernel BTF: %v", err)
 	}
@@ -108,6 +111,65 @@ func exitTracepointHasGroupDead() (bool, error) {
 	}
 	// (void *data, struct task_struct *p[, bool group_dead])
 	return len(proto.Params) >= 3, nil
+}
+
+// loadCollection creates the maps, then loads the programs in parallel, one
+// group per CPU: each load is a verifier run, and privileged loads do not
+// serialise in the kernel.
+func loadCollection(spec *ebpf.CollectionSpec, cache *btf.Cache) (_ *ebpf.Collection, err error) {
+	mapsOnly := spec.Copy()
+	mapsOnly.Programs = nil
+	coll, err := ebpf.NewCollectionWithOptions(mapsOnly, ebpf.CollectionOptions{Cache: cache})
+	if err != nil {
+		return nil, err
+	}
+	coll.Programs = make(map[string]*ebpf.Program, len(spec.Programs))
+	defer func() {
+		if err != nil {
+			coll.Close()
+		}
+	}()
+	names := make([]string, 0, len(spec.Programs))
+	for name := range spec.Programs {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	groups := min(runtime.NumCPU(), len(names))
+	loaded := make([]*ebpf.Collection, groups)
+	errs := make([]error, groups)
+	var wg sync.WaitGroup
+	for g := range groups {
+		part := spec.Copy()
+		part.Programs = map[string]*ebpf.ProgramSpec{}
+		for i := g; i < len(names); i += groups {
+			part.Programs[names[i]] = spec.Programs[names[i]]
+		}
+		wg.Go(func() {
+			loaded[g], errs[g] = ebpf.NewCollectionWithOptions(part, ebpf.CollectionOptions{
+				MapReplacements: coll.Maps,
+				Cache:           cache,
+			})
+		})
+	}
+	wg.Wait()
+	for g, c := range loaded {
+		if c == nil {
+			continue
+		}
+		for name := range c.Programs {
+			coll.Programs[name] = c.DetachProgram(name)
+		}
+		c.Close() // its clones of the maps
+		if errs[g] != nil && err == nil {
+			err = errs[g]
+		}
+	}
+	for _, e := range errs {
+		if e != nil && err == nil {
+			err = e
+		}
+	}
+	return coll, err
 }
 
 // attachAll attaches every program. Optional syscalls the kernel lacks are

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
 	"github.com/cudatrace/cudatrace/internal/privtest"
 )
 
@@ -16,7 +17,7 @@ func TestEveryProgramLoads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := configure(spec, 0); err != nil {
+	if err := configure(spec, 0, btf.NewCache()); err != nil {
 		t.Fatal(err)
 	}
 	for name := range spec.Programs {
