@@ -111,11 +111,19 @@ struct event {
 	__u8 argc;       /* exec: argv slots read into aux */
 	__u8 matched;    /* the path passed the filter (open: else decided at exit) */
 	__u8 retry;      /* the path could not be read at enter */
+	__u16 path_len;  /* bytes of path read, with its NUL */
+	__u8 pad[6];
 	char comm[16];
+	/* The record sent is cut after what its kind uses: an exit ends
+	 * before arg, an ioctl after it, a path call after the path's NUL;
+	 * only exec and symlink carry aux. The reader zero-fills the rest. */
+	__u8 arg[ARG_LEN];
 	char path[PATH_LEN];
 	char aux[AUX_LEN]; /* symlink target, or exec argv as ARGV_MAX slots of ARGV_SLOT */
-	__u8 arg[ARG_LEN];
 };
+
+#define EVENT_HEADER_SIZE __builtin_offsetof(struct event, arg)
+#define EVENT_PATH_OFF __builtin_offsetof(struct event, path)
 
 /* Force BTF emission of the enums for bpf2go -type. */
 const enum event_kind *unused_kind __attribute__((unused));
@@ -212,15 +220,14 @@ static __always_inline bool is_dev_mode(__u32 mode)
 	return t == S_IFCHR || t == S_IFBLK;
 }
 
-/* Submit without a wake-up unless the ring is filling or the event ends or
+/* Send without a wake-up unless the ring is filling or the event ends or
  * changes the trace: each wake-up is an IPI (a trap to the hypervisor in a
  * VM) and a reader wake-up, per event. */
-static __always_inline void submit(void *e, bool urgent)
+static __always_inline __u64 wakeup_flags(bool urgent)
 {
-	__u64 flags = BPF_RB_NO_WAKEUP;
 	if (urgent || bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes)
-		flags = BPF_RB_FORCE_WAKEUP;
-	bpf_ringbuf_submit(e, flags);
+		return BPF_RB_FORCE_WAKEUP;
+	return BPF_RB_NO_WAKEUP;
 }
 
 /* Start an event for the current task in the per-CPU scratch slot, or NULL
@@ -241,6 +248,7 @@ static __always_inline struct event *begin(__u16 sc, __u8 kind)
 	e->uptr = 0;
 	e->path_uptr = 0;
 	e->retry = 0;
+	e->path_len = 0;
 	e->tgid = tgid;
 	e->tid = (__u32)id;
 	e->request = 0;
@@ -275,11 +283,14 @@ static __always_inline int stash(struct event *e)
 static __always_inline bool read_path(struct event *e, unsigned long uptr)
 {
 	e->path_uptr = uptr;
-	if (bpf_probe_read_user_str(e->path, sizeof(e->path), (const void *)uptr) < 0) {
+	long n = bpf_probe_read_user_str(e->path, sizeof(e->path), (const void *)uptr);
+	if (n < 0) {
 		e->path[0] = 0;
+		e->path_len = 0;
 		e->retry = 1;
 		return false;
 	}
+	e->path_len = n;
 	return true;
 }
 
@@ -700,14 +711,8 @@ static __always_inline int finish(struct trace_event_raw_sys_exit *ctx)
 		}
 	}
 
-	struct event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
-	if (!e) {
-		count_drop(DROP_RINGBUF);
-		bpf_map_delete_elem(&pending, &tid);
-		return 0;
-	}
-	bpf_probe_read_kernel(e, sizeof(*e), p);
-	bpf_map_delete_elem(&pending, &tid);
+	/* Completed in place, then copied out as far as its kind needs. */
+	struct event *e = p;
 	e->ret = ret;
 
 	if (e->kind == KIND_OPEN) {
@@ -745,7 +750,18 @@ static __always_inline int finish(struct trace_event_raw_sys_exit *ctx)
 				set_udev(e, dev);
 		}
 	}
-	submit(e, e->kind == KIND_EXEC);
+	__u32 size = sizeof(*e);
+	if (e->kind == KIND_IOCTL) {
+		size = EVENT_PATH_OFF;
+	} else if (e->kind != KIND_EXEC && e->kind != KIND_SYMLINK) {
+		__u32 n = e->path_len;
+		if (n > PATH_LEN)
+			n = PATH_LEN;
+		size = EVENT_PATH_OFF + n;
+	}
+	if (bpf_ringbuf_output(&events, e, size, wakeup_flags(e->kind == KIND_EXEC)))
+		count_drop(DROP_RINGBUF);
+	bpf_map_delete_elem(&pending, &tid);
 	return 0;
 }
 
@@ -759,7 +775,9 @@ static __always_inline int finish_path(struct trace_event_raw_sys_exit *ctx, boo
 		return 0;
 	if (p->retry) {
 		p->retry = 0;
-		if (bpf_probe_read_user_str(p->path, sizeof(p->path), (const void *)p->path_uptr) < 0)
+		long n = bpf_probe_read_user_str(p->path, sizeof(p->path), (const void *)p->path_uptr);
+		p->path_len = n > 0 ? n : 0;
+		if (n < 0)
 			p->path[0] = 0;
 		if (open) {
 			p->matched = is_interesting_open(p->path);
@@ -867,7 +885,7 @@ int ct_exit(__u64 *ctx)
 		return 0;
 	bpf_map_delete_elem(&traced, &tgid);
 
-	struct event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	struct event *e = bpf_ringbuf_reserve(&events, EVENT_HEADER_SIZE, 0);
 	if (!e) {
 		count_drop(DROP_RINGBUF);
 		return 0;
@@ -895,9 +913,9 @@ int ct_exit(__u64 *ctx)
 	e->arg_len = 0;
 	e->argc = 0;
 	e->matched = 1;
-	e->path[0] = 0;
-	e->aux[0] = 0;
+	e->path_len = 0;
+	__builtin_memset(e->pad, 0, sizeof(e->pad));
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
-	submit(e, true);
+	bpf_ringbuf_submit(e, wakeup_flags(true));
 	return 0;
 }

@@ -43,10 +43,12 @@ type bpfEvent struct {
 	Argc     uint8
 	Matched  uint8
 	Retry    uint8
+	PathLen  uint16
+	Pad      [6]uint8
 	Comm     [16]int8
+	Arg      [64]uint8
 	Path     [256]int8
 	Aux      [256]int8
-	Arg      [64]uint8
 }
 
 type bpfEventKind uint32

@@ -53,6 +53,9 @@ var kinds = [...]tracer.Kind{
 
 const (
 	eventSize = int(unsafe.Sizeof(bpfEvent{}))
+	// Records are cut after what their kind uses (cudatrace.c): an exit
+	// event is the header alone.
+	eventHeaderSize = int(unsafe.Offsetof(bpfEvent{}.Arg))
 	argvSlot  = 64 // ARGV_SLOT in cudatrace.c
 	maxIntern = 4096
 )
@@ -72,6 +75,7 @@ type decoder struct {
 	startKtime uint64
 	seq        uint64
 	strs       map[string]string
+	full       bpfEvent // a cut record, zero-filled to full size
 }
 
 func newDecoder(startKtime uint64) *decoder {
@@ -80,11 +84,16 @@ func newDecoder(startKtime uint64) *decoder {
 
 // decode converts one sample. The sample buffer may be reused afterwards.
 func (d *decoder) decode(raw []byte) (*tracer.Event, error) {
-	if len(raw) < eventSize {
-		return nil, fmt.Errorf("short event: %d bytes, want %d", len(raw), eventSize)
+	if len(raw) < eventHeaderSize || len(raw) > eventSize {
+		return nil, fmt.Errorf("event of %d bytes, want %d to %d", len(raw), eventHeaderSize, eventSize)
 	}
 	// Ring-buffer samples are 8-byte aligned, as is the struct.
 	e := (*bpfEvent)(unsafe.Pointer(&raw[0]))
+	if len(raw) < eventSize {
+		full := unsafe.Slice((*byte)(unsafe.Pointer(&d.full)), eventSize)
+		clear(full[copy(full, raw):])
+		e = &d.full
+	}
 	if int(e.Kind) >= len(kinds) || kinds[e.Kind] == "" || int(e.Syscall) >= len(syscallNames) || syscallNames[e.Syscall] == "" {
 		return nil, fmt.Errorf("unknown event kind %d / syscall %d", e.Kind, e.Syscall)
 	}

@@ -78,6 +78,54 @@ func TestDecode(t *testing.T) {
 	}
 }
 
+// cut keeps the first n bytes of a sample, as the BPF side sends a record.
+func cut(b []byte, n int) []byte { return b[:n:n] }
+
+// Records arrive cut after what their kind uses; the rest reads as zero,
+// even where an earlier longer record left bytes in the decoder.
+func TestDecodeCutRecords(t *testing.T) {
+	d := newDecoder(0)
+	long := bpfEvent{Tgid: 9, Tid: 9, Syscall: uint16(bpfSyscallIdSC_SYMLINK), Kind: uint8(bpfEventKindKIND_SYMLINK)}
+	putStr(long.Path[:], "/dev/nvidia-very-long-link-name-that-a-short-one-must-not-inherit")
+	putStr(long.Aux[:], "/dev/nvidiactl")
+	if ev, err := d.decode(sample(&long)); err != nil || ev.Target != "/dev/nvidiactl" {
+		t.Fatalf("symlink decoded %+v, %v", ev, err)
+	}
+
+	open := bpfEvent{Tgid: 9, Tid: 9, Ret: 4, Syscall: uint16(bpfSyscallIdSC_OPENAT), Kind: uint8(bpfEventKindKIND_OPEN)}
+	const path = "/dev/nvidia0"
+	putStr(open.Path[:], path)
+	open.PathLen = uint16(len(path) + 1)
+	ev, err := d.decode(cut(sample(&open), int(unsafe.Offsetof(open.Path))+len(path)+1))
+	if err != nil || ev.Path != path || ev.Ret != 4 {
+		t.Fatalf("cut open decoded %+v, %v", ev, err)
+	}
+	// A record cut before the path's end (never sent, but not trusted
+	// either) gives the path as far as it goes.
+	ev, err = d.decode(cut(sample(&open), int(unsafe.Offsetof(open.Path))+5))
+	if err != nil || ev.Path != "/dev/" {
+		t.Fatalf("open cut inside the path decoded %+v, %v", ev, err)
+	}
+
+	ioctl := ioctlSample()
+	ev, err = d.decode(cut(ioctl, int(unsafe.Offsetof(open.Path))))
+	if err != nil || len(ev.Arg) != 16 || ev.Arg[15] != 15 || ev.Path != "" {
+		t.Fatalf("cut ioctl decoded %+v, %v", ev, err)
+	}
+
+	exit := bpfEvent{Tgid: 7, Tid: 7, Syscall: uint16(bpfSyscallIdSC_EXIT), Kind: uint8(bpfEventKindKIND_EXIT), ExitCode: 2 << 8}
+	ev, err = d.decode(cut(sample(&exit), eventHeaderSize))
+	if err != nil || ev.ExitCode != 2 || ev.Kind != tracer.KindExit {
+		t.Fatalf("header-only exit decoded %+v, %v", ev, err)
+	}
+	if _, err := d.decode(cut(sample(&exit), eventHeaderSize-1)); err == nil {
+		t.Error("record shorter than the header accepted")
+	}
+	if _, err := d.decode(append(sample(&exit), 0)); err == nil {
+		t.Error("record longer than an event accepted")
+	}
+}
+
 func TestDecodeRejectsBadSamples(t *testing.T) {
 	d := newDecoder(0)
 	if _, err := d.decode(make([]byte, 10)); err == nil {

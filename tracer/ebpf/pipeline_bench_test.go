@@ -40,7 +40,11 @@ func w1Samples() [][]byte {
 	setCStr(open.Path[:], "/dev/nvidiactl")
 	ioctl.Kind, ioctl.Syscall, ioctl.Fd, ioctl.Request = uint8(bpfEventKindKIND_IOCTL), uint16(bpfSyscallIdSC_IOCTL), 5, 0xc020462a
 	ioctl.ArgLen = 32
-	return [][]byte{rawSample(open), rawSample(ioctl)}
+	// Cut as the BPF side sends them: the open after its path, the ioctl
+	// after its params block.
+	pathOff := int(unsafe.Offsetof(open.Path))
+	open.PathLen = uint16(len("/dev/nvidiactl") + 1)
+	return [][]byte{rawSample(open)[:pathOff+int(open.PathLen)], rawSample(ioctl)[:pathOff]}
 }
 
 // BenchmarkPipeline is the user-space cost per event of an eBPF trace:
