@@ -56,8 +56,8 @@ const (
 	// Records are cut after what their kind uses (cudatrace.c): an exit
 	// event is the header alone.
 	eventHeaderSize = int(unsafe.Offsetof(bpfEvent{}.Arg))
-	argvSlot  = 64 // ARGV_SLOT in cudatrace.c
-	maxIntern = 4096
+	argvSlot        = 64 // ARGV_SLOT in cudatrace.c
+	maxIntern       = 4096
 )
 
 // eventBox holds an event and the parts it points to, so that one
