@@ -72,8 +72,15 @@ type session struct {
 	// zombieLeaders are attached processes whose leader had exited already:
 	// the last thread's exit is the process's.
 	zombieLeaders map[int]bool
-	waker         *waker
-	debug         bool
+	// unannounced are tids met through their own stop or exit before
+	// their creator's fork/clone event named them. wait4 prefers the
+	// newest tracee, so a child can stop, run and exit (or be detached)
+	// before its parent's event is read: that event must not register the
+	// tid again, or the loop waits forever for a task that is gone.
+	unannounced map[int]bool
+	self        int // the tracer thread's tid, as /proc shows a tracee's TracerPid
+	waker       *waker
+	debug       bool
 }
 
 func newSession(mode stopMode, spec tracer.Spec, sink tracer.Sink) *session {
@@ -83,6 +90,8 @@ func newSession(mode stopMode, spec tracer.Spec, sink tracer.Sink) *session {
 		sink:          sink,
 		tasks:         map[int]*task{},
 		zombieLeaders: map[int]bool{},
+		unannounced:   map[int]bool{},
+		self:          unix.Gettid(),
 		debug:         spec.Debug,
 	}
 }
@@ -126,12 +135,14 @@ func (s *session) loop(shouldStop func() bool) {
 func (s *session) handle(pid int, ws unix.WaitStatus) {
 	t := s.tasks[pid]
 	if t == nil {
+		// An auto-attached child whose stop or exit came before its
+		// creator's fork event; or a task given up on (an exited leader
+		// at detach time).
+		s.unannounced[pid] = true
 		if !ws.Stopped() {
-			// A task given up on (an exited leader at detach time).
+			s.debugf("exit of untracked tid %d", pid)
 			return
 		}
-		// An auto-attached child whose first stop beat its parent's
-		// fork event.
 		t = s.adopt(pid, 0, "")
 	}
 	if ws.Exited() || ws.Signaled() {
@@ -165,9 +176,7 @@ func (s *session) handle(pid int, ws unix.WaitStatus) {
 		s.stats.SeccompStops++
 		s.seccompStop(t)
 	case sig == unix.SIGTRAP && (event == unix.PTRACE_EVENT_FORK || event == unix.PTRACE_EVENT_VFORK || event == unix.PTRACE_EVENT_CLONE):
-		if msg, err := eventMsg(t.tid); err == nil {
-			s.adopt(int(msg), event, t.comm)
-		}
+		s.announced(t, event)
 		s.resume(t, 0)
 	case sig == unix.SIGTRAP && event == unix.PTRACE_EVENT_EXEC:
 		s.execStop(t)
@@ -295,6 +304,33 @@ func (s *session) execStop(t *task) {
 	s.resume(t, 0)
 }
 
+// announced handles t's fork, vfork or clone event: the new task, traced
+// since its birth, is registered unless it was met (and maybe reaped or
+// detached) already.
+func (s *session) announced(t *task, event int) {
+	msg, err := eventMsg(t.tid)
+	if err != nil {
+		return // killed meanwhile; a live child still shows up by its stops
+	}
+	s.announce(int(msg), event, t.comm)
+}
+
+// announce registers child, just named by its creator's event.
+func (s *session) announce(child, event int, comm string) {
+	if s.unannounced[child] {
+		delete(s.unannounced, child)
+		if s.tasks[child] != nil {
+			return
+		}
+		// Gone before its creator's event was read. Unless the pid was
+		// recycled for a new tracee of ours, which is registered now.
+		if tracerOf(child) != s.self {
+			return
+		}
+	}
+	s.adopt(child, event, comm)
+}
+
 // adopt registers a new task: from a fork/clone event (event != 0, comm
 // inherited from the parent) or from a stop of an unknown tid.
 func (s *session) adopt(tid, event int, comm string) *task {
@@ -360,7 +396,13 @@ func (s *session) startDetach() {
 		}
 		t.detaching = true
 		if err := interrupt(t.tid); err != nil {
-			s.debugf("interrupt %d: %v", t.tid, err)
+			// PTRACE_INTERRUPT checks only that we trace the task (a
+			// zombie not yet reported still passes): ESRCH means it will
+			// never report to us again. Waiting for it would never end.
+			s.debugf("interrupt %d: %v; forgotten", t.tid, err)
+			if err == unix.ESRCH {
+				delete(s.tasks, t.tid)
+			}
 		}
 	}
 }
@@ -379,9 +421,7 @@ func (s *session) detachAt(t *task, sig unix.Signal, event int) {
 		t.call = nil
 	case event == unix.PTRACE_EVENT_FORK || event == unix.PTRACE_EVENT_VFORK || event == unix.PTRACE_EVENT_CLONE:
 		// The new task is already attached: detach it too when it stops.
-		if msg, err := eventMsg(t.tid); err == nil {
-			s.adopt(int(msg), event, t.comm)
-		}
+		s.announced(t, event)
 	case event == 0:
 		deliver = int(sig)
 	}

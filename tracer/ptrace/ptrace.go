@@ -261,8 +261,10 @@ func (s *session) seizeProcess(pid int) error {
 				continue // a thread that just exited
 			case err == unix.ESRCH:
 				return fmt.Errorf("process %d exited during attach", pid)
-			case err == unix.EPERM && tid != pid && tracerOf(tid) == os.Getpid():
-				// Auto-attached meanwhile by its seized creator.
+			case err == unix.EPERM && tid != pid && tracerOf(tid) == s.self:
+				// Auto-attached meanwhile by its seized creator, whose
+				// clone event is still to come.
+				s.unannounced[tid] = true
 			case err == unix.EPERM && tid == pid && isZombie(pid) && len(tids) > 1:
 				// The leader has exited but other threads run on; they are
 				// the process now. Its exit is reported with the last one.

@@ -39,11 +39,11 @@ func (w *waker) spawnLocked() error {
 		c.Abort()
 		return err
 	}
+	// No request can have come since the last waker died: reaped holds
+	// the lock from its death to here. So this one must not be killed at
+	// once, or every wake-up would spawn and kill another, forever, while
+	// the loop still waits for tracees (the CPU burnt after a detach).
 	w.child, w.pidfd = c, fd
-	if w.cancelled || w.expired {
-		// A request came while no waker ran: wake at once.
-		unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
-	}
 	return nil
 }
 
@@ -68,7 +68,8 @@ func (w *waker) state() (cancelled, expired bool) {
 }
 
 // reaped tells whether wait4's pid was the waker, which then has been
-// reaped; it is replaced so that a later request can wake us again.
+// reaped; it is replaced while a request is still to come (a cancel after
+// the duration expired, or the reverse).
 func (w *waker) reaped(pid int) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
