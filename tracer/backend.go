@@ -26,6 +26,13 @@ type Spec struct {
 	// RingBufferBytes overrides the eBPF ring buffer size (0: default).
 	RingBufferBytes int
 	Debug           bool
+
+	// DeferRelease lets Run return as soon as the trace is complete and
+	// release what it holds (BPF links, tracefs) in the background; the
+	// caller must then call Result.Finish before exiting. Detaching
+	// tracepoints costs a kernel grace period each (over a second in all),
+	// which the report need not wait for.
+	DeferRelease bool
 }
 
 // Cred is who the launched command runs as.
@@ -51,6 +58,10 @@ type Result struct {
 	// Notes are facts about the trace itself the report must mention, such
 	// as "no_new_privs was set on the target".
 	Notes []string
+
+	// Finish, when set (Spec.DeferRelease), blocks until the backend has
+	// released everything it holds, and reports a failure to do so.
+	Finish func() error `json:"-"`
 }
 
 // ExitStatus is how the launched target ended.

@@ -42,6 +42,7 @@ func traceCommand(argv []string, o *options, stdout, stderr io.Writer) error {
 		Duration:        o.duration,
 		RingBufferBytes: o.ringBufBytes,
 		Debug:           o.debug,
+		DeferRelease:    true, // the report prints while the kernel detaches
 	}
 	if len(argv) > 0 {
 		path, err := exec.LookPath(argv[0])
@@ -116,6 +117,11 @@ func traceCommand(argv []string, o *options, stdout, stderr io.Writer) error {
 	rep := buildReport(spec, res, rec, snap, started)
 	rep.Target.User = o.user
 	err = emit(rep, o, stdout, stderr, true)
+	if res.Finish != nil {
+		if ferr := res.Finish(); ferr != nil {
+			fmt.Fprintf(stderr, "cudatrace: cleanup: %v\n", ferr)
+		}
+	}
 	var ee *exitError
 	if res.Exit != nil && (err == nil || errors.As(err, &ee) && ee.code == exitFound) {
 		// A launched command's own status wins, as with strace.

@@ -62,21 +62,34 @@ func (backend) Run(ctx context.Context, spec tracer.Spec, sink tracer.Sink) (res
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if uerr := releaseTracefs(); uerr != nil && err == nil {
-			err = uerr
+	var s *session
+	// release closes the links and maps, then gives tracefs back.
+	release := func() error {
+		if s != nil {
+			s.close()
+			phases.mark("detached")
 		}
+		uerr := releaseTracefs()
 		phases.mark("tracefs released")
 		phases.print()
+		return uerr
+	}
+	deferred := false
+	defer func() {
+		if deferred {
+			return
+		}
+		if uerr := release(); uerr != nil && err == nil {
+			err = uerr
+		}
 	}()
 	phases.mark("tracefs acquired")
 
-	s, err := load(spec, ringBytes)
+	s, err = load(spec, ringBytes)
 	if err != nil {
 		return nil, err
 	}
 	s.phases = phases
-	defer s.close()
 	phases.mark("loaded")
 
 	res = &tracer.Result{Backend: "ebpf", Launched: launching}
@@ -91,9 +104,15 @@ func (backend) Run(ctx context.Context, spec tracer.Spec, sink tracer.Sink) (res
 		err = s.runAttach(ctx, spec, tgids, res)
 	}
 	phases.mark("traced")
-	// Stop the producers, then read everything they wrote.
-	s.detach()
-	phases.mark("detached")
+	// Stop the producers, then read everything they wrote. Emptying the
+	// filter stops them at once; closing the links waits a kernel grace
+	// period per tracepoint, so with DeferRelease it happens afterwards.
+	if spec.DeferRelease {
+		s.stopTracing()
+	} else {
+		s.detach()
+	}
+	phases.mark("stopped")
 	if ferr := s.rd.Flush(); ferr != nil && err == nil {
 		err = fmt.Errorf("flush ring buffer: %w", ferr)
 	}
@@ -116,6 +135,12 @@ func (backend) Run(ctx context.Context, spec tracer.Spec, sink tracer.Sink) (res
 	}
 	if err != nil {
 		return nil, err
+	}
+	if spec.DeferRelease {
+		deferred = true
+		done := make(chan error, 1)
+		go func() { done <- release() }()
+		res.Finish = func() error { return <-done }
 	}
 	return res, nil
 }
@@ -257,6 +282,20 @@ func (s *session) attach() error {
 func (s *session) tracing() bool {
 	var key uint32
 	return s.coll.Maps[bpfMapTraced].NextKey(nil, &key) == nil
+}
+
+// stopTracing empties the traced-TGID filter, so the programs, still
+// attached, record nothing more (fork cannot re-add a child: its parent is
+// no longer traced).
+func (s *session) stopTracing() {
+	m := s.coll.Maps[bpfMapTraced]
+	var key, next uint32
+	for m.NextKey(nil, &next) == nil {
+		key = next
+		if m.Delete(key) != nil {
+			break
+		}
+	}
 }
 
 // detach closes the links in parallel: each close waits for an RCU grace

@@ -396,3 +396,32 @@ func TestAttachEndsDespiteLostExit(t *testing.T) {
 		t.Errorf("%d drops reported with a stalled reader and a one-page ring, want most of 2000", res.Dropped)
 	}
 }
+
+// With DeferRelease, Run returns with the trace complete and the links still
+// closing; Finish releases everything, and nothing stays behind.
+func TestDeferredRelease(t *testing.T) {
+	privtest.RequireRoot(t)
+	ids := watchPrograms(t)
+	fdsBefore := bpfFDs(t)
+	var events int
+	res, err := New().Run(context.Background(), tracer.Spec{Argv: []string{"/bin/sh", "-c", "exit 5"}, DeferRelease: true},
+		tracer.SinkFunc(func(*tracer.Event) { events++ }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Finish == nil {
+		t.Fatal("DeferRelease: Result.Finish is nil")
+	}
+	if res.Exit == nil || res.Exit.Code != 5 || uint64(events) != res.Events || events == 0 {
+		t.Fatalf("exit %+v, %d events delivered, %d counted", res.Exit, events, res.Events)
+	}
+	if err := res.Finish(); err != nil {
+		t.Fatalf("Finish: %v", err)
+	}
+	if left := stillLoaded(t, *ids); len(left) > 0 {
+		t.Errorf("programs left loaded after Finish: %v", left)
+	}
+	if n := bpfFDs(t); n != fdsBefore {
+		t.Errorf("%d BPF/perf fds open after Finish, %d before", n, fdsBefore)
+	}
+}
