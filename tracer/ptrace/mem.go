@@ -37,19 +37,21 @@ func peekMem(tid int, addr uint64, buf []byte) bool {
 	return err == nil && n == len(buf)
 }
 
-// readString reads a NUL-terminated string of at most maxPath bytes, a page
-// at a time so that a string ending just before an unmapped page still reads.
+// firstChunk is the first read of a string: most paths are shorter, and
+// copying a whole page for each would cost more than the rare second read.
+const firstChunk = 256
+
+// readString reads a NUL-terminated string of at most maxPath bytes, never
+// across a page boundary in one read, so that a string ending just before
+// an unmapped page still reads.
 func readString(tid int, addr uint64) (string, bool) {
 	if addr == 0 {
 		return "", false
 	}
 	var out []byte
 	var chunk [pageSize]byte
-	for len(out) < maxPath {
-		n := pageSize - int(addr%pageSize)
-		if n > maxPath-len(out) {
-			n = maxPath - len(out)
-		}
+	for want := firstChunk; len(out) < maxPath; want = pageSize {
+		n := min(want, pageSize-int(addr%pageSize), maxPath-len(out))
 		if !readMem(tid, addr, chunk[:n]) {
 			return string(out), len(out) > 0
 		}

@@ -8,7 +8,9 @@
 // stops at every syscall entry and exit; the tracer filters in user space.
 //
 // Programs using this backend must call launch.RunLoaderIfRequested first
-// thing in main (and TestMain).
+// thing in main (and TestMain). While a Run is in progress SIGCHLD is set to
+// SIG_DFL (discarded): a program that asks for it with signal.Notify misses
+// those sent meanwhile (sigchld.go says why).
 package ptracetrace
 
 import (
@@ -91,6 +93,7 @@ func (b *Backend) Run(ctx context.Context, spec tracer.Spec, sink tracer.Sink) (
 		res *tracer.Result
 		err error
 	}
+	defer silenceSIGCHLD()()
 	done := make(chan outcome, 1)
 	go func() {
 		// Every ptrace request must come from the thread that attached.
@@ -214,6 +217,9 @@ func (b *Backend) attach(ctx context.Context, spec tracer.Spec, sink tracer.Sink
 	}
 	res.Notes = append(res.Notes, fmt.Sprintf("attached at %s: calls made before the attach are not in this trace",
 		s.start.Format("2006-01-02 15:04:05.000 MST")))
+	for _, pid := range spec.PIDs {
+		res.Notes = append(res.Notes, s.heldDeviceNotes(pid)...)
+	}
 	stop := watch(ctx, spec.Duration, w)
 	defer stop()
 	s.loop(func() bool {

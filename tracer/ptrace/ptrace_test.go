@@ -514,7 +514,7 @@ func TestUnprivileged(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command("setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--inh-caps=-all",
-		bin, "-test.run", "^(TestLaunchProcessTree|TestLaunchKilled|TestLaunchSecondThread|TestLaunchCommandNotFound|TestAttachShellLoop|TestAttachThreadedProcess|TestAttachRefused|TestNoNewPrivsNote|TestUnprivilegedDevice|TestSignalsReachTarget|TestGroupStop|TestExecFromThread|TestLaunchLeftoverDescendant|TestAttachStoppedProcess|TestAttachZombieLeader)$", "-test.v", "-test.count=1")
+		bin, "-test.run", "^(TestLaunchProcessTree|TestLaunchKilled|TestLaunchSecondThread|TestLaunchCommandNotFound|TestAttachShellLoop|TestAttachThreadedProcess|TestAttachRefused|TestNoNewPrivsNote|TestUnprivilegedDevice|TestSignalsReachTarget|TestGroupStop|TestExecFromThread|TestLaunchLeftoverDescendant|TestAttachStoppedProcess|TestAttachZombieLeader|TestAttachHeldDevices|TestSIGCHLDQuietDuringRun)$", "-test.v", "-test.count=1")
 	tmp := filepath.Join(dir, "tmp")
 	os.Mkdir(tmp, 0o700)
 	os.Chown(tmp, 65534, 65534)
@@ -527,7 +527,8 @@ func TestUnprivileged(t *testing.T) {
 	}
 	for _, name := range []string{"TestLaunchProcessTree", "TestLaunchKilled", "TestLaunchSecondThread", "TestAttachShellLoop",
 		"TestAttachThreadedProcess", "TestAttachRefused", "TestNoNewPrivsNote", "TestUnprivilegedDevice",
-		"TestSignalsReachTarget", "TestGroupStop", "TestExecFromThread", "TestLaunchLeftoverDescendant", "TestAttachStoppedProcess"} {
+		"TestSignalsReachTarget", "TestGroupStop", "TestExecFromThread", "TestLaunchLeftoverDescendant", "TestAttachStoppedProcess",
+		"TestAttachHeldDevices", "TestSIGCHLDQuietDuringRun"} {
 		if !strings.Contains(string(out), "--- PASS: "+name) {
 			t.Errorf("%s did not pass as nobody", name)
 		}
@@ -562,4 +563,60 @@ func TestProbe(t *testing.T) {
 	if err := Probe(); err != nil {
 		t.Fatalf("Probe on this host: %v", err)
 	}
+}
+
+// An attach lists the device files the process already held: their opens
+// are not in the trace.
+func TestAttachHeldDevices(t *testing.T) {
+	node := attachNode(t)
+	f, err := os.Open(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	cmd := exec.Command("/bin/sleep", "300") // fds 0-2: /dev/null (c 1:3)
+	cmd.ExtraFiles = []*os.File{f, r}        // fd 3, and a pipe as fd 4
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	held := func(majors []uint32) []string {
+		t.Helper()
+		res, err := New().Run(context.Background(), tracer.Spec{PIDs: []int{cmd.Process.Pid}, DeviceMajors: majors, Duration: 50 * time.Millisecond}, &collector{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Higher fds may come from whoever started this test.
+		var out []string
+		for _, n := range res.Notes {
+			var fd int
+			if _, err := fmt.Sscanf(n, "fd %d", &fd); err == nil && fd <= 4 && strings.HasSuffix(n, "held before the attach") {
+				out = append(out, n)
+			}
+		}
+		return out
+	}
+	var want []string
+	for fd := 0; fd < 3; fd++ {
+		want = append(want, fmt.Sprintf("fd %d → /dev/null (c 1:3), held before the attach", fd))
+	}
+	want = append(want, fmt.Sprintf("fd 3 → %s (c 1:3), held before the attach", node))
+	if got := held([]uint32{1}); !slices.Equal(got, want) {
+		t.Errorf("major 1 as NVIDIA's: held = %q, want %q", got, want)
+	}
+	// Without NVIDIA majors, only /dev/nvidia* paths count.
+	want = nil
+	if strings.HasPrefix(node, "/dev/nvidia") {
+		want = []string{fmt.Sprintf("fd 3 → %s (c 1:3), held before the attach", node)}
+	}
+	if got := held(nil); !slices.Equal(got, want) {
+		t.Errorf("no majors: held = %q, want %q", got, want)
+	}
+	assertUntraced(t, cmd.Process.Pid)
 }

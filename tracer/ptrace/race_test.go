@@ -304,3 +304,30 @@ func TestChildGoneBeforeForkEvent(t *testing.T) {
 		}
 	}
 }
+
+// While a Run is in progress SIGCHLD is discarded (SIG_DFL), sparing a
+// signal delivery per stop; the previous action is back afterwards.
+func TestSIGCHLDQuietDuringRun(t *testing.T) {
+	var before, during, after kernelSigaction
+	if err := rtSigaction(unix.SIGCHLD, nil, &before); err != nil {
+		t.Fatal(err)
+	}
+	if before.handler == sigDFL || before.handler == sigIGN {
+		t.Fatalf("SIGCHLD action %#x before the run: want the Go runtime's handler", before.handler)
+	}
+	c := &collector{onAdd: func(*tracer.Event) {
+		if during.handler == 0 && during.flags == 0 {
+			rtSigaction(unix.SIGCHLD, nil, &during)
+		}
+	}}
+	if _, err := New().Run(context.Background(), tracer.Spec{Argv: []string{"/bin/true"}}, c); err != nil {
+		t.Fatal(err)
+	}
+	rtSigaction(unix.SIGCHLD, nil, &after)
+	if len(c.all()) == 0 || during.handler != sigDFL {
+		t.Errorf("SIGCHLD handler %#x during the run (%d events), want SIG_DFL", during.handler, len(c.all()))
+	}
+	if after != before {
+		t.Errorf("SIGCHLD action after the run %+v, want %+v back", after, before)
+	}
+}

@@ -64,7 +64,8 @@ const creatFlags = unix.O_CREAT | unix.O_WRONLY | unix.O_TRUNC
 
 // entry inspects a traced syscall at its entry stop and returns the call to
 // complete at the exit stop, or nil when it will not be recorded.
-func (r *rules) entry(tid int, id sysID, a [6]uint64) *call {
+// fdDir is tid's /proc/TID/fd directory (task.fds).
+func (r *rules) entry(tid, fdDir int, id sysID, a [6]uint64) *call {
 	c := &call{id: id, args: a}
 	e := &c.ev
 	e.Syscall = id.String()
@@ -95,7 +96,7 @@ func (r *rules) entry(tid int, id sysID, a [6]uint64) *call {
 		fd := int32(a[0])
 		e.Kind, e.FD, e.Request = tracer.KindIoctl, int(fd), uint32(a[1])
 		if fd >= 0 {
-			dev, ok := r.nvidiaFD(tid, int(fd))
+			dev, ok := r.nvidiaFD(fdDir, int(fd))
 			if !ok {
 				return nil
 			}
@@ -173,14 +174,14 @@ func (r *rules) entry(tid int, id sysID, a [6]uint64) *call {
 }
 
 // exit completes a call with its return value; nil means not recorded.
-func (r *rules) exit(tid int, c *call, ret int64) *tracer.Event {
+func (r *rules) exit(tid, fdDir int, c *call, ret int64) *tracer.Event {
 	e := &c.ev
 	e.Ret = ret
 	a := c.args
 	switch c.id {
 	case sysOpen, sysCreat, sysOpenat, sysOpenat2:
 		if ret >= 0 {
-			if st, ok := fdStat(tid, int(ret)); ok && isDevMode(st.Mode) {
+			if st, ok := fdStat(fdDir, int(ret)); ok && isDevMode(st.Mode) {
 				e.Dev = &tracer.Dev{Major: unix.Major(st.Rdev), Minor: unix.Minor(st.Rdev)}
 				if st.Mode&unix.S_IFMT == unix.S_IFCHR && r.majors[e.Dev.Major] {
 					c.pathMatched = true
@@ -262,17 +263,25 @@ func ioctlArg(tid int, ptr uint64) []byte {
 	return nil
 }
 
-// fdStat stats what tid's fd refers to, through /proc (the fd table may be
-// private to the thread, so /proc/TID, not /proc/PID).
-func fdStat(tid, fd int) (unix.Stat_t, bool) {
+// fdStat stats what a tracee's fd refers to, through its /proc/TID/fd
+// directory (the fd table may be private to the thread, so TID, not PID).
+//
+// Not cached: close is not traced (a stop per close would cost more than
+// the stat saves), so a cached fd could have been closed and its number
+// reused by a socket or pipe since; the ioctl would then be pinned on the
+// wrong file, or an NVIDIA one missed.
+func fdStat(fdDir, fd int) (unix.Stat_t, bool) {
 	var st unix.Stat_t
-	err := unix.Stat("/proc/"+strconv.Itoa(tid)+"/fd/"+strconv.Itoa(fd), &st)
+	if fdDir < 0 || fd < 0 {
+		return st, false
+	}
+	err := unix.Fstatat(fdDir, strconv.Itoa(fd), &st, 0)
 	return st, err == nil
 }
 
 // nvidiaFD reports whether fd is a character device with an NVIDIA major.
-func (r *rules) nvidiaFD(tid, fd int) (*tracer.Dev, bool) {
-	st, ok := fdStat(tid, fd)
+func (r *rules) nvidiaFD(fdDir, fd int) (*tracer.Dev, bool) {
+	st, ok := fdStat(fdDir, fd)
 	if !ok || st.Mode&unix.S_IFMT != unix.S_IFCHR {
 		return nil, false
 	}

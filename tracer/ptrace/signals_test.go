@@ -71,7 +71,9 @@ func TestGroupStop(t *testing.T) {
 // trace must follow the new program, not hang on the vanished leader.
 func TestExecFromThread(t *testing.T) {
 	missing := "/dev/nvidia-cudatrace-ptest-missing-" + randName()
-	res, c, _ := runLaunch(t, helperArgv("thread-exec", "/bin/sh", "-c", "/bin/cat "+missing+" 2>/dev/null; exec 2>&-; cat "+missing+"; exit 4"), nil)
+	// Major 1 as NVIDIA's: sh's opens of /dev/null are events only when the
+	// new program's fds are found under its new tid.
+	res, c, _ := runLaunch(t, helperArgv("thread-exec", "/bin/sh", "-c", "/bin/cat "+missing+" 2>/dev/null; exec 2>&-; cat "+missing+"; exec 3</dev/null; exit 4"), []uint32{1})
 	evs := c.all()
 	if res.Exit == nil || res.Exit.Code != 4 {
 		dump(t, evs)
@@ -91,6 +93,13 @@ func TestExecFromThread(t *testing.T) {
 	if n := len(c.where(func(e *tracer.Event) bool { return e.Path == missing })); n != 2 {
 		dump(t, evs)
 		t.Errorf("%d opens of %s, want 2", n, missing)
+	}
+	null := c.where(func(e *tracer.Event) bool {
+		return e.Kind == tracer.KindOpen && e.Path == "/dev/null" && e.PID == root && e.Flags&unix.O_ACCMODE == unix.O_RDONLY
+	})
+	if len(null) != 1 || !devIs(null[0].Dev, 1, 3) || null[0].TID != root {
+		dump(t, evs)
+		t.Errorf("sh's open of /dev/null after the exec from a thread: %+v", null)
 	}
 	exits := c.where(func(e *tracer.Event) bool { return e.Kind == tracer.KindExit && e.PID == root })
 	if len(exits) != 1 || exits[0].ExitCode != 4 {
@@ -198,8 +207,10 @@ func TestAttachZombieLeader(t *testing.T) {
 			if exitsDuringTrace {
 				delay = "1"
 			}
+			node := attachNode(t)
 			script := `
 import ctypes, os, threading, time
+held = os.open("` + node + `", os.O_RDONLY)
 def spin():
     while True:
         os.close(os.open("/dev/null", os.O_RDONLY))
@@ -220,7 +231,12 @@ ctypes.CDLL(None).pthread_exit(None)
 				t.Skip("the leader exited at the wrong time for this case")
 			}
 			// Trace until the leader is a zombie, then detach.
-			_, c := attachUntil(t, pid, []uint32{1}, func(e *tracer.Event) bool { return e.Path == "/dev/null" && isZombie(pid) }, 2)
+			res, c := attachUntil(t, pid, []uint32{1}, func(e *tracer.Event) bool { return e.Path == "/dev/null" && isZombie(pid) }, 2)
+			// Read from a live thread: the zombie leader's table is gone.
+			held := " → " + node + " (c 1:3), held before the attach"
+			if !slices.ContainsFunc(res.Notes, func(n string) bool { return strings.HasSuffix(n, held) }) {
+				t.Errorf("notes = %q, want one ending %q", res.Notes, held)
+			}
 			for _, e := range c.where(func(e *tracer.Event) bool { return e.Path == "/dev/null" }) {
 				if e.PID != pid || e.TID == pid || !devIs(e.Dev, 1, 3) {
 					t.Errorf("event = %+v", e)

@@ -9,8 +9,10 @@ import (
 // Thin wrappers over ptrace(2). x/sys has most requests, but not LISTEN,
 // SEIZE with options, GETEVENTMSG into a typed value or GET_SYSCALL_INFO.
 
+// ptrace requests return at once (the tracee is stopped): RawSyscall6
+// spares the scheduler's bookkeeping for a blocking call on every stop.
 func ptrace(req int, tid int, addr, data uintptr) error {
-	_, _, e := unix.Syscall6(unix.SYS_PTRACE, uintptr(req), uintptr(tid), addr, data, 0, 0)
+	_, _, e := unix.RawSyscall6(unix.SYS_PTRACE, uintptr(req), uintptr(tid), addr, data, 0, 0)
 	if e != 0 {
 		return e
 	}
