@@ -30,8 +30,9 @@ type task struct {
 	tid, tgid int
 	comm      string
 	fresh     bool  // auto-attached; its first stop is still to come
-	call      *call // traced call awaiting its exit stop
-	listening bool  // in group-stop, parked with PTRACE_LISTEN
+	call      *call // traced call awaiting its exit stop: nil or &buf
+	buf       call
+	listening bool // in group-stop, parked with PTRACE_LISTEN
 	detaching bool
 	stops     int // stops taken by the current traced call
 	// exiting: past its PTRACE_EVENT_EXIT stop. A leader that exits before
@@ -303,11 +304,12 @@ func (s *session) enter(t *task, si *syscallInfo) {
 	}
 	s.stats.TracedCalls++
 	t.stops = 1
-	t.call = s.rules.entry(t.tid, t.fds(), id, si.Args)
-	if t.call == nil {
+	t.call = nil
+	if !s.rules.entry(&t.buf, t.tid, t.fds(), id, si.Args) {
 		s.noteStops(t)
 		return
 	}
+	t.call = &t.buf
 	// The comm at entry: an execve's event names the program that called it.
 	t.call.ev.Comm = t.comm
 }

@@ -3,6 +3,7 @@ package ptracetrace
 import (
 	"bytes"
 	"encoding/binary"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -18,13 +19,15 @@ func readMem(tid int, addr uint64, buf []byte) bool {
 	if addr == 0 || len(buf) == 0 {
 		return false
 	}
-	local := []unix.Iovec{{Base: &buf[0], Len: uint64(len(buf))}}
-	remote := []unix.RemoteIovec{{Base: uintptr(addr), Len: len(buf)}}
-	n, err := unix.ProcessVMReadv(tid, local, remote, 0)
-	if err == nil && n == len(buf) {
+	// Raw, with the iovecs on the stack: this runs on most stops.
+	local := unix.Iovec{Base: &buf[0], Len: uint64(len(buf))}
+	remote := unix.RemoteIovec{Base: uintptr(addr), Len: len(buf)}
+	n, _, e := unix.RawSyscall6(unix.SYS_PROCESS_VM_READV, uintptr(tid),
+		uintptr(unsafe.Pointer(&local)), 1, uintptr(unsafe.Pointer(&remote)), 1, 0)
+	if e == 0 && int(n) == len(buf) {
 		return true
 	}
-	if err == unix.ENOSYS || err == unix.EPERM {
+	if e == unix.ENOSYS || e == unix.EPERM {
 		return peekMem(tid, addr, buf)
 	}
 	return false
@@ -38,7 +41,8 @@ func peekMem(tid int, addr uint64, buf []byte) bool {
 }
 
 // firstChunk is the first read of a string: most paths are shorter, and
-// copying a whole page for each would cost more than the rare second read.
+// copying (and zeroing) a whole page for each would cost more than the rare
+// second read.
 const firstChunk = 256
 
 // readString reads a NUL-terminated string of at most maxPath bytes, never
@@ -48,12 +52,21 @@ func readString(tid int, addr uint64) (string, bool) {
 	if addr == 0 {
 		return "", false
 	}
-	var out []byte
+	var first [firstChunk]byte
+	n := min(firstChunk, pageSize-int(addr%pageSize))
+	if !readMem(tid, addr, first[:n]) {
+		return "", false
+	}
+	if i := bytes.IndexByte(first[:n], 0); i >= 0 {
+		return string(first[:i]), true
+	}
+	out := append([]byte(nil), first[:n]...)
+	addr += uint64(n)
 	var chunk [pageSize]byte
-	for want := firstChunk; len(out) < maxPath; want = pageSize {
-		n := min(want, pageSize-int(addr%pageSize), maxPath-len(out))
+	for len(out) < maxPath {
+		n := min(pageSize-int(addr%pageSize), maxPath-len(out))
 		if !readMem(tid, addr, chunk[:n]) {
-			return string(out), len(out) > 0
+			return string(out), true
 		}
 		if i := bytes.IndexByte(chunk[:n], 0); i >= 0 {
 			return string(append(out, chunk[:i]...)), true

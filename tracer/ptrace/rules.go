@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -37,7 +38,9 @@ func isInterestingStat(p string) bool {
 	return isDevicePath(p) || strings.Contains(p, "nvidia-modprobe")
 }
 
-// call is a traced syscall seen at entry whose exit must be seen too.
+// call is a traced syscall seen at entry whose exit must be seen too. Each
+// task reuses one (a sink copies what it keeps), so the event's Dev and Arg
+// point into it.
 type call struct {
 	id   sysID
 	args [6]uint64
@@ -45,6 +48,14 @@ type call struct {
 	// open: whether the path alone qualifies; otherwise the new fd must be
 	// an NVIDIA character device.
 	pathMatched bool
+	dev         tracer.Dev
+	arg         [64]byte
+}
+
+// setDev points the event at d, kept in c.
+func (c *call) setDev(d tracer.Dev) {
+	c.dev = d
+	c.ev.Dev = &c.dev
 }
 
 // rules decides which calls become events.
@@ -62,11 +73,11 @@ func newRules(majors []uint32) rules {
 
 const creatFlags = unix.O_CREAT | unix.O_WRONLY | unix.O_TRUNC
 
-// entry inspects a traced syscall at its entry stop and returns the call to
-// complete at the exit stop, or nil when it will not be recorded.
-// fdDir is tid's /proc/TID/fd directory (task.fds).
-func (r *rules) entry(tid, fdDir int, id sysID, a [6]uint64) *call {
-	c := &call{id: id, args: a}
+// entry inspects a traced syscall at its entry stop and fills c, the call
+// to complete at the exit stop; false means it will not be recorded. fdDir
+// is tid's /proc/TID/fd directory (task.fds).
+func (r *rules) entry(c *call, tid, fdDir int, id sysID, a [6]uint64) bool {
+	*c = call{id: id, args: a}
 	e := &c.ev
 	e.Syscall = id.String()
 	str := func(i int) string { s, _ := readString(tid, a[i]); return s }
@@ -91,18 +102,18 @@ func (r *rules) entry(tid, fdDir int, id sysID, a [6]uint64) *call {
 		// Any open may return an NVIDIA fd (a symlink, a relative path),
 		// so every open is seen to its exit.
 		c.pathMatched = isInterestingOpen(e.Path)
-		return c
+		return true
 	case sysIoctl:
 		fd := int32(a[0])
 		e.Kind, e.FD, e.Request = tracer.KindIoctl, int(fd), uint32(a[1])
 		if fd >= 0 {
 			dev, ok := r.nvidiaFD(fdDir, int(fd))
 			if !ok {
-				return nil
+				return false
 			}
-			e.Dev = dev
+			c.setDev(dev)
 		}
-		return c
+		return true
 	case sysStat, sysLstat, sysNewfstatat, sysStatx:
 		e.Kind = tracer.KindStat
 		switch id {
@@ -113,10 +124,7 @@ func (r *rules) entry(tid, fdDir int, id sysID, a [6]uint64) *call {
 		case sysStatx:
 			e.Path, e.Flags = str(1), a[2]
 		}
-		if !isInterestingStat(e.Path) {
-			return nil
-		}
-		return c
+		return isInterestingStat(e.Path)
 	case sysAccess, sysFaccessat, sysFaccessat2:
 		e.Kind = tracer.KindAccess
 		switch id {
@@ -127,10 +135,7 @@ func (r *rules) entry(tid, fdDir int, id sysID, a [6]uint64) *call {
 		case sysFaccessat2:
 			e.Path, e.Flags = str(1), a[2] // the mode only, as the kernel filter records
 		}
-		if !isInterestingStat(e.Path) {
-			return nil
-		}
-		return c
+		return isInterestingStat(e.Path)
 	case sysMknod, sysMknodat:
 		e.Kind = tracer.KindMknod
 		var dev uint64
@@ -140,7 +145,7 @@ func (r *rules) entry(tid, fdDir int, id sysID, a [6]uint64) *call {
 			e.Path, e.Mode, dev = str(1), uint32(a[2]), a[3]
 		}
 		if isDevMode(e.Mode) {
-			e.Dev = kernelDev(uint32(dev))
+			c.setDev(kernelDev(uint32(dev)))
 		}
 	case sysUnlink:
 		e.Kind, e.Path = tracer.KindUnlink, str(0)
@@ -156,21 +161,18 @@ func (r *rules) entry(tid, fdDir int, id sysID, a [6]uint64) *call {
 		e.Kind, e.Path, e.Mode = tracer.KindMkdir, str(1), uint32(a[2])
 	case sysMemfdCreate:
 		e.Kind, e.Path, e.Flags = tracer.KindMemfd, str(0), a[1]
-		return c
+		return true
 	case sysExecve:
 		e.Kind, e.Path, e.Argv = tracer.KindExec, str(0), readArgv(tid, a[1], 4)
-		return c
+		return true
 	case sysExecveat:
 		e.Kind, e.Path, e.Argv, e.Flags = tracer.KindExec, str(1), readArgv(tid, a[2], 4), a[4]
-		return c
+		return true
 	default:
-		return nil
+		return false
 	}
 	// mknod, unlink, symlink, mkdir: device paths only.
-	if !isDevicePath(e.Path) {
-		return nil
-	}
-	return c
+	return isDevicePath(e.Path)
 }
 
 // exit completes a call with its return value; nil means not recorded.
@@ -182,8 +184,8 @@ func (r *rules) exit(tid, fdDir int, c *call, ret int64) *tracer.Event {
 	case sysOpen, sysCreat, sysOpenat, sysOpenat2:
 		if ret >= 0 {
 			if st, ok := fdStat(fdDir, int(ret)); ok && isDevMode(st.Mode) {
-				e.Dev = &tracer.Dev{Major: unix.Major(st.Rdev), Minor: unix.Minor(st.Rdev)}
-				if st.Mode&unix.S_IFMT == unix.S_IFCHR && r.majors[e.Dev.Major] {
+				c.setDev(tracer.Dev{Major: unix.Major(st.Rdev), Minor: unix.Minor(st.Rdev)})
+				if st.Mode&unix.S_IFMT == unix.S_IFCHR && r.majors[c.dev.Major] {
 					c.pathMatched = true
 				}
 			}
@@ -192,7 +194,7 @@ func (r *rules) exit(tid, fdDir int, c *call, ret int64) *tracer.Event {
 			return nil
 		}
 	case sysIoctl:
-		e.Arg = ioctlArg(tid, a[2])
+		e.Arg = ioctlArg(tid, a[2], &c.arg)
 	case sysStat, sysLstat, sysNewfstatat:
 		buf := a[1]
 		if c.id == sysNewfstatat {
@@ -202,7 +204,9 @@ func (r *rules) exit(tid, fdDir int, c *call, ret int64) *tracer.Event {
 			var st [statSize]byte
 			if readMem(tid, buf, st[:]) {
 				e.Mode = binary.NativeEndian.Uint32(st[statModeOff:])
-				e.Dev = statDev(e.Mode, userDev(binary.NativeEndian.Uint64(st[statRdevOff:])))
+				if isDevMode(e.Mode) {
+					c.setDev(userDev(binary.NativeEndian.Uint64(st[statRdevOff:])))
+				}
 			}
 		}
 	case sysStatx:
@@ -210,22 +214,16 @@ func (r *rules) exit(tid, fdDir int, c *call, ret int64) *tracer.Event {
 			var stx [0x88]byte
 			if readMem(tid, a[4], stx[:]) {
 				e.Mode = uint32(binary.NativeEndian.Uint16(stx[0x1c:]))
-				e.Dev = statDev(e.Mode, tracer.Dev{
-					Major: binary.NativeEndian.Uint32(stx[0x80:]),
-					Minor: binary.NativeEndian.Uint32(stx[0x84:]),
-				})
+				if isDevMode(e.Mode) {
+					c.setDev(tracer.Dev{
+						Major: binary.NativeEndian.Uint32(stx[0x80:]),
+						Minor: binary.NativeEndian.Uint32(stx[0x84:]),
+					})
+				}
 			}
 		}
 	}
 	return e
-}
-
-// statDev reports st_rdev for device files only.
-func statDev(mode uint32, d tracer.Dev) *tracer.Dev {
-	if isDevMode(mode) {
-		return &d
-	}
-	return nil
 }
 
 func isDevMode(mode uint32) bool {
@@ -234,8 +232,8 @@ func isDevMode(mode uint32) bool {
 }
 
 // kernelDev decodes the 32-bit dev_t mknod takes (new_decode_dev).
-func kernelDev(dev uint32) *tracer.Dev {
-	return &tracer.Dev{Major: (dev & 0xfff00) >> 8, Minor: (dev & 0xff) | ((dev >> 12) & 0xfff00)}
+func kernelDev(dev uint32) tracer.Dev {
+	return tracer.Dev{Major: (dev & 0xfff00) >> 8, Minor: (dev & 0xff) | ((dev >> 12) & 0xfff00)}
 }
 
 // userDev decodes the 64-bit dev_t of struct stat (glibc's encoding).
@@ -250,14 +248,13 @@ func userDev(dev uint64) tracer.Dev {
 // where NVIDIA's status field says why a call failed: 64 bytes, or 16 when
 // 64 would cross into unmapped memory (as the kernel filter does). Small
 // values (< 4096) are not pointers.
-func ioctlArg(tid int, ptr uint64) []byte {
+func ioctlArg(tid int, ptr uint64, buf *[64]byte) []byte {
 	if ptr < 4096 {
 		return nil
 	}
-	for _, n := range []int{64, 16} {
-		buf := make([]byte, n)
-		if readMem(tid, ptr, buf) {
-			return buf
+	for _, n := range [...]int{64, 16} {
+		if readMem(tid, ptr, buf[:n]) {
+			return buf[:n]
 		}
 	}
 	return nil
@@ -275,16 +272,19 @@ func fdStat(fdDir, fd int) (unix.Stat_t, bool) {
 	if fdDir < 0 || fd < 0 {
 		return st, false
 	}
-	err := unix.Fstatat(fdDir, strconv.Itoa(fd), &st, 0)
-	return st, err == nil
+	// The name on the stack and a raw syscall: this runs on every ioctl.
+	var name [12]byte
+	strconv.AppendInt(name[:0], int64(fd), 10)
+	_, _, e := unix.RawSyscall6(unix.SYS_NEWFSTATAT, uintptr(fdDir), uintptr(unsafe.Pointer(&name[0])), uintptr(unsafe.Pointer(&st)), 0, 0, 0)
+	return st, e == 0
 }
 
 // nvidiaFD reports whether fd is a character device with an NVIDIA major.
-func (r *rules) nvidiaFD(fdDir, fd int) (*tracer.Dev, bool) {
+func (r *rules) nvidiaFD(fdDir, fd int) (tracer.Dev, bool) {
 	st, ok := fdStat(fdDir, fd)
 	if !ok || st.Mode&unix.S_IFMT != unix.S_IFCHR {
-		return nil, false
+		return tracer.Dev{}, false
 	}
-	d := &tracer.Dev{Major: unix.Major(st.Rdev), Minor: unix.Minor(st.Rdev)}
+	d := tracer.Dev{Major: unix.Major(st.Rdev), Minor: unix.Minor(st.Rdev)}
 	return d, r.majors[d.Major]
 }

@@ -77,7 +77,7 @@ func TestDevDecoding(t *testing.T) {
 	// mknod's dev_t: the kernel's 32-bit encoding.
 	for _, d := range []tracer.Dev{{Major: 195}, {Major: 195, Minor: 255}, {Major: 509, Minor: 1}, {Major: 1, Minor: 3}, {Major: 4095, Minor: 0xfffff}} {
 		enc := (d.Minor & 0xff) | (d.Major << 8) | ((d.Minor &^ 0xff) << 12)
-		if got := kernelDev(enc); *got != d {
+		if got := kernelDev(enc); got != d {
 			t.Errorf("kernelDev(%#x) = %v, want %v", enc, got, d)
 		}
 		// struct stat's st_rdev: glibc's 64-bit encoding.
@@ -122,13 +122,14 @@ func TestIoctlArg(t *testing.T) {
 		buf[i] = byte(i)
 	}
 	addr := uint64(uintptrOf(buf))
-	if got := ioctlArg(unix.Getpid(), addr); len(got) != 64 || got[63] != 63 {
+	var arg [64]byte
+	if got := ioctlArg(unix.Getpid(), addr, &arg); len(got) != 64 || got[63] != 63 {
 		t.Errorf("read %d bytes", len(got))
 	}
-	if got := ioctlArg(unix.Getpid(), 0); got != nil {
+	if got := ioctlArg(unix.Getpid(), 0, &arg); got != nil {
 		t.Errorf("NULL pointer read %v", got)
 	}
-	if got := ioctlArg(unix.Getpid(), 7); got != nil {
+	if got := ioctlArg(unix.Getpid(), 7, &arg); got != nil {
 		t.Errorf("small integer read as a pointer: %v", got)
 	}
 }
