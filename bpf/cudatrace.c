@@ -5,8 +5,10 @@
 //
 // Only thread groups in `traced` are looked at. User space seeds it with the
 // launched loader (or the attached PIDs); forks add children, exits remove
-// them. Every syscall is paired enter/exit through `pending`, keyed by tid,
-// and emitted at exit with its return value. A record that cannot be kept
+// them. The raw sys_enter/sys_exit tracepoints see every syscall; its number,
+// looked up in a table user space fills for the running arch, turns away the
+// untraced ones before anything else. Every syscall is paired enter/exit
+// through `pending`, keyed by tid, and emitted at exit with its return value. A record that cannot be kept
 // (ring buffer full, pending map full) is counted in `drops`, never lost
 // silently.
 
@@ -40,6 +42,13 @@ const volatile __u32 stat_rdev_off = 40;
 /* Wake the reader once this many bytes wait in the ring (user space sets a
  * quarter of it); below that it finds them on its own short timer. */
 const volatile __u64 wakeup_bytes = 2 << 20;
+/* Syscall number → enum syscall_id (SC_NONE: not traced), filled by user
+ * space from golang.org/x/sys/unix for the running arch. */
+#define NR_TABLE 512
+const volatile __u8 nr_to_sc[NR_TABLE] = {};
+/* x86: TS_COMPAT in thread_info.status; arm64: TIF_32BIT in its flags. */
+#define X86_TS_COMPAT 0x0002
+#define ARM64_TIF_32BIT 22
 
 enum event_kind {
 	KIND_OPEN = 1,
@@ -230,14 +239,12 @@ static __always_inline __u64 wakeup_flags(bool urgent)
 	return BPF_RB_NO_WAKEUP;
 }
 
-/* Start an event for the current task in the per-CPU scratch slot, or NULL
- * when its thread group is not traced. */
+/* Start an event for the current task, whose thread group the dispatcher
+ * found traced, in the per-CPU scratch slot. */
 static __always_inline struct event *begin(__u16 sc, __u8 kind)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32;
-	if (!is_traced(tgid))
-		return NULL;
 	__u32 zero = 0;
 	struct event *e = bpf_map_lookup_elem(&scratch, &zero);
 	if (!e)
@@ -400,47 +407,23 @@ static __always_inline int open_enter(__u16 sc, unsigned long path, __u64 flags,
 	return stash(e);
 }
 
-SEC("tracepoint/syscalls/sys_enter_openat")
-int ct_enter_openat(struct trace_event_raw_sys_enter *ctx)
-{
-	return open_enter(SC_OPENAT, ctx->args[1], ctx->args[2], ctx->args[3]);
-}
-
-SEC("tracepoint/syscalls/sys_enter_open")
-int ct_enter_open(struct trace_event_raw_sys_enter *ctx)
-{
-	return open_enter(SC_OPEN, ctx->args[0], ctx->args[1], ctx->args[2]);
-}
-
-SEC("tracepoint/syscalls/sys_enter_creat")
-int ct_enter_creat(struct trace_event_raw_sys_enter *ctx)
-{
-	return open_enter(SC_CREAT, ctx->args[0], CREAT_FLAGS, ctx->args[1]);
-}
-
 struct open_how_min {
 	__u64 flags;
 	__u64 mode;
 	__u64 resolve;
 };
 
-SEC("tracepoint/syscalls/sys_enter_openat2")
-int ct_enter_openat2(struct trace_event_raw_sys_enter *ctx)
+static __always_inline int openat2_enter(unsigned long path, unsigned long uhow)
 {
 	struct open_how_min how = {};
-	bpf_probe_read_user(&how, sizeof(how), (const void *)ctx->args[2]);
-	return open_enter(SC_OPENAT2, ctx->args[1], how.flags, how.mode);
+	bpf_probe_read_user(&how, sizeof(how), (const void *)uhow);
+	return open_enter(SC_OPENAT2, path, how.flags, how.mode);
 }
 
 /* ---- ioctl ---- */
 
-SEC("tracepoint/syscalls/sys_enter_ioctl")
-int ct_enter_ioctl(struct trace_event_raw_sys_enter *ctx)
+static __always_inline int ioctl_enter(int fd, __u32 request, unsigned long uptr)
 {
-	__u64 id = bpf_get_current_pid_tgid();
-	if (!is_traced(id >> 32))
-		return 0;
-	int fd = (int)ctx->args[0];
 	umode_t mode = 0;
 	dev_t rdev = 0;
 	if (fd >= 0) {
@@ -453,8 +436,8 @@ int ct_enter_ioctl(struct trace_event_raw_sys_enter *ctx)
 	if (!e)
 		return 0;
 	e->fd = fd;
-	e->request = (__u32)ctx->args[1];
-	e->uptr = ctx->args[2];
+	e->request = request;
+	e->uptr = uptr;
 	if (fd >= 0)
 		set_kdev(e, rdev);
 	e->matched = 1;
@@ -501,34 +484,6 @@ static __always_inline int mknod_enter(__u16 sc, unsigned long path, __u32 mode,
 	return stash(e);
 }
 
-SEC("tracepoint/syscalls/sys_enter_mknodat")
-int ct_enter_mknodat(struct trace_event_raw_sys_enter *ctx)
-{
-	return mknod_enter(SC_MKNODAT, ctx->args[1], ctx->args[2], ctx->args[3]);
-}
-
-SEC("tracepoint/syscalls/sys_enter_mknod")
-int ct_enter_mknod(struct trace_event_raw_sys_enter *ctx)
-{
-	return mknod_enter(SC_MKNOD, ctx->args[0], ctx->args[1], ctx->args[2]);
-}
-
-SEC("tracepoint/syscalls/sys_enter_unlinkat")
-int ct_enter_unlinkat(struct trace_event_raw_sys_enter *ctx)
-{
-	struct event *e = node_begin(SC_UNLINKAT, KIND_UNLINK, ctx->args[1], false);
-	if (!e)
-		return 0;
-	e->flags = ctx->args[2];
-	return stash(e);
-}
-
-SEC("tracepoint/syscalls/sys_enter_unlink")
-int ct_enter_unlink(struct trace_event_raw_sys_enter *ctx)
-{
-	return node_enter(SC_UNLINK, KIND_UNLINK, ctx->args[0]);
-}
-
 static __always_inline int symlink_enter(__u16 sc, unsigned long target, unsigned long linkpath)
 {
 	struct event *e = node_begin(sc, KIND_SYMLINK, linkpath, false);
@@ -539,18 +494,6 @@ static __always_inline int symlink_enter(__u16 sc, unsigned long target, unsigne
 	return stash(e);
 }
 
-SEC("tracepoint/syscalls/sys_enter_symlinkat")
-int ct_enter_symlinkat(struct trace_event_raw_sys_enter *ctx)
-{
-	return symlink_enter(SC_SYMLINKAT, ctx->args[0], ctx->args[2]);
-}
-
-SEC("tracepoint/syscalls/sys_enter_symlink")
-int ct_enter_symlink(struct trace_event_raw_sys_enter *ctx)
-{
-	return symlink_enter(SC_SYMLINK, ctx->args[0], ctx->args[1]);
-}
-
 static __always_inline int mkdir_enter(__u16 sc, unsigned long path, __u32 mode)
 {
 	struct event *e = node_begin(sc, KIND_MKDIR, path, false);
@@ -558,18 +501,6 @@ static __always_inline int mkdir_enter(__u16 sc, unsigned long path, __u32 mode)
 		return 0;
 	e->mode = mode;
 	return stash(e);
-}
-
-SEC("tracepoint/syscalls/sys_enter_mkdirat")
-int ct_enter_mkdirat(struct trace_event_raw_sys_enter *ctx)
-{
-	return mkdir_enter(SC_MKDIRAT, ctx->args[1], ctx->args[2]);
-}
-
-SEC("tracepoint/syscalls/sys_enter_mkdir")
-int ct_enter_mkdir(struct trace_event_raw_sys_enter *ctx)
-{
-	return mkdir_enter(SC_MKDIR, ctx->args[0], ctx->args[1]);
 }
 
 static __always_inline int stat_enter(__u16 sc, unsigned long path, unsigned long buf, __u64 flags)
@@ -582,30 +513,6 @@ static __always_inline int stat_enter(__u16 sc, unsigned long path, unsigned lon
 	return stash(e);
 }
 
-SEC("tracepoint/syscalls/sys_enter_newfstatat")
-int ct_enter_newfstatat(struct trace_event_raw_sys_enter *ctx)
-{
-	return stat_enter(SC_NEWFSTATAT, ctx->args[1], ctx->args[2], ctx->args[3]);
-}
-
-SEC("tracepoint/syscalls/sys_enter_newstat")
-int ct_enter_stat(struct trace_event_raw_sys_enter *ctx)
-{
-	return stat_enter(SC_STAT, ctx->args[0], ctx->args[1], 0);
-}
-
-SEC("tracepoint/syscalls/sys_enter_newlstat")
-int ct_enter_lstat(struct trace_event_raw_sys_enter *ctx)
-{
-	return stat_enter(SC_LSTAT, ctx->args[0], ctx->args[1], 0);
-}
-
-SEC("tracepoint/syscalls/sys_enter_statx")
-int ct_enter_statx(struct trace_event_raw_sys_enter *ctx)
-{
-	return stat_enter(SC_STATX, ctx->args[1], ctx->args[4], ctx->args[2]);
-}
-
 static __always_inline int access_enter(__u16 sc, unsigned long path, __u64 mode)
 {
 	struct event *e = node_begin(sc, KIND_ACCESS, path, true);
@@ -615,34 +522,15 @@ static __always_inline int access_enter(__u16 sc, unsigned long path, __u64 mode
 	return stash(e);
 }
 
-SEC("tracepoint/syscalls/sys_enter_faccessat")
-int ct_enter_faccessat(struct trace_event_raw_sys_enter *ctx)
-{
-	return access_enter(SC_FACCESSAT, ctx->args[1], ctx->args[2]);
-}
-
-SEC("tracepoint/syscalls/sys_enter_faccessat2")
-int ct_enter_faccessat2(struct trace_event_raw_sys_enter *ctx)
-{
-	return access_enter(SC_FACCESSAT2, ctx->args[1], ctx->args[2]);
-}
-
-SEC("tracepoint/syscalls/sys_enter_access")
-int ct_enter_access(struct trace_event_raw_sys_enter *ctx)
-{
-	return access_enter(SC_ACCESS, ctx->args[0], ctx->args[1]);
-}
-
 /* ---- always recorded for traced processes ---- */
 
-SEC("tracepoint/syscalls/sys_enter_memfd_create")
-int ct_enter_memfd_create(struct trace_event_raw_sys_enter *ctx)
+static __always_inline int memfd_enter(unsigned long name, __u64 flags)
 {
 	struct event *e = begin(SC_MEMFD_CREATE, KIND_MEMFD);
 	if (!e)
 		return 0;
-	read_path(e, ctx->args[0]);
-	e->flags = ctx->args[1];
+	read_path(e, name);
+	e->flags = flags;
 	e->matched = 1;
 	return stash(e);
 }
@@ -668,16 +556,133 @@ static __always_inline int exec_enter(__u16 sc, unsigned long path, unsigned lon
 	return stash(e);
 }
 
-SEC("tracepoint/syscalls/sys_enter_execve")
-int ct_enter_execve(struct trace_event_raw_sys_enter *ctx)
+/* ---- syscall dispatch ---- */
+
+static __always_inline bool is_arm64(void)
 {
-	return exec_enter(SC_EXECVE, ctx->args[0], ctx->args[1], 0);
+	return bpf_core_field_exists(struct pt_regs___arm64, syscallno);
 }
 
-SEC("tracepoint/syscalls/sys_enter_execveat")
-int ct_enter_execveat(struct trace_event_raw_sys_enter *ctx)
+/* The syscall number at exit, which passes only the return value. */
+static __always_inline long syscall_nr(struct pt_regs *regs)
 {
-	return exec_enter(SC_EXECVEAT, ctx->args[1], ctx->args[2], ctx->args[4]);
+	if (is_arm64())
+		return ((struct pt_regs___arm64 *)regs)->syscallno;
+	return ((struct pt_regs___x86 *)regs)->orig_ax;
+}
+
+/* Traced syscall number → enum syscall_id, or SC_NONE. The only work an
+ * untraced syscall costs, with the filter lookup after it. */
+static __always_inline __u8 traced_syscall(long nr)
+{
+	if ((unsigned long)nr >= NR_TABLE)
+		return SC_NONE;
+	return nr_to_sc[nr];
+}
+
+/* A 32-bit task's syscall numbers are another table; the per-syscall
+ * tracepoints ignore such calls, and so does this. */
+static __always_inline bool in_compat_syscall(void)
+{
+	if (is_arm64()) {
+		struct task_struct___arm64 *t = (void *)bpf_get_current_task_btf();
+		return (t->thread_info.flags >> ARM64_TIF_32BIT) & 1;
+	}
+	struct task_struct___x86 *t = (void *)bpf_get_current_task_btf();
+	return t->thread_info.status & X86_TS_COMPAT;
+}
+
+struct sys_args {
+	unsigned long a[6];
+};
+
+static __always_inline void read_args(struct pt_regs *regs, struct sys_args *args)
+{
+	if (is_arm64()) {
+		struct pt_regs___arm64 *r = (void *)regs;
+		args->a[0] = r->regs[0];
+		args->a[1] = r->regs[1];
+		args->a[2] = r->regs[2];
+		args->a[3] = r->regs[3];
+		args->a[4] = r->regs[4];
+		args->a[5] = r->regs[5];
+	} else {
+		struct pt_regs___x86 *r = (void *)regs;
+		args->a[0] = r->di;
+		args->a[1] = r->si;
+		args->a[2] = r->dx;
+		args->a[3] = r->r10;
+		args->a[4] = r->r8;
+		args->a[5] = r->r9;
+	}
+}
+
+/* Every syscall's entry: (struct pt_regs *regs, long id). */
+SEC("tp_btf/sys_enter")
+int ct_sys_enter(__u64 *ctx)
+{
+	__u8 sc = traced_syscall((long)ctx[1]);
+	if (sc == SC_NONE)
+		return 0;
+	if (!is_traced(bpf_get_current_pid_tgid() >> 32) || in_compat_syscall())
+		return 0;
+	struct sys_args args;
+	read_args((struct pt_regs *)ctx[0], &args);
+	unsigned long *a = args.a;
+	switch (sc) {
+	case SC_OPENAT:
+		return open_enter(SC_OPENAT, a[1], a[2], a[3]);
+	case SC_OPENAT2:
+		return openat2_enter(a[1], a[2]);
+	case SC_OPEN:
+		return open_enter(SC_OPEN, a[0], a[1], a[2]);
+	case SC_CREAT:
+		return open_enter(SC_CREAT, a[0], CREAT_FLAGS, a[1]);
+	case SC_IOCTL:
+		return ioctl_enter((int)a[0], (__u32)a[1], a[2]);
+	case SC_MKNODAT:
+		return mknod_enter(SC_MKNODAT, a[1], a[2], a[3]);
+	case SC_MKNOD:
+		return mknod_enter(SC_MKNOD, a[0], a[1], a[2]);
+	case SC_UNLINKAT: {
+		struct event *e = node_begin(SC_UNLINKAT, KIND_UNLINK, a[1], false);
+		if (!e)
+			return 0;
+		e->flags = a[2];
+		return stash(e);
+	}
+	case SC_UNLINK:
+		return node_enter(SC_UNLINK, KIND_UNLINK, a[0]);
+	case SC_SYMLINKAT:
+		return symlink_enter(SC_SYMLINKAT, a[0], a[2]);
+	case SC_SYMLINK:
+		return symlink_enter(SC_SYMLINK, a[0], a[1]);
+	case SC_MKDIRAT:
+		return mkdir_enter(SC_MKDIRAT, a[1], a[2]);
+	case SC_MKDIR:
+		return mkdir_enter(SC_MKDIR, a[0], a[1]);
+	case SC_NEWFSTATAT:
+		return stat_enter(SC_NEWFSTATAT, a[1], a[2], a[3]);
+	case SC_STAT:
+		return stat_enter(SC_STAT, a[0], a[1], 0);
+	case SC_LSTAT:
+		return stat_enter(SC_LSTAT, a[0], a[1], 0);
+	case SC_STATX:
+		return stat_enter(SC_STATX, a[1], a[4], a[2]);
+	case SC_FACCESSAT:
+		return access_enter(SC_FACCESSAT, a[1], a[2]);
+	case SC_FACCESSAT2:
+		return access_enter(SC_FACCESSAT2, a[1], a[2]);
+	case SC_ACCESS:
+		return access_enter(SC_ACCESS, a[0], a[1]);
+	case SC_MEMFD_CREATE:
+		return memfd_enter(a[0], a[1]);
+	case SC_EXECVE:
+		return exec_enter(SC_EXECVE, a[0], a[1], 0);
+	case SC_EXECVEAT:
+		return exec_enter(SC_EXECVEAT, a[1], a[2], a[4]);
+	}
+	return 0;
 }
 
 /* ---- the one exit path ---- */
@@ -690,13 +695,12 @@ static __always_inline void set_udev(struct event *e, __u64 dev)
 	e->has_dev = 1;
 }
 
-static __always_inline int finish(struct trace_event_raw_sys_exit *ctx)
+static __always_inline int finish(long ret)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct event *p = bpf_map_lookup_elem(&pending, &tid);
 	if (!p)
 		return 0;
-	long ret = ctx->ret;
 	umode_t imode = 0;
 	dev_t rdev = 0;
 	bool have_inode = false;
@@ -767,7 +771,7 @@ static __always_inline int finish(struct trace_event_raw_sys_exit *ctx)
 
 /* Path calls whose path was unreadable at enter: read it now and apply the
  * filter the enter handler could not. */
-static __always_inline int finish_path(struct trace_event_raw_sys_exit *ctx, bool open, bool modprobe_too)
+static __always_inline int finish_path(long ret, bool open, bool modprobe_too)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct event *p = bpf_map_lookup_elem(&pending, &tid);
@@ -789,46 +793,44 @@ static __always_inline int finish_path(struct trace_event_raw_sys_exit *ctx, boo
 			}
 		}
 	}
-	return finish(ctx);
+	return finish(ret);
 }
 
-#define EXIT_PROG(name)                                          \
-	SEC("tracepoint/syscalls/sys_exit_" #name)               \
-	int ct_exit_##name(struct trace_event_raw_sys_exit *ctx) \
-	{                                                        \
-		return finish(ctx);                              \
+/* Every syscall's return: (struct pt_regs *regs, long ret). Untraced
+ * threads have nothing pending, so the pending lookup is their filter. */
+SEC("tp_btf/sys_exit")
+int ct_sys_exit(__u64 *ctx)
+{
+	__u8 sc = traced_syscall(syscall_nr((struct pt_regs *)ctx[0]));
+	if (sc == SC_NONE)
+		return 0;
+	long ret = (long)ctx[1];
+	switch (sc) {
+	case SC_OPENAT:
+	case SC_OPENAT2:
+	case SC_OPEN:
+	case SC_CREAT:
+		return finish_path(ret, true, false);
+	case SC_MKNODAT:
+	case SC_MKNOD:
+	case SC_UNLINKAT:
+	case SC_UNLINK:
+	case SC_SYMLINKAT:
+	case SC_SYMLINK:
+	case SC_MKDIRAT:
+	case SC_MKDIR:
+		return finish_path(ret, false, false);
+	case SC_NEWFSTATAT:
+	case SC_STAT:
+	case SC_LSTAT:
+	case SC_STATX:
+	case SC_FACCESSAT:
+	case SC_FACCESSAT2:
+	case SC_ACCESS:
+		return finish_path(ret, false, true);
 	}
-
-#define EXIT_PATH_PROG(name, open, modprobe_too)                 \
-	SEC("tracepoint/syscalls/sys_exit_" #name)               \
-	int ct_exit_##name(struct trace_event_raw_sys_exit *ctx) \
-	{                                                        \
-		return finish_path(ctx, open, modprobe_too);     \
-	}
-
-EXIT_PATH_PROG(openat, true, false)
-EXIT_PATH_PROG(openat2, true, false)
-EXIT_PATH_PROG(open, true, false)
-EXIT_PATH_PROG(creat, true, false)
-EXIT_PROG(ioctl)
-EXIT_PATH_PROG(mknodat, false, false)
-EXIT_PATH_PROG(mknod, false, false)
-EXIT_PATH_PROG(unlinkat, false, false)
-EXIT_PATH_PROG(unlink, false, false)
-EXIT_PATH_PROG(symlinkat, false, false)
-EXIT_PATH_PROG(symlink, false, false)
-EXIT_PATH_PROG(mkdirat, false, false)
-EXIT_PATH_PROG(mkdir, false, false)
-EXIT_PATH_PROG(newfstatat, false, true)
-EXIT_PATH_PROG(newstat, false, true)
-EXIT_PATH_PROG(newlstat, false, true)
-EXIT_PATH_PROG(statx, false, true)
-EXIT_PATH_PROG(faccessat, false, true)
-EXIT_PATH_PROG(faccessat2, false, true)
-EXIT_PATH_PROG(access, false, true)
-EXIT_PROG(memfd_create)
-EXIT_PROG(execve)
-EXIT_PROG(execveat)
+	return finish(ret);
+}
 
 /* ---- process lifecycle ---- */
 

@@ -88,25 +88,42 @@ struct task_struct {
 	struct signal_struct *signal;
 } __attribute__((preserve_access_index));
 
-/* Syscall tracepoint contexts: a fixed ABI (see
- * events/syscalls/sys_enter_openat/format), so no relocation needed. */
-struct trace_entry {
-	unsigned short type;
-	unsigned char flags;
-	unsigned char preempt_count;
-	int pid;
-};
+/* The raw sys_enter/sys_exit tracepoints pass the syscall's registers.
+ * One object serves x86-64 and arm64: each arch's layout is a CO-RE flavour,
+ * and the one the running kernel lacks is never reached. */
+struct pt_regs;
 
-struct trace_event_raw_sys_enter {
-	struct trace_entry ent;
-	long id;
-	unsigned long args[6];
-};
+struct pt_regs___x86 {
+	unsigned long di;
+	unsigned long si;
+	unsigned long dx;
+	unsigned long r10;
+	unsigned long r8;
+	unsigned long r9;
+	unsigned long orig_ax;
+} __attribute__((preserve_access_index));
 
-struct trace_event_raw_sys_exit {
-	struct trace_entry ent;
-	long id;
-	long ret;
-};
+struct pt_regs___arm64 {
+	unsigned long regs[31];
+	int syscallno;
+} __attribute__((preserve_access_index));
+
+/* Whether the current syscall is a 32-bit (compat) one, whose numbers are
+ * another table: x86 marks it in thread_info.status, arm64 in its flags. */
+struct thread_info___x86 {
+	unsigned int status;
+} __attribute__((preserve_access_index));
+
+struct thread_info___arm64 {
+	unsigned long flags;
+} __attribute__((preserve_access_index));
+
+struct task_struct___x86 {
+	struct thread_info___x86 thread_info;
+} __attribute__((preserve_access_index));
+
+struct task_struct___arm64 {
+	struct thread_info___arm64 thread_info;
+} __attribute__((preserve_access_index));
 
 #endif

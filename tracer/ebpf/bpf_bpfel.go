@@ -101,70 +101,27 @@ const (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	bpfMapDrops               = "drops"
-	bpfMapEvents              = "events"
-	bpfMapNvidiaMajors        = "nvidia_majors"
-	bpfMapPending             = "pending"
-	bpfMapScratch             = "scratch"
-	bpfMapTraced              = "traced"
-	bpfProgCtEnterAccess      = "ct_enter_access"
-	bpfProgCtEnterCreat       = "ct_enter_creat"
-	bpfProgCtEnterExecve      = "ct_enter_execve"
-	bpfProgCtEnterExecveat    = "ct_enter_execveat"
-	bpfProgCtEnterFaccessat   = "ct_enter_faccessat"
-	bpfProgCtEnterFaccessat2  = "ct_enter_faccessat2"
-	bpfProgCtEnterIoctl       = "ct_enter_ioctl"
-	bpfProgCtEnterLstat       = "ct_enter_lstat"
-	bpfProgCtEnterMemfdCreate = "ct_enter_memfd_create"
-	bpfProgCtEnterMkdir       = "ct_enter_mkdir"
-	bpfProgCtEnterMkdirat     = "ct_enter_mkdirat"
-	bpfProgCtEnterMknod       = "ct_enter_mknod"
-	bpfProgCtEnterMknodat     = "ct_enter_mknodat"
-	bpfProgCtEnterNewfstatat  = "ct_enter_newfstatat"
-	bpfProgCtEnterOpen        = "ct_enter_open"
-	bpfProgCtEnterOpenat      = "ct_enter_openat"
-	bpfProgCtEnterOpenat2     = "ct_enter_openat2"
-	bpfProgCtEnterStat        = "ct_enter_stat"
-	bpfProgCtEnterStatx       = "ct_enter_statx"
-	bpfProgCtEnterSymlink     = "ct_enter_symlink"
-	bpfProgCtEnterSymlinkat   = "ct_enter_symlinkat"
-	bpfProgCtEnterUnlink      = "ct_enter_unlink"
-	bpfProgCtEnterUnlinkat    = "ct_enter_unlinkat"
-	bpfProgCtExec             = "ct_exec"
-	bpfProgCtExit             = "ct_exit"
-	bpfProgCtExitAccess       = "ct_exit_access"
-	bpfProgCtExitCreat        = "ct_exit_creat"
-	bpfProgCtExitExecve       = "ct_exit_execve"
-	bpfProgCtExitExecveat     = "ct_exit_execveat"
-	bpfProgCtExitFaccessat    = "ct_exit_faccessat"
-	bpfProgCtExitFaccessat2   = "ct_exit_faccessat2"
-	bpfProgCtExitIoctl        = "ct_exit_ioctl"
-	bpfProgCtExitMemfdCreate  = "ct_exit_memfd_create"
-	bpfProgCtExitMkdir        = "ct_exit_mkdir"
-	bpfProgCtExitMkdirat      = "ct_exit_mkdirat"
-	bpfProgCtExitMknod        = "ct_exit_mknod"
-	bpfProgCtExitMknodat      = "ct_exit_mknodat"
-	bpfProgCtExitNewfstatat   = "ct_exit_newfstatat"
-	bpfProgCtExitNewlstat     = "ct_exit_newlstat"
-	bpfProgCtExitNewstat      = "ct_exit_newstat"
-	bpfProgCtExitOpen         = "ct_exit_open"
-	bpfProgCtExitOpenat       = "ct_exit_openat"
-	bpfProgCtExitOpenat2      = "ct_exit_openat2"
-	bpfProgCtExitStatx        = "ct_exit_statx"
-	bpfProgCtExitSymlink      = "ct_exit_symlink"
-	bpfProgCtExitSymlinkat    = "ct_exit_symlinkat"
-	bpfProgCtExitUnlink       = "ct_exit_unlink"
-	bpfProgCtExitUnlinkat     = "ct_exit_unlinkat"
-	bpfProgCtFork             = "ct_fork"
-	bpfVarCaptureIoctlArgs    = "capture_ioctl_args"
-	bpfVarExitTpHasGroupDead  = "exit_tp_has_group_dead"
-	bpfVarFollowChildren      = "follow_children"
-	bpfVarStatModeOff         = "stat_mode_off"
-	bpfVarStatRdevOff         = "stat_rdev_off"
-	bpfVarUnusedDrop          = "unused_drop"
-	bpfVarUnusedKind          = "unused_kind"
-	bpfVarUnusedSyscall       = "unused_syscall"
-	bpfVarWakeupBytes         = "wakeup_bytes"
+	bpfMapDrops              = "drops"
+	bpfMapEvents             = "events"
+	bpfMapNvidiaMajors       = "nvidia_majors"
+	bpfMapPending            = "pending"
+	bpfMapScratch            = "scratch"
+	bpfMapTraced             = "traced"
+	bpfProgCtExec            = "ct_exec"
+	bpfProgCtExit            = "ct_exit"
+	bpfProgCtFork            = "ct_fork"
+	bpfProgCtSysEnter        = "ct_sys_enter"
+	bpfProgCtSysExit         = "ct_sys_exit"
+	bpfVarCaptureIoctlArgs   = "capture_ioctl_args"
+	bpfVarExitTpHasGroupDead = "exit_tp_has_group_dead"
+	bpfVarFollowChildren     = "follow_children"
+	bpfVarNrToSc             = "nr_to_sc"
+	bpfVarStatModeOff        = "stat_mode_off"
+	bpfVarStatRdevOff        = "stat_rdev_off"
+	bpfVarUnusedDrop         = "unused_drop"
+	bpfVarUnusedKind         = "unused_kind"
+	bpfVarUnusedSyscall      = "unused_syscall"
+	bpfVarWakeupBytes        = "wakeup_bytes"
 )
 
 // loadBpf returns the embedded CollectionSpec for bpf.
@@ -209,55 +166,11 @@ type bpfSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type bpfProgramSpecs struct {
-	CtEnterAccess      *ebpf.ProgramSpec `ebpf:"ct_enter_access"`
-	CtEnterCreat       *ebpf.ProgramSpec `ebpf:"ct_enter_creat"`
-	CtEnterExecve      *ebpf.ProgramSpec `ebpf:"ct_enter_execve"`
-	CtEnterExecveat    *ebpf.ProgramSpec `ebpf:"ct_enter_execveat"`
-	CtEnterFaccessat   *ebpf.ProgramSpec `ebpf:"ct_enter_faccessat"`
-	CtEnterFaccessat2  *ebpf.ProgramSpec `ebpf:"ct_enter_faccessat2"`
-	CtEnterIoctl       *ebpf.ProgramSpec `ebpf:"ct_enter_ioctl"`
-	CtEnterLstat       *ebpf.ProgramSpec `ebpf:"ct_enter_lstat"`
-	CtEnterMemfdCreate *ebpf.ProgramSpec `ebpf:"ct_enter_memfd_create"`
-	CtEnterMkdir       *ebpf.ProgramSpec `ebpf:"ct_enter_mkdir"`
-	CtEnterMkdirat     *ebpf.ProgramSpec `ebpf:"ct_enter_mkdirat"`
-	CtEnterMknod       *ebpf.ProgramSpec `ebpf:"ct_enter_mknod"`
-	CtEnterMknodat     *ebpf.ProgramSpec `ebpf:"ct_enter_mknodat"`
-	CtEnterNewfstatat  *ebpf.ProgramSpec `ebpf:"ct_enter_newfstatat"`
-	CtEnterOpen        *ebpf.ProgramSpec `ebpf:"ct_enter_open"`
-	CtEnterOpenat      *ebpf.ProgramSpec `ebpf:"ct_enter_openat"`
-	CtEnterOpenat2     *ebpf.ProgramSpec `ebpf:"ct_enter_openat2"`
-	CtEnterStat        *ebpf.ProgramSpec `ebpf:"ct_enter_stat"`
-	CtEnterStatx       *ebpf.ProgramSpec `ebpf:"ct_enter_statx"`
-	CtEnterSymlink     *ebpf.ProgramSpec `ebpf:"ct_enter_symlink"`
-	CtEnterSymlinkat   *ebpf.ProgramSpec `ebpf:"ct_enter_symlinkat"`
-	CtEnterUnlink      *ebpf.ProgramSpec `ebpf:"ct_enter_unlink"`
-	CtEnterUnlinkat    *ebpf.ProgramSpec `ebpf:"ct_enter_unlinkat"`
-	CtExec             *ebpf.ProgramSpec `ebpf:"ct_exec"`
-	CtExit             *ebpf.ProgramSpec `ebpf:"ct_exit"`
-	CtExitAccess       *ebpf.ProgramSpec `ebpf:"ct_exit_access"`
-	CtExitCreat        *ebpf.ProgramSpec `ebpf:"ct_exit_creat"`
-	CtExitExecve       *ebpf.ProgramSpec `ebpf:"ct_exit_execve"`
-	CtExitExecveat     *ebpf.ProgramSpec `ebpf:"ct_exit_execveat"`
-	CtExitFaccessat    *ebpf.ProgramSpec `ebpf:"ct_exit_faccessat"`
-	CtExitFaccessat2   *ebpf.ProgramSpec `ebpf:"ct_exit_faccessat2"`
-	CtExitIoctl        *ebpf.ProgramSpec `ebpf:"ct_exit_ioctl"`
-	CtExitMemfdCreate  *ebpf.ProgramSpec `ebpf:"ct_exit_memfd_create"`
-	CtExitMkdir        *ebpf.ProgramSpec `ebpf:"ct_exit_mkdir"`
-	CtExitMkdirat      *ebpf.ProgramSpec `ebpf:"ct_exit_mkdirat"`
-	CtExitMknod        *ebpf.ProgramSpec `ebpf:"ct_exit_mknod"`
-	CtExitMknodat      *ebpf.ProgramSpec `ebpf:"ct_exit_mknodat"`
-	CtExitNewfstatat   *ebpf.ProgramSpec `ebpf:"ct_exit_newfstatat"`
-	CtExitNewlstat     *ebpf.ProgramSpec `ebpf:"ct_exit_newlstat"`
-	CtExitNewstat      *ebpf.ProgramSpec `ebpf:"ct_exit_newstat"`
-	CtExitOpen         *ebpf.ProgramSpec `ebpf:"ct_exit_open"`
-	CtExitOpenat       *ebpf.ProgramSpec `ebpf:"ct_exit_openat"`
-	CtExitOpenat2      *ebpf.ProgramSpec `ebpf:"ct_exit_openat2"`
-	CtExitStatx        *ebpf.ProgramSpec `ebpf:"ct_exit_statx"`
-	CtExitSymlink      *ebpf.ProgramSpec `ebpf:"ct_exit_symlink"`
-	CtExitSymlinkat    *ebpf.ProgramSpec `ebpf:"ct_exit_symlinkat"`
-	CtExitUnlink       *ebpf.ProgramSpec `ebpf:"ct_exit_unlink"`
-	CtExitUnlinkat     *ebpf.ProgramSpec `ebpf:"ct_exit_unlinkat"`
-	CtFork             *ebpf.ProgramSpec `ebpf:"ct_fork"`
+	CtExec     *ebpf.ProgramSpec `ebpf:"ct_exec"`
+	CtExit     *ebpf.ProgramSpec `ebpf:"ct_exit"`
+	CtFork     *ebpf.ProgramSpec `ebpf:"ct_fork"`
+	CtSysEnter *ebpf.ProgramSpec `ebpf:"ct_sys_enter"`
+	CtSysExit  *ebpf.ProgramSpec `ebpf:"ct_sys_exit"`
 }
 
 // bpfMapSpecs contains maps before they are loaded into the kernel.
@@ -279,6 +192,7 @@ type bpfVariableSpecs struct {
 	CaptureIoctlArgs   *ebpf.VariableSpec `ebpf:"capture_ioctl_args"`
 	ExitTpHasGroupDead *ebpf.VariableSpec `ebpf:"exit_tp_has_group_dead"`
 	FollowChildren     *ebpf.VariableSpec `ebpf:"follow_children"`
+	NrToSc             *ebpf.VariableSpec `ebpf:"nr_to_sc"`
 	StatModeOff        *ebpf.VariableSpec `ebpf:"stat_mode_off"`
 	StatRdevOff        *ebpf.VariableSpec `ebpf:"stat_rdev_off"`
 	UnusedDrop         *ebpf.VariableSpec `ebpf:"unused_drop"`
@@ -333,6 +247,7 @@ type bpfVariables struct {
 	CaptureIoctlArgs   *ebpf.Variable `ebpf:"capture_ioctl_args"`
 	ExitTpHasGroupDead *ebpf.Variable `ebpf:"exit_tp_has_group_dead"`
 	FollowChildren     *ebpf.Variable `ebpf:"follow_children"`
+	NrToSc             *ebpf.Variable `ebpf:"nr_to_sc"`
 	StatModeOff        *ebpf.Variable `ebpf:"stat_mode_off"`
 	StatRdevOff        *ebpf.Variable `ebpf:"stat_rdev_off"`
 	UnusedDrop         *ebpf.Variable `ebpf:"unused_drop"`
@@ -345,108 +260,20 @@ type bpfVariables struct {
 //
 // It can be passed to loadBpfObjects or ebpf.CollectionSpec.LoadAndAssign.
 type bpfPrograms struct {
-	CtEnterAccess      *ebpf.Program `ebpf:"ct_enter_access"`
-	CtEnterCreat       *ebpf.Program `ebpf:"ct_enter_creat"`
-	CtEnterExecve      *ebpf.Program `ebpf:"ct_enter_execve"`
-	CtEnterExecveat    *ebpf.Program `ebpf:"ct_enter_execveat"`
-	CtEnterFaccessat   *ebpf.Program `ebpf:"ct_enter_faccessat"`
-	CtEnterFaccessat2  *ebpf.Program `ebpf:"ct_enter_faccessat2"`
-	CtEnterIoctl       *ebpf.Program `ebpf:"ct_enter_ioctl"`
-	CtEnterLstat       *ebpf.Program `ebpf:"ct_enter_lstat"`
-	CtEnterMemfdCreate *ebpf.Program `ebpf:"ct_enter_memfd_create"`
-	CtEnterMkdir       *ebpf.Program `ebpf:"ct_enter_mkdir"`
-	CtEnterMkdirat     *ebpf.Program `ebpf:"ct_enter_mkdirat"`
-	CtEnterMknod       *ebpf.Program `ebpf:"ct_enter_mknod"`
-	CtEnterMknodat     *ebpf.Program `ebpf:"ct_enter_mknodat"`
-	CtEnterNewfstatat  *ebpf.Program `ebpf:"ct_enter_newfstatat"`
-	CtEnterOpen        *ebpf.Program `ebpf:"ct_enter_open"`
-	CtEnterOpenat      *ebpf.Program `ebpf:"ct_enter_openat"`
-	CtEnterOpenat2     *ebpf.Program `ebpf:"ct_enter_openat2"`
-	CtEnterStat        *ebpf.Program `ebpf:"ct_enter_stat"`
-	CtEnterStatx       *ebpf.Program `ebpf:"ct_enter_statx"`
-	CtEnterSymlink     *ebpf.Program `ebpf:"ct_enter_symlink"`
-	CtEnterSymlinkat   *ebpf.Program `ebpf:"ct_enter_symlinkat"`
-	CtEnterUnlink      *ebpf.Program `ebpf:"ct_enter_unlink"`
-	CtEnterUnlinkat    *ebpf.Program `ebpf:"ct_enter_unlinkat"`
-	CtExec             *ebpf.Program `ebpf:"ct_exec"`
-	CtExit             *ebpf.Program `ebpf:"ct_exit"`
-	CtExitAccess       *ebpf.Program `ebpf:"ct_exit_access"`
-	CtExitCreat        *ebpf.Program `ebpf:"ct_exit_creat"`
-	CtExitExecve       *ebpf.Program `ebpf:"ct_exit_execve"`
-	CtExitExecveat     *ebpf.Program `ebpf:"ct_exit_execveat"`
-	CtExitFaccessat    *ebpf.Program `ebpf:"ct_exit_faccessat"`
-	CtExitFaccessat2   *ebpf.Program `ebpf:"ct_exit_faccessat2"`
-	CtExitIoctl        *ebpf.Program `ebpf:"ct_exit_ioctl"`
-	CtExitMemfdCreate  *ebpf.Program `ebpf:"ct_exit_memfd_create"`
-	CtExitMkdir        *ebpf.Program `ebpf:"ct_exit_mkdir"`
-	CtExitMkdirat      *ebpf.Program `ebpf:"ct_exit_mkdirat"`
-	CtExitMknod        *ebpf.Program `ebpf:"ct_exit_mknod"`
-	CtExitMknodat      *ebpf.Program `ebpf:"ct_exit_mknodat"`
-	CtExitNewfstatat   *ebpf.Program `ebpf:"ct_exit_newfstatat"`
-	CtExitNewlstat     *ebpf.Program `ebpf:"ct_exit_newlstat"`
-	CtExitNewstat      *ebpf.Program `ebpf:"ct_exit_newstat"`
-	CtExitOpen         *ebpf.Program `ebpf:"ct_exit_open"`
-	CtExitOpenat       *ebpf.Program `ebpf:"ct_exit_openat"`
-	CtExitOpenat2      *ebpf.Program `ebpf:"ct_exit_openat2"`
-	CtExitStatx        *ebpf.Program `ebpf:"ct_exit_statx"`
-	CtExitSymlink      *ebpf.Program `ebpf:"ct_exit_symlink"`
-	CtExitSymlinkat    *ebpf.Program `ebpf:"ct_exit_symlinkat"`
-	CtExitUnlink       *ebpf.Program `ebpf:"ct_exit_unlink"`
-	CtExitUnlinkat     *ebpf.Program `ebpf:"ct_exit_unlinkat"`
-	CtFork             *ebpf.Program `ebpf:"ct_fork"`
+	CtExec     *ebpf.Program `ebpf:"ct_exec"`
+	CtExit     *ebpf.Program `ebpf:"ct_exit"`
+	CtFork     *ebpf.Program `ebpf:"ct_fork"`
+	CtSysEnter *ebpf.Program `ebpf:"ct_sys_enter"`
+	CtSysExit  *ebpf.Program `ebpf:"ct_sys_exit"`
 }
 
 func (p *bpfPrograms) Close() error {
 	return _BpfClose(
-		p.CtEnterAccess,
-		p.CtEnterCreat,
-		p.CtEnterExecve,
-		p.CtEnterExecveat,
-		p.CtEnterFaccessat,
-		p.CtEnterFaccessat2,
-		p.CtEnterIoctl,
-		p.CtEnterLstat,
-		p.CtEnterMemfdCreate,
-		p.CtEnterMkdir,
-		p.CtEnterMkdirat,
-		p.CtEnterMknod,
-		p.CtEnterMknodat,
-		p.CtEnterNewfstatat,
-		p.CtEnterOpen,
-		p.CtEnterOpenat,
-		p.CtEnterOpenat2,
-		p.CtEnterStat,
-		p.CtEnterStatx,
-		p.CtEnterSymlink,
-		p.CtEnterSymlinkat,
-		p.CtEnterUnlink,
-		p.CtEnterUnlinkat,
 		p.CtExec,
 		p.CtExit,
-		p.CtExitAccess,
-		p.CtExitCreat,
-		p.CtExitExecve,
-		p.CtExitExecveat,
-		p.CtExitFaccessat,
-		p.CtExitFaccessat2,
-		p.CtExitIoctl,
-		p.CtExitMemfdCreate,
-		p.CtExitMkdir,
-		p.CtExitMkdirat,
-		p.CtExitMknod,
-		p.CtExitMknodat,
-		p.CtExitNewfstatat,
-		p.CtExitNewlstat,
-		p.CtExitNewstat,
-		p.CtExitOpen,
-		p.CtExitOpenat,
-		p.CtExitOpenat2,
-		p.CtExitStatx,
-		p.CtExitSymlink,
-		p.CtExitSymlinkat,
-		p.CtExitUnlink,
-		p.CtExitUnlinkat,
 		p.CtFork,
+		p.CtSysEnter,
+		p.CtSysExit,
 	)
 }
 

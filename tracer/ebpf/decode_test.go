@@ -8,6 +8,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
+	"golang.org/x/sys/unix"
 
 	"github.com/cudatrace/cudatrace/internal/privtest"
 
@@ -156,8 +157,24 @@ func TestTablesCoverEnums(t *testing.T) {
 			t.Errorf("kind %d has no tracer.Kind", k)
 		}
 	}
-	if len(syscallProbes) != int(bpfSyscallIdSC_EXECVEAT) {
-		t.Errorf("%d syscall probes for %d syscalls", len(syscallProbes), bpfSyscallIdSC_EXECVEAT)
+	table, err := syscallTable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every traced syscall this arch has gets its own slot.
+	seen := map[uint8]bool{}
+	for _, id := range table {
+		if id != 0 {
+			seen[id] = true
+		}
+	}
+	for id, nr := range syscallNumbers {
+		if want := nr >= 0 && id != int(bpfSyscallIdSC_NONE); seen[uint8(id)] != want {
+			t.Errorf("syscall %s (number %d) in the table: %v, want %v", syscallNames[id], nr, seen[uint8(id)], want)
+		}
+	}
+	if table[unix.SYS_OPENAT] != uint8(bpfSyscallIdSC_OPENAT) || table[unix.SYS_IOCTL] != uint8(bpfSyscallIdSC_IOCTL) {
+		t.Errorf("openat/ioctl map to %d/%d", table[unix.SYS_OPENAT], table[unix.SYS_IOCTL])
 	}
 }
 

@@ -101,8 +101,23 @@ func watchPrograms(t *testing.T) *[]ebpf.ProgramID {
 	return ids
 }
 
-// stillLoaded walks every program in the kernel and returns those of ids.
+// stillLoaded returns those of ids the kernel still has loaded. A closed
+// BTF tracepoint link frees its program only after an RCU grace period, so
+// it looks again for a while before saying one is left.
 func stillLoaded(t *testing.T, ids []ebpf.ProgramID) []string {
+	t.Helper()
+	var found []string
+	for range 50 {
+		if found = loadedNow(t, ids); len(found) == 0 {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return found
+}
+
+// loadedNow walks every program in the kernel and returns those of ids.
+func loadedNow(t *testing.T, ids []ebpf.ProgramID) []string {
 	t.Helper()
 	if len(ids) == 0 {
 		t.Fatal("no programs were recorded as loaded")

@@ -12,8 +12,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// tracefsDir is where we mount tracefs when nobody has: the syscall
-// tracepoints' ids are only published there.
+// tracefsDir is where we mount tracefs when nobody has. The BTF
+// tracepoints used now do not need it (per-syscall tracepoints' ids are
+// published only there); it is still held while tracing.
 const tracefsDir = "/sys/kernel/tracing"
 
 // stateDir holds the locks that let several cudatrace processes share one

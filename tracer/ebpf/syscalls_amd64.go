@@ -1,0 +1,30 @@
+package ebpftrace
+
+import "golang.org/x/sys/unix"
+
+// syscallNumbers: x86-64 still has the pre-*at calls.
+var syscallNumbers = [...]int{
+	bpfSyscallIdSC_OPENAT:       unix.SYS_OPENAT,
+	bpfSyscallIdSC_OPENAT2:      unix.SYS_OPENAT2,
+	bpfSyscallIdSC_OPEN:         unix.SYS_OPEN,
+	bpfSyscallIdSC_CREAT:        unix.SYS_CREAT,
+	bpfSyscallIdSC_IOCTL:        unix.SYS_IOCTL,
+	bpfSyscallIdSC_MKNODAT:      unix.SYS_MKNODAT,
+	bpfSyscallIdSC_MKNOD:        unix.SYS_MKNOD,
+	bpfSyscallIdSC_UNLINKAT:     unix.SYS_UNLINKAT,
+	bpfSyscallIdSC_UNLINK:       unix.SYS_UNLINK,
+	bpfSyscallIdSC_SYMLINKAT:    unix.SYS_SYMLINKAT,
+	bpfSyscallIdSC_SYMLINK:      unix.SYS_SYMLINK,
+	bpfSyscallIdSC_MKDIRAT:      unix.SYS_MKDIRAT,
+	bpfSyscallIdSC_MKDIR:        unix.SYS_MKDIR,
+	bpfSyscallIdSC_NEWFSTATAT:   unix.SYS_NEWFSTATAT,
+	bpfSyscallIdSC_STAT:         unix.SYS_STAT,
+	bpfSyscallIdSC_LSTAT:        unix.SYS_LSTAT,
+	bpfSyscallIdSC_STATX:        unix.SYS_STATX,
+	bpfSyscallIdSC_FACCESSAT:    unix.SYS_FACCESSAT,
+	bpfSyscallIdSC_FACCESSAT2:   unix.SYS_FACCESSAT2,
+	bpfSyscallIdSC_ACCESS:       unix.SYS_ACCESS,
+	bpfSyscallIdSC_MEMFD_CREATE: unix.SYS_MEMFD_CREATE,
+	bpfSyscallIdSC_EXECVE:       unix.SYS_EXECVE,
+	bpfSyscallIdSC_EXECVEAT:     unix.SYS_EXECVEAT,
+}

@@ -1,0 +1,7 @@
+//go:build !amd64 && !arm64
+
+package ebpftrace
+
+// syscallNumbers is empty where the BPF programs do not know the syscall
+// register layout: configure refuses to load them.
+var syscallNumbers = [...]int{}
