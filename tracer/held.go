@@ -1,0 +1,46 @@
+package tracer
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// HeldDeviceNotes lists the NVIDIA device fds in an fd directory
+// (/proc/PID/fd, or a live thread's /proc/PID/task/TID/fd when the leader is
+// a zombie) when an attach begins: their opens are not in the trace, yet
+// the ioctls on them are, so the report says where those fds came from.
+// Both backends use it, so their notes match word for word.
+func HeldDeviceNotes(fdDir string, majors []uint32) []string {
+	ents, err := os.ReadDir(fdDir)
+	if err != nil {
+		return nil // gone meanwhile: its exit is traced
+	}
+	fds := make([]int, 0, len(ents))
+	for _, e := range ents {
+		if fd, err := strconv.Atoi(e.Name()); err == nil {
+			fds = append(fds, fd)
+		}
+	}
+	sort.Ints(fds)
+	var notes []string
+	for _, fd := range fds {
+		name := fdDir + "/" + strconv.Itoa(fd)
+		var st unix.Stat_t
+		if unix.Stat(name, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFCHR {
+			continue
+		}
+		path, _ := os.Readlink(name)
+		major, minor := unix.Major(st.Rdev), unix.Minor(st.Rdev)
+		if !slices.Contains(majors, major) && !strings.HasPrefix(path, "/dev/nvidia") {
+			continue
+		}
+		notes = append(notes, fmt.Sprintf("fd %d → %s (c %d:%d), held before the attach", fd, path, major, minor))
+	}
+	return notes
+}
