@@ -863,3 +863,15 @@ func TestNodevWithoutFailedNVIDIAOpen(t *testing.T) {
 		t.Fatalf("no call failed, but Failing = %+v", a.Failing)
 	}
 }
+
+// When a major carries a non-NVIDIA name too, the NVIDIA one names the owner.
+func TestDriverNamePrefersNVIDIA(t *testing.T) {
+	s := &snapshot.Snapshot{ProcDevices: []snapshot.DriverMajor{{Major: 7, Name: "vcs"}, {Major: 7, Name: "nvidia-uvm"}}}
+	if got := driverName(s, 7, 0); got != "nvidia-uvm" {
+		t.Fatalf("driverName = %q, want nvidia-uvm", got)
+	}
+	s.ProcDevices = []snapshot.DriverMajor{{Major: 4, Name: "tty"}, {Major: 4, Name: "ttyS"}}
+	if got := driverName(s, 4, 0); got != "tty/ttyS" {
+		t.Fatalf("driverName = %q, want tty/ttyS", got)
+	}
+}

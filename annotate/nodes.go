@@ -101,6 +101,17 @@ func driverName(s *snapshot.Snapshot, major, minor uint32) string {
 			}
 		}
 	}
+	// A major shared with a non-NVIDIA name (a stand-in, or a driver that
+	// registered a second region): the NVIDIA name is the one that matters.
+	var nv []string
+	for _, n := range names {
+		if strings.HasPrefix(n, "nvidia") {
+			nv = append(nv, n)
+		}
+	}
+	if len(nv) == 1 {
+		return nv[0]
+	}
 	return strings.Join(names, "/")
 }
 
