@@ -67,7 +67,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if errors.Is(err, pflag.ErrHelp) || (err == nil && o.help) {
 		fs.SetOutput(stdout)
-		fmt.Fprintf(stdout, usageText, fs.FlagUsages())
+		fmt.Fprintf(stdout, usageText, flagUsages(fs))
 		return exitOK
 	}
 	if err != nil {

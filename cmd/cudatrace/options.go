@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -75,11 +76,11 @@ type options struct {
 
 func registerFlags(fs *pflag.FlagSet, o *options) {
 	fs.StringVarP(&o.output, "output", "o", "", "also write the JSON report to `FILE` (atomically)")
-	fs.StringVarP(&o.format, "format", "f", "text", "what to print: text, json or markdown")
+	fs.StringVarP(&o.format, "format", "f", "text", "print `FORMAT`: text, json or markdown")
 	fs.StringVarP(&o.user, "user", "u", "", "run COMMAND as `USER` (permission failures depend on who opens)")
 	fs.IntSliceVarP(&o.pids, "pid", "p", nil, "attach to `PID` (repeatable, or comma-separated)")
-	fs.DurationVar(&o.duration, "duration", 0, "stop tracing after this long (e.g. 30s); attached processes keep running")
-	fs.StringVar(&o.backend, "backend", "auto", "tracer: auto (eBPF, else ptrace), ebpf or ptrace")
+	fs.DurationVar(&o.duration, "duration", 0, "stop tracing after `DURATION` (e.g. 30s); attached processes keep running")
+	fs.StringVar(&o.backend, "backend", "auto", "tracer `NAME`: auto (eBPF, else ptrace), ebpf or ptrace")
 	fs.BoolVar(&o.allEvents, "all-events", false, "list every recorded call, not only the condensed timeline")
 	fs.BoolVar(&o.redact, "redact", false, "replace user names, home paths and arguments in the report")
 	fs.BoolVarP(&o.quiet, "quiet", "q", false, "print only the verdict line")
@@ -100,6 +101,37 @@ func newFlagSet(o *options, stderr io.Writer) *pflag.FlagSet {
 	fs.SetOutput(io.Discard) // errors are printed once, by main
 	fs.SetInterspersed(true)
 	registerFlags(fs, o)
-	fs.Usage = func() { fmt.Fprintf(stderr, usageText, fs.FlagUsages()) }
+	fs.Usage = func() { fmt.Fprintf(stderr, usageText, flagUsages(fs)) }
 	return fs
+}
+
+// flagUsages lists the visible flags, aligned, without pflag's
+// "[=true|false]" decoration on booleans.
+func flagUsages(fs *pflag.FlagSet) string {
+	type row struct{ left, usage string }
+	var rows []row
+	width := 0
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Hidden {
+			return
+		}
+		left := "      --" + f.Name
+		if f.Shorthand != "" {
+			left = "  -" + f.Shorthand + ", --" + f.Name
+		}
+		name, usage := pflag.UnquoteUsage(f)
+		if f.Value.Type() != "bool" && name != "" {
+			left += " " + name
+		}
+		if d := f.DefValue; f.Value.Type() != "bool" && d != "" && d != "0" && d != "0s" && d != "[]" {
+			usage += fmt.Sprintf(" (default %q)", d)
+		}
+		rows = append(rows, row{left, usage})
+		width = max(width, len(left))
+	})
+	var b strings.Builder
+	for _, r := range rows {
+		fmt.Fprintf(&b, "%-*s   %s\n", width, r.left, r.usage)
+	}
+	return b.String()
 }
