@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"syscall"
 	"unsafe"
@@ -197,6 +198,13 @@ func runLoader(enc string) int {
 			return fail(1, "setuid %d: %v", c.UID, err)
 		}
 	}
+	// The exec is the first traced call: let it carry the target's name,
+	// not "cudatrace", in the report.
+	name := []byte(filepath.Base(cfg.Argv[0]))
+	if len(name) > 15 {
+		name = name[:15]
+	}
+	unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&append(name, 0)[0])), 0, 0, 0)
 	err = syscall.Exec(cfg.Argv[0], cfg.Argv, env)
 	code := 126
 	if errors.Is(err, syscall.ENOENT) {
