@@ -93,11 +93,11 @@ func traceCommand(argv []string, o *options, stdout, stderr io.Writer) error {
 	defer stopSignals()
 
 	rec := report.NewRecorder()
-	snapper := &failureSnapshot{opts: snapshotOptions(o, spec)}
+	snapper := &failureSnapshot{opts: snapshotOptions(o)}
 	sink := tracer.SinkFunc(func(e *tracer.Event) {
 		rec.Event(e)
 		if e.Failed() && e.Kind == tracer.KindOpen && strings.HasPrefix(e.Path, "/dev/nvidia") {
-			snapper.trigger(e.PID)
+			snapper.trigger(e.PID, e.Path)
 		}
 	})
 	started := time.Now()
@@ -304,11 +304,12 @@ type failureSnapshot struct {
 	snap *snapshot.Snapshot
 }
 
-func (f *failureSnapshot) trigger(pid int) {
+func (f *failureSnapshot) trigger(pid int, path string) {
 	f.once.Do(func() {
 		f.done = make(chan struct{})
 		opts := f.opts
 		opts.PID = pid
+		opts.ExtraPaths = []string{path} // described even if it is missing
 		go func() {
 			defer close(f.done)
 			snap := snapshot.Collect(opts)
@@ -348,7 +349,7 @@ func (f *failureSnapshot) wait() *snapshot.Snapshot {
 	return f.snap
 }
 
-func snapshotOptions(o *options, spec tracer.Spec) snapshot.Options {
+func snapshotOptions(o *options) snapshot.Options {
 	return snapshot.Options{
 		ProcDevicesPath:     o.procDevices,
 		KmsgSince:           time.Now(),
