@@ -3,7 +3,6 @@ package ptracetrace
 import (
 	"encoding/binary"
 	"strconv"
-	"strings"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -15,28 +14,13 @@ import (
 // backends emit the same events for the same target. Paths are matched as
 // the target passed them (not resolved), as the kernel filter sees them.
 
-// isDevicePath: device nodes and the /dev/char links libcuda creates.
-func isDevicePath(p string) bool {
-	return strings.HasPrefix(p, "/dev/nvidia") || strings.HasPrefix(p, "/dev/char/")
-}
-
-// isInterestingOpen adds the files that tell which driver and library were
-// used: /proc/driver/nvidia, /proc/devices, module parameters, libcuda.
-func isInterestingOpen(p string) bool {
-	if isDevicePath(p) ||
-		strings.HasPrefix(p, "/proc/driver/nvidia") ||
-		strings.HasPrefix(p, "/proc/devices") ||
-		strings.HasPrefix(p, "/sys/module/nvidia") {
-		return true
-	}
-	// Any path component, as the kernel filter scans for "/libcuda.so".
-	return strings.Contains(p, "/libcuda.so") || strings.Contains(p, "/libnvidia-ml.so")
-}
-
-// isInterestingStat also catches libcuda looking for nvidia-modprobe.
-func isInterestingStat(p string) bool {
-	return isDevicePath(p) || strings.Contains(p, "nvidia-modprobe")
-}
+// The path rules are tracer.IsDevicePath, IsInterestingOpen and
+// IsInterestingStat, shared with the other backends.
+var (
+	isDevicePath      = tracer.IsDevicePath
+	isInterestingOpen = tracer.IsInterestingOpen
+	isInterestingStat = tracer.IsInterestingStat
+)
 
 // call is a traced syscall seen at entry whose exit must be seen too. Each
 // task reuses one (a sink copies what it keeps), so the event's Dev and Arg

@@ -288,24 +288,12 @@ func (in *interp) finish() (*Log, error) {
 
 // Which paths matter. These match the live tracers' filters.
 
-// isDevPath: NVIDIA device nodes and the /dev/char/M:m links libcuda makes.
-func isDevPath(p string) bool {
-	return strings.HasPrefix(p, "/dev/nvidia") || strings.HasPrefix(p, "/dev/char/")
-}
-
-// isInterestingOpen adds what libcuda and NVML read to find the driver.
-func isInterestingOpen(p string) bool {
-	if isDevPath(p) || strings.HasPrefix(p, "/proc/driver/nvidia") ||
-		strings.HasPrefix(p, "/proc/devices") || strings.HasPrefix(p, "/sys/module/nvidia") {
-		return true
-	}
-	base := path.Base(p)
-	return strings.HasPrefix(base, "libcuda.so") || strings.HasPrefix(base, "libnvidia-ml.so")
-}
-
-func isInterestingStat(p string) bool {
-	return isDevPath(p) || strings.Contains(p, "nvidia-modprobe")
-}
+// The path rules are the live tracers' (tracer.IsDevicePath, ...).
+var (
+	isDevPath         = tracer.IsDevicePath
+	isInterestingOpen = tracer.IsInterestingOpen
+	isInterestingStat = tracer.IsInterestingStat
+)
 
 // nvidiaMajor is nvidia.ko's fixed major (nvidia0..N, nvidiactl); the
 // other NVIDIA majors are dynamic, so only the path can tell them.

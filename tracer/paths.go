@@ -1,0 +1,32 @@
+package tracer
+
+import "strings"
+
+// The path rules every backend applies (the eBPF programs in bpf/cudatrace.c
+// implement the same in the kernel), so that all of them record the same
+// events. Paths are matched as the target passed them, not resolved.
+
+// IsDevicePath: NVIDIA device nodes and the /dev/char/M:m links libcuda
+// creates for them.
+func IsDevicePath(p string) bool {
+	return strings.HasPrefix(p, "/dev/nvidia") || strings.HasPrefix(p, "/dev/char/")
+}
+
+// IsInterestingOpen adds the files that tell which driver and library were
+// used: /proc/driver/nvidia, /proc/devices, module parameters, and any path
+// with a libcuda.so or libnvidia-ml.so component (a stub or compat copy
+// shows here).
+func IsInterestingOpen(p string) bool {
+	if IsDevicePath(p) ||
+		strings.HasPrefix(p, "/proc/driver/nvidia") ||
+		strings.HasPrefix(p, "/proc/devices") ||
+		strings.HasPrefix(p, "/sys/module/nvidia") {
+		return true
+	}
+	return strings.Contains(p, "/libcuda.so") || strings.Contains(p, "/libnvidia-ml.so")
+}
+
+// IsInterestingStat adds libcuda looking for nvidia-modprobe.
+func IsInterestingStat(p string) bool {
+	return IsDevicePath(p) || strings.Contains(p, "nvidia-modprobe")
+}
