@@ -526,19 +526,21 @@ func (a *analyzer) seccompMemfd(i int) {
 		Inferred: inferred, Events: []uint64{e.Seq}}, "seccomp forbids memfd_create (CUDA error 304)")
 }
 
+// callEvidence opens a finding about call i: for a failed open the node
+// facts and the retries, otherwise the call itself.
+func (a *analyzer) callEvidence(i int) ([]string, []uint64) {
+	e := &a.ev[i]
+	if e.Kind == tracer.KindOpen {
+		return a.headLines(i, factsFor(a.s, a.ev, i, e, e.Path)), a.failEvents()
+	}
+	return []string{callLine(e)}, []uint64{e.Seq}
+}
+
 func (a *analyzer) gpuLost(i int, sev Severity) {
 	var d []string
 	var events []uint64
 	if i >= 0 {
-		e := &a.ev[i]
-		f := factsFor(a.s, a.ev, i, e, e.Path)
-		if e.Kind == tracer.KindOpen {
-			d = a.headLines(i, f)
-			events = a.failEvents()
-		} else {
-			d = []string{callLine(e)}
-			events = []uint64{e.Seq}
-		}
+		d, events = a.callEvidence(i)
 		d = append(d, "ENODEV from the NVIDIA driver means no GPU at that minor, or the GPU has been lost.")
 	}
 	d = append(d, a.kernelLines(isXidLost)...)
@@ -554,14 +556,7 @@ func (a *analyzer) rmInitFailed(i int, sev Severity) {
 	var events []uint64
 	if i >= 0 {
 		e := &a.ev[i]
-		f := factsFor(a.s, a.ev, i, e, e.Path)
-		if e.Kind == tracer.KindOpen {
-			d = a.headLines(i, f)
-			events = a.failEvents()
-		} else {
-			d = []string{callLine(e)}
-			events = []uint64{e.Seq}
-		}
+		d, events = a.callEvidence(i)
 		if rc, st, ok := waitOpenResult(e); ok && rc != 0 {
 			d = append(d, fmt.Sprintf("The open was non-blocking and finished in the background; NV_ESC_WAIT_OPEN_COMPLETE reports rc %d (%s), adapterStatus %s.", rc, unix.ErrnoName(unix.Errno(-rc)), StatusName(st)))
 		} else {

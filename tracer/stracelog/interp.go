@@ -510,14 +510,21 @@ func (in *interp) access(c *call) {
 	in.emit(c, tracer.Event{Kind: tracer.KindAccess, Path: p, Flags: mode})
 }
 
-func (in *interp) mknod(c *call) {
-	at := c.name == "mknodat"
-	p, ok := pathArg(c, at, 0)
+// devPathArg returns a call's path argument when it names an NVIDIA device
+// path; an argument it cannot read counts as a skipped line.
+func (in *interp) devPathArg(c *call, at bool, i int) (string, bool) {
+	p, ok := pathArg(c, at, i)
 	if !ok {
 		in.log.Skipped++
-		return
+		return "", false
 	}
-	if !isDevPath(p) {
+	return p, isDevPath(p)
+}
+
+func (in *interp) mknod(c *call) {
+	at := c.name == "mknodat"
+	p, ok := in.devPathArg(c, at, 0)
+	if !ok {
 		return
 	}
 	i := 1
@@ -531,12 +538,8 @@ func (in *interp) mknod(c *call) {
 
 func (in *interp) unlink(c *call) {
 	at := c.name == "unlinkat"
-	p, ok := pathArg(c, at, 0)
+	p, ok := in.devPathArg(c, at, 0)
 	if !ok {
-		in.log.Skipped++
-		return
-	}
-	if !isDevPath(p) {
 		return
 	}
 	e := tracer.Event{Kind: tracer.KindUnlink, Path: p}
@@ -552,12 +555,8 @@ func (in *interp) symlink(c *call) {
 		in.log.Skipped++
 		return
 	}
-	p, ok := pathArg(c, c.name == "symlinkat", 1)
+	p, ok := in.devPathArg(c, c.name == "symlinkat", 1)
 	if !ok {
-		in.log.Skipped++
-		return
-	}
-	if !isDevPath(p) {
 		return
 	}
 	in.emit(c, tracer.Event{Kind: tracer.KindSymlink, Path: p, Target: target})
@@ -565,12 +564,8 @@ func (in *interp) symlink(c *call) {
 
 func (in *interp) mkdir(c *call) {
 	at := c.name == "mkdirat"
-	p, ok := pathArg(c, at, 0)
+	p, ok := in.devPathArg(c, at, 0)
 	if !ok {
-		in.log.Skipped++
-		return
-	}
-	if !isDevPath(p) {
 		return
 	}
 	i := 1
