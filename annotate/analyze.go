@@ -383,12 +383,7 @@ func (a *analyzer) explainENOENT(i int) {
 			d = append(d, fmt.Sprintf("%s is not in /proc/devices: its kernel module is not loaded, so there is nothing to create the node for.", f.exp.names[0]))
 		}
 	}
-	fix := nodeCreateFix(e.Path)
-	if a.inContainer() {
-		if b := bindNodeFix(a.s, e.Path); b != "" {
-			fix += "\n" + b
-		}
-	}
+	fix := a.missingNodeFix(e.Path)
 	a.add(Finding{ID: "node-missing", Severity: SeverityError,
 		Summary: fmt.Sprintf("%s does not exist", e.Path),
 		Detail:  d, Fix: fix, Events: a.failEvents()}, fmt.Sprintf("%s does not exist", e.Path))
@@ -465,12 +460,7 @@ func (a *analyzer) explainRepairFailed(i int) {
 		a.nodeStale(e.Path, f, d, SeverityError, []uint64{e.Seq})
 		return
 	}
-	fix := nodeCreateFix(e.Path)
-	if a.inContainer() {
-		if b := bindNodeFix(a.s, e.Path); b != "" {
-			fix += "\n" + b
-		}
-	}
+	fix := a.missingNodeFix(e.Path)
 	a.add(Finding{ID: "node-missing", Severity: SeverityError,
 		Summary: fmt.Sprintf("%s is missing or wrong and libcuda could not recreate it", e.Path),
 		Detail:  d, Fix: fix, Events: []uint64{e.Seq}}, fmt.Sprintf("libcuda could not recreate %s", e.Path))
@@ -524,6 +514,18 @@ func (a *analyzer) seccompMemfd(i int) {
 		Detail:   d,
 		Fix:      "Allow memfd_create in the seccomp profile of the container or sandbox; `--security-opt seccomp=unconfined` (Docker) confirms it.",
 		Inferred: inferred, Events: []uint64{e.Seq}}, "seccomp forbids memfd_create (CUDA error 304)")
+}
+
+// missingNodeFix: create the node on the host, and in a container also
+// bind it in.
+func (a *analyzer) missingNodeFix(path string) string {
+	fix := nodeCreateFix(path)
+	if a.inContainer() {
+		if b := bindNodeFix(a.s, path); b != "" {
+			fix += "\n" + b
+		}
+	}
+	return fix
 }
 
 // callEvidence opens a finding about call i: for a failed open the node
