@@ -7,10 +7,11 @@
 // launched loader (or the attached PIDs); forks add children, exits remove
 // them. The raw sys_enter/sys_exit tracepoints see every syscall; its number,
 // looked up in a table user space fills for the running arch, turns away the
-// untraced ones before anything else. Every syscall is paired enter/exit
-// through `pending`, keyed by tid, and emitted at exit with its return value. A record that cannot be kept
-// (ring buffer full, pending map full) is counted in `drops`, never lost
-// silently.
+// untraced ones before anything else. A recorded call is built at enter in
+// its thread's `pending` slot (task storage: no hashing, no locks, freed with
+// the thread) and completed and emitted at exit with its return value. A
+// record that cannot be kept (ring buffer full, no slot) is counted in
+// `drops`, never lost silently.
 
 #include "vmlinux_min.h"
 #include <bpf/bpf_helpers.h>
@@ -95,7 +96,7 @@ enum syscall_id {
 
 enum drop_reason {
 	DROP_RINGBUF = 0, /* bpf_ringbuf_reserve failed */
-	DROP_PENDING = 1, /* enter could not be stored for its exit */
+	DROP_PENDING = 1, /* no slot to keep the call in until its exit */
 	DROP_MAX,
 };
 
@@ -153,19 +154,16 @@ struct {
 	__type(value, __u8);
 } nvidia_majors SEC(".maps");
 
+/* The call a thread is in, from enter to exit; kind 0: none. Task storage
+ * follows the task_struct, so a non-leader thread that execs (and takes the
+ * leader's pid) keeps its slot, and a thread killed inside a syscall frees
+ * its own. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 8192);
-	__type(key, __u32);  /* tid */
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
 	__type(value, struct event);
 } pending SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct event);
-} scratch SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -196,22 +194,27 @@ static __always_inline bool is_nvidia_major(__u32 major)
 	return bpf_map_lookup_elem(&nvidia_majors, &major) != NULL;
 }
 
-/* The inode behind one of the current task's fds: fd → file → inode. */
+extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
+
+/* The inode behind one of the current task's fds: fd → file → inode. The
+ * walk is BTF pointer loads (a faulting one reads 0), not a helper call per
+ * field; only the fd array slot needs bpf_probe_read_kernel. */
 static __always_inline bool fd_inode(int fd, umode_t *mode, dev_t *rdev)
 {
-	struct task_struct *task = (void *)bpf_get_current_task();
-	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
-	if (!fdt || fd < 0 || (__u32)fd >= BPF_CORE_READ(fdt, max_fds))
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct fdtable *fdt = task->files->fdt;
+	if (!fdt || fd < 0 || (__u32)fd >= fdt->max_fds)
 		return false;
-	struct file **fds = BPF_CORE_READ(fdt, fd);
-	struct file *f = NULL;
-	if (bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]) || !f)
+	struct file **fds = fdt->fd;
+	struct file *slot = NULL;
+	if (bpf_probe_read_kernel(&slot, sizeof(slot), &fds[fd]) || !slot)
 		return false;
-	struct inode *ino = BPF_CORE_READ(f, f_inode);
+	struct file *f = bpf_rdonly_cast(slot, bpf_core_type_id_kernel(struct file));
+	struct inode *ino = f->f_inode;
 	if (!ino)
 		return false;
-	*mode = BPF_CORE_READ(ino, i_mode);
-	*rdev = BPF_CORE_READ(ino, i_rdev);
+	*mode = ino->i_mode;
+	*rdev = ino->i_rdev;
 	return true;
 }
 
@@ -240,15 +243,17 @@ static __always_inline __u64 wakeup_flags(bool urgent)
 }
 
 /* Start an event for the current task, whose thread group the dispatcher
- * found traced, in the per-CPU scratch slot. */
+ * found traced, in its pending slot; discard() or the exit frees it. */
 static __always_inline struct event *begin(__u16 sc, __u8 kind)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32;
-	__u32 zero = 0;
-	struct event *e = bpf_map_lookup_elem(&scratch, &zero);
-	if (!e)
+	struct event *e = bpf_task_storage_get(&pending, bpf_get_current_task_btf(), 0,
+					       BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!e) {
+		count_drop(DROP_PENDING);
 		return NULL;
+	}
 	e->ktime = bpf_ktime_get_ns();
 	e->flags = 0;
 	e->ret = 0;
@@ -276,12 +281,10 @@ static __always_inline struct event *begin(__u16 sc, __u8 kind)
 	return e;
 }
 
-/* Keep the event until its syscall returns. */
-static __always_inline int stash(struct event *e)
+/* Give the slot back: the call is not one to record. */
+static __always_inline void discard(struct event *e)
 {
-	if (bpf_map_update_elem(&pending, &e->tid, e, BPF_ANY))
-		count_drop(DROP_PENDING);
-	return 0;
+	e->kind = 0;
 }
 
 /* Read the path argument. A tracepoint cannot fault pages in, so a string
@@ -393,18 +396,18 @@ static __always_inline bool is_interesting_open(const char *p)
 
 /* ---- opens ---- */
 
+/* Every open is kept until it returns: even an uninteresting path may
+ * turn out to be an NVIDIA node (a symlink, a bind mount, /dev/char/M:m).
+ * Its path is read at exit, after the kernel has faulted it in. */
 static __always_inline int open_enter(__u16 sc, unsigned long path, __u64 flags, __u32 mode)
 {
 	struct event *e = begin(sc, KIND_OPEN);
 	if (!e)
 		return 0;
-	if (read_path(e, path))
-		e->matched = is_interesting_open(e->path);
+	e->path_uptr = path;
 	e->flags = flags;
 	e->mode = mode;
-	/* Even an uninteresting path is kept: the fd may turn out to be an
-	 * NVIDIA node (a symlink, a bind mount, /dev/char/M:m). */
-	return stash(e);
+	return 0;
 }
 
 struct open_how_min {
@@ -441,7 +444,7 @@ static __always_inline int ioctl_enter(int fd, __u32 request, unsigned long uptr
 	if (fd >= 0)
 		set_kdev(e, rdev);
 	e->matched = 1;
-	return stash(e);
+	return 0;
 }
 
 /* ---- path calls recorded only for device nodes ---- */
@@ -455,18 +458,18 @@ static __always_inline struct event *node_begin(__u16 sc, __u8 kind, unsigned lo
 		return NULL;
 	if (!read_path(e, path))
 		return e;
-	if (!is_node_path(e->path) && !(modprobe_too && mentions_modprobe(e->path)))
+	if (!is_node_path(e->path) && !(modprobe_too && mentions_modprobe(e->path))) {
+		discard(e);
 		return NULL;
+	}
 	e->matched = 1;
 	return e;
 }
 
 static __always_inline int node_enter(__u16 sc, __u8 kind, unsigned long path)
 {
-	struct event *e = node_begin(sc, kind, path, false);
-	if (!e)
-		return 0;
-	return stash(e);
+	node_begin(sc, kind, path, false);
+	return 0;
 }
 
 static __always_inline int mknod_enter(__u16 sc, unsigned long path, __u32 mode, __u32 dev)
@@ -481,7 +484,7 @@ static __always_inline int mknod_enter(__u16 sc, unsigned long path, __u32 mode,
 		e->dev_minor = (dev & 0xff) | ((dev >> 12) & 0xfff00);
 		e->has_dev = 1;
 	}
-	return stash(e);
+	return 0;
 }
 
 static __always_inline int symlink_enter(__u16 sc, unsigned long target, unsigned long linkpath)
@@ -491,7 +494,7 @@ static __always_inline int symlink_enter(__u16 sc, unsigned long target, unsigne
 		return 0;
 	if (bpf_probe_read_user_str(e->aux, sizeof(e->aux), (const void *)target) < 0)
 		e->aux[0] = 0;
-	return stash(e);
+	return 0;
 }
 
 static __always_inline int mkdir_enter(__u16 sc, unsigned long path, __u32 mode)
@@ -500,7 +503,7 @@ static __always_inline int mkdir_enter(__u16 sc, unsigned long path, __u32 mode)
 	if (!e)
 		return 0;
 	e->mode = mode;
-	return stash(e);
+	return 0;
 }
 
 static __always_inline int stat_enter(__u16 sc, unsigned long path, unsigned long buf, __u64 flags)
@@ -510,7 +513,7 @@ static __always_inline int stat_enter(__u16 sc, unsigned long path, unsigned lon
 		return 0;
 	e->uptr = buf;
 	e->flags = flags;
-	return stash(e);
+	return 0;
 }
 
 static __always_inline int access_enter(__u16 sc, unsigned long path, __u64 mode)
@@ -519,7 +522,7 @@ static __always_inline int access_enter(__u16 sc, unsigned long path, __u64 mode
 	if (!e)
 		return 0;
 	e->flags = mode;
-	return stash(e);
+	return 0;
 }
 
 /* ---- always recorded for traced processes ---- */
@@ -532,7 +535,7 @@ static __always_inline int memfd_enter(unsigned long name, __u64 flags)
 	read_path(e, name);
 	e->flags = flags;
 	e->matched = 1;
-	return stash(e);
+	return 0;
 }
 
 static __always_inline int exec_enter(__u16 sc, unsigned long path, unsigned long argv, __u64 flags)
@@ -553,7 +556,7 @@ static __always_inline int exec_enter(__u16 sc, unsigned long path, unsigned lon
 			break;
 		e->argc = i + 1;
 	}
-	return stash(e);
+	return 0;
 }
 
 /* ---- syscall dispatch ---- */
@@ -649,7 +652,7 @@ int ct_sys_enter(__u64 *ctx)
 		if (!e)
 			return 0;
 		e->flags = a[2];
-		return stash(e);
+		return 0;
 	}
 	case SC_UNLINK:
 		return node_enter(SC_UNLINK, KIND_UNLINK, a[0]);
@@ -695,31 +698,31 @@ static __always_inline void set_udev(struct event *e, __u64 dev)
 	e->has_dev = 1;
 }
 
-static __always_inline int finish(long ret)
+/* Complete the call in its slot, send it as far as its kind needs, and
+ * free the slot. */
+static __always_inline int finish(struct event *e, long ret)
 {
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	struct event *p = bpf_map_lookup_elem(&pending, &tid);
-	if (!p)
-		return 0;
 	umode_t imode = 0;
 	dev_t rdev = 0;
 	bool have_inode = false;
 
-	if (p->kind == KIND_OPEN) {
+	e->ret = ret;
+	/* A non-leader thread that execs returns with the leader's pid. */
+	e->tid = (__u32)bpf_get_current_pid_tgid();
+
+	if (e->kind == KIND_OPEN) {
+		long n = bpf_probe_read_user_str(e->path, sizeof(e->path), (const void *)e->path_uptr);
+		e->path_len = n > 0 ? n : 0;
+		if (n < 0)
+			e->path[0] = 0;
+		e->matched = is_interesting_open(e->path);
 		if (ret >= 0)
 			have_inode = fd_inode((int)ret, &imode, &rdev) && is_dev_mode(imode);
 		/* An unknown path counts only if it opened an NVIDIA node. */
-		if (!p->matched && !(have_inode && (imode & S_IFMT) == S_IFCHR && is_nvidia_major(rdev >> 20))) {
-			bpf_map_delete_elem(&pending, &tid);
+		if (!e->matched && !(have_inode && (imode & S_IFMT) == S_IFCHR && is_nvidia_major(rdev >> 20))) {
+			discard(e);
 			return 0;
 		}
-	}
-
-	/* Completed in place, then copied out as far as its kind needs. */
-	struct event *e = p;
-	e->ret = ret;
-
-	if (e->kind == KIND_OPEN) {
 		if (have_inode)
 			set_kdev(e, rdev);
 	} else if (e->kind == KIND_IOCTL) {
@@ -765,52 +768,47 @@ static __always_inline int finish(long ret)
 	}
 	if (bpf_ringbuf_output(&events, e, size, wakeup_flags(e->kind == KIND_EXEC)))
 		count_drop(DROP_RINGBUF);
-	bpf_map_delete_elem(&pending, &tid);
+	discard(e);
 	return 0;
 }
 
-/* Path calls whose path was unreadable at enter: read it now and apply the
+/* Node calls whose path was unreadable at enter: read it now and apply the
  * filter the enter handler could not. */
-static __always_inline int finish_path(long ret, bool open, bool modprobe_too)
+static __always_inline int finish_node(struct event *e, long ret, bool modprobe_too)
 {
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	struct event *p = bpf_map_lookup_elem(&pending, &tid);
-	if (!p)
-		return 0;
-	if (p->retry) {
-		p->retry = 0;
-		long n = bpf_probe_read_user_str(p->path, sizeof(p->path), (const void *)p->path_uptr);
-		p->path_len = n > 0 ? n : 0;
+	if (e->retry) {
+		e->retry = 0;
+		long n = bpf_probe_read_user_str(e->path, sizeof(e->path), (const void *)e->path_uptr);
+		e->path_len = n > 0 ? n : 0;
 		if (n < 0)
-			p->path[0] = 0;
-		if (open) {
-			p->matched = is_interesting_open(p->path);
-		} else {
-			p->matched = is_node_path(p->path) || (modprobe_too && mentions_modprobe(p->path));
-			if (!p->matched) {
-				bpf_map_delete_elem(&pending, &tid);
-				return 0;
-			}
+			e->path[0] = 0;
+		e->matched = is_node_path(e->path) || (modprobe_too && mentions_modprobe(e->path));
+		if (!e->matched) {
+			discard(e);
+			return 0;
 		}
 	}
-	return finish(ret);
+	return finish(e, ret);
 }
 
 /* Every syscall's return: (struct pt_regs *regs, long ret). Untraced
- * threads have nothing pending, so the pending lookup is their filter. */
+ * threads have no slot or an empty one. */
 SEC("tp_btf/sys_exit")
 int ct_sys_exit(__u64 *ctx)
 {
 	__u8 sc = traced_syscall(syscall_nr((struct pt_regs *)ctx[0]));
 	if (sc == SC_NONE)
 		return 0;
+	struct event *e = bpf_task_storage_get(&pending, bpf_get_current_task_btf(), 0, 0);
+	if (!e || e->kind == 0)
+		return 0;
+	if (e->syscall != sc) {
+		/* Left by a call whose exit was not seen; not this one. */
+		discard(e);
+		return 0;
+	}
 	long ret = (long)ctx[1];
 	switch (sc) {
-	case SC_OPENAT:
-	case SC_OPENAT2:
-	case SC_OPEN:
-	case SC_CREAT:
-		return finish_path(ret, true, false);
 	case SC_MKNODAT:
 	case SC_MKNOD:
 	case SC_UNLINKAT:
@@ -819,7 +817,7 @@ int ct_sys_exit(__u64 *ctx)
 	case SC_SYMLINK:
 	case SC_MKDIRAT:
 	case SC_MKDIR:
-		return finish_path(ret, false, false);
+		return finish_node(e, ret, false);
 	case SC_NEWFSTATAT:
 	case SC_STAT:
 	case SC_LSTAT:
@@ -827,9 +825,9 @@ int ct_sys_exit(__u64 *ctx)
 	case SC_FACCESSAT:
 	case SC_FACCESSAT2:
 	case SC_ACCESS:
-		return finish_path(ret, false, true);
+		return finish_node(e, ret, true);
 	}
-	return finish(ret);
+	return finish(e, ret);
 }
 
 /* ---- process lifecycle ---- */
@@ -849,33 +847,11 @@ int ct_fork(__u64 *ctx)
 	return 0;
 }
 
-/* A non-leader thread that execs takes over the leader's pid: carry its
- * pending execve over so the exit finds it. */
-SEC("tp_btf/sched_process_exec")
-int ct_exec(__u64 *ctx)
-{
-	struct task_struct *task = (void *)ctx[0];
-	__u32 old = (__u32)ctx[1];
-	__u32 now = task->pid;
-	if (old == now)
-		return 0;
-	struct event *p = bpf_map_lookup_elem(&pending, &old);
-	if (!p)
-		return 0;
-	p->tid = now;
-	if (bpf_map_update_elem(&pending, &now, p, BPF_ANY))
-		count_drop(DROP_PENDING);
-	bpf_map_delete_elem(&pending, &old);
-	return 0;
-}
-
 SEC("tp_btf/sched_process_exit")
 int ct_exit(__u64 *ctx)
 {
 	struct task_struct *task = (void *)ctx[0];
-	__u32 tid = task->pid, tgid = task->tgid;
-	/* A thread killed inside a syscall never reaches its sys_exit. */
-	bpf_map_delete_elem(&pending, &tid);
+	__u32 tgid = task->tgid;
 	if (!is_traced(tgid))
 		return 0;
 	bool group_dead;

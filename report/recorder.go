@@ -89,14 +89,7 @@ func (r *Recorder) Event(e *tracer.Event) {
 		r.Overflow++
 		return
 	}
-	ev := *e
-	ev.Arg = append([]byte(nil), e.Arg...)
-	ev.Argv = append([]string(nil), e.Argv...)
-	if e.Dev != nil {
-		d := *e.Dev
-		ev.Dev = &d
-	}
-	r.Events = append(r.Events, ev)
+	r.Events = append(r.Events, e.Copy())
 }
 
 // Ioctls returns the per-site ioctl counts in first-seen order.

@@ -6,6 +6,7 @@ package tracer
 
 import (
 	"fmt"
+	"slices"
 	"syscall"
 	"time"
 
@@ -64,6 +65,19 @@ type Event struct {
 	// Exit events only.
 	ExitCode int `json:"exit_code,omitempty"`
 	Signal   int `json:"signal,omitempty"`
+}
+
+// Copy returns a deep copy of e, for a Sink that keeps it: the backend may
+// reuse e and what it points to once the Sink returns.
+func (e *Event) Copy() Event {
+	c := *e
+	c.Arg = slices.Clone(e.Arg)
+	c.Argv = slices.Clone(e.Argv)
+	if e.Dev != nil {
+		d := *e.Dev
+		c.Dev = &d
+	}
+	return c
 }
 
 // Failed reports whether the call returned an error.

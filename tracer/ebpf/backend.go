@@ -131,7 +131,7 @@ func (backend) Run(ctx context.Context, spec tracer.Spec, sink tracer.Sink) (res
 	res.Dropped = byReason[bpfDropReasonDROP_RINGBUF] + byReason[bpfDropReasonDROP_PENDING] + p.undecodable
 	if res.Dropped > 0 {
 		res.Notes = append(res.Notes, fmt.Sprintf(
-			"%d events dropped: %d ring buffer full, %d pending-call table full, %d undecodable; the trace is incomplete",
+			"%d events dropped: %d ring buffer full, %d with no slot to wait for their return in, %d undecodable; the trace is incomplete",
 			res.Dropped, byReason[bpfDropReasonDROP_RINGBUF], byReason[bpfDropReasonDROP_PENDING], p.undecodable))
 	}
 	if err != nil {

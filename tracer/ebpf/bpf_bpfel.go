@@ -105,9 +105,7 @@ const (
 	bpfMapEvents             = "events"
 	bpfMapNvidiaMajors       = "nvidia_majors"
 	bpfMapPending            = "pending"
-	bpfMapScratch            = "scratch"
 	bpfMapTraced             = "traced"
-	bpfProgCtExec            = "ct_exec"
 	bpfProgCtExit            = "ct_exit"
 	bpfProgCtFork            = "ct_fork"
 	bpfProgCtSysEnter        = "ct_sys_enter"
@@ -166,7 +164,6 @@ type bpfSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type bpfProgramSpecs struct {
-	CtExec     *ebpf.ProgramSpec `ebpf:"ct_exec"`
 	CtExit     *ebpf.ProgramSpec `ebpf:"ct_exit"`
 	CtFork     *ebpf.ProgramSpec `ebpf:"ct_fork"`
 	CtSysEnter *ebpf.ProgramSpec `ebpf:"ct_sys_enter"`
@@ -181,7 +178,6 @@ type bpfMapSpecs struct {
 	Events       *ebpf.MapSpec `ebpf:"events"`
 	NvidiaMajors *ebpf.MapSpec `ebpf:"nvidia_majors"`
 	Pending      *ebpf.MapSpec `ebpf:"pending"`
-	Scratch      *ebpf.MapSpec `ebpf:"scratch"`
 	Traced       *ebpf.MapSpec `ebpf:"traced"`
 }
 
@@ -225,7 +221,6 @@ type bpfMaps struct {
 	Events       *ebpf.Map `ebpf:"events"`
 	NvidiaMajors *ebpf.Map `ebpf:"nvidia_majors"`
 	Pending      *ebpf.Map `ebpf:"pending"`
-	Scratch      *ebpf.Map `ebpf:"scratch"`
 	Traced       *ebpf.Map `ebpf:"traced"`
 }
 
@@ -235,7 +230,6 @@ func (m *bpfMaps) Close() error {
 		m.Events,
 		m.NvidiaMajors,
 		m.Pending,
-		m.Scratch,
 		m.Traced,
 	)
 }
@@ -260,7 +254,6 @@ type bpfVariables struct {
 //
 // It can be passed to loadBpfObjects or ebpf.CollectionSpec.LoadAndAssign.
 type bpfPrograms struct {
-	CtExec     *ebpf.Program `ebpf:"ct_exec"`
 	CtExit     *ebpf.Program `ebpf:"ct_exit"`
 	CtFork     *ebpf.Program `ebpf:"ct_fork"`
 	CtSysEnter *ebpf.Program `ebpf:"ct_sys_enter"`
@@ -269,7 +262,6 @@ type bpfPrograms struct {
 
 func (p *bpfPrograms) Close() error {
 	return _BpfClose(
-		p.CtExec,
 		p.CtExit,
 		p.CtFork,
 		p.CtSysEnter,

@@ -60,8 +60,8 @@ const (
 	maxIntern       = 4096
 )
 
-// eventBox holds an event and the parts it points to, so that one
-// allocation carries a whole event.
+// eventBox holds an event and the parts it points to. The decoder reuses
+// one for every event: a Sink copies what it keeps.
 type eventBox struct {
 	ev  tracer.Event
 	dev tracer.Dev
@@ -70,11 +70,15 @@ type eventBox struct {
 
 // decoder turns ring-buffer samples into tracer.Events. Comms and paths
 // repeat (the same few nodes, opened again and again), so their strings are
-// interned rather than allocated per event.
+// interned rather than allocated per event, and the last of each is checked
+// before the intern table.
 type decoder struct {
 	startKtime uint64
 	seq        uint64
 	strs       map[string]string
+	lastComm   string
+	lastPath   string
+	box        eventBox
 	full       bpfEvent // a cut record, zero-filled to full size
 }
 
@@ -82,7 +86,8 @@ func newDecoder(startKtime uint64) *decoder {
 	return &decoder{startKtime: startKtime, strs: make(map[string]string)}
 }
 
-// decode converts one sample. The sample buffer may be reused afterwards.
+// decode converts one sample. The event is valid until the next call; the
+// sample buffer may be reused as soon as it returns.
 func (d *decoder) decode(raw []byte) (*tracer.Event, error) {
 	if len(raw) < eventHeaderSize || len(raw) > eventSize {
 		return nil, fmt.Errorf("event of %d bytes, want %d to %d", len(raw), eventHeaderSize, eventSize)
@@ -97,7 +102,8 @@ func (d *decoder) decode(raw []byte) (*tracer.Event, error) {
 	if int(e.Kind) >= len(kinds) || kinds[e.Kind] == "" || int(e.Syscall) >= len(syscallNames) || syscallNames[e.Syscall] == "" {
 		return nil, fmt.Errorf("unknown event kind %d / syscall %d", e.Kind, e.Syscall)
 	}
-	box := new(eventBox)
+	box := &d.box
+	box.ev = tracer.Event{}
 	ev := &box.ev
 	d.seq++
 	ev.Seq = d.seq
@@ -106,7 +112,7 @@ func (d *decoder) decode(raw []byte) (*tracer.Event, error) {
 	}
 	ev.PID = int(e.Tgid)
 	ev.TID = int(e.Tid)
-	ev.Comm = d.intern(cstr(e.Comm[:]))
+	ev.Comm = d.internLast(cstr(e.Comm[:]), &d.lastComm)
 	ev.Kind = kinds[e.Kind]
 	ev.Syscall = syscallNames[e.Syscall]
 	ev.Ret = e.Ret
@@ -116,7 +122,7 @@ func (d *decoder) decode(raw []byte) (*tracer.Event, error) {
 		ev.Signal = int(e.ExitCode & 0x7f)
 		return ev, nil
 	}
-	ev.Path = d.intern(cstr(e.Path[:]))
+	ev.Path = d.internLast(cstr(e.Path[:]), &d.lastPath)
 	ev.Flags = e.Flags
 	ev.Mode = e.Mode
 	if e.HasDev != 0 {
@@ -152,6 +158,16 @@ func cstr(a []int8) []byte {
 		return b[:i]
 	}
 	return b
+}
+
+// internLast is intern with a one-entry cache in front: a loop on one
+// device repeats the same comm and path event after event.
+func (d *decoder) internLast(b []byte, last *string) string {
+	if string(b) == *last { // no allocation for the comparison
+		return *last
+	}
+	*last = d.intern(b)
+	return *last
 }
 
 func (d *decoder) intern(b []byte) string {

@@ -118,9 +118,11 @@ type recorder struct {
 	events []*tracer.Event
 }
 
+// Event keeps a deep copy: the backend reuses what e points to.
 func (r *recorder) Event(e *tracer.Event) {
+	c := e.Copy()
 	r.mu.Lock()
-	r.events = append(r.events, e)
+	r.events = append(r.events, &c)
 	r.mu.Unlock()
 }
 

@@ -19,7 +19,7 @@ import (
 var syscallProgs = []string{bpfProgCtSysExit, bpfProgCtSysEnter}
 
 // lifecycleProgs follow the process tree; they are BTF tracepoints.
-var lifecycleProgs = []string{bpfProgCtFork, bpfProgCtExec, bpfProgCtExit}
+var lifecycleProgs = []string{bpfProgCtFork, bpfProgCtExit}
 
 // nrTableSize is NR_TABLE in the C: syscall numbers at or above it are not
 // looked at.
@@ -176,8 +176,8 @@ func loadCollection(spec *ebpf.CollectionSpec, cache *btf.Cache) (_ *ebpf.Collec
 // error.
 func attachAll(coll *ebpf.Collection) (links []link.Link, err error) {
 	// Fork and exit first: once a syscall is seen, its process's children
-	// and its exit must be seen too. Then sys_exit before sys_enter: an
-	// enter without its exit would only leave entries in the pending map.
+	// and its exit must be seen too. Then sys_exit before sys_enter, so that
+	// every call begun is also finished.
 	for _, name := range append(slices.Clone(lifecycleProgs), syscallProgs...) {
 		l, err := link.AttachTracing(link.TracingOptions{Program: coll.Programs[name]})
 		if err != nil {

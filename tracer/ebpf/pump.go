@@ -40,12 +40,12 @@ func (p *pump) run() {
 	defer close(p.done)
 	var rec ringbuf.Record
 	draining := false
+	// Set here, by the reader: ReadInto holds the reader's lock while it
+	// waits, so SetDeadline from elsewhere would block. It is renewed only
+	// once it has passed (not per record): a deadline already past when the
+	// ring empties costs one extra look.
+	p.rd.SetDeadline(time.Now().Add(pollInterval))
 	for {
-		if !draining {
-			// Set here, by the reader: ReadInto holds the reader's lock
-			// while it waits, so SetDeadline from elsewhere would block.
-			p.rd.SetDeadline(time.Now().Add(pollInterval))
-		}
 		err := p.rd.ReadInto(&rec)
 		switch {
 		case err == nil:
@@ -53,6 +53,7 @@ func (p *pump) run() {
 		case !draining && errors.Is(err, os.ErrDeadlineExceeded):
 			// Quiet for pollInterval: whatever was submitted without a
 			// wake-up has been read; look again.
+			p.rd.SetDeadline(time.Now().Add(pollInterval))
 		case errors.Is(err, ringbuf.ErrFlushed):
 			// Everything committed before the flush has been read. Programs
 			// that were mid-run when detached may still commit: read with a

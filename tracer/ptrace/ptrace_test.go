@@ -31,15 +31,8 @@ type collector struct {
 
 // Event keeps a deep copy: the backend reuses what e points to.
 func (c *collector) Event(e *tracer.Event) {
-	ev := *e
-	ev.Arg = slices.Clone(e.Arg)
-	ev.Argv = slices.Clone(e.Argv)
-	if e.Dev != nil {
-		d := *e.Dev
-		ev.Dev = &d
-	}
 	c.mu.Lock()
-	c.events = append(c.events, ev)
+	c.events = append(c.events, e.Copy())
 	c.mu.Unlock()
 	if c.onAdd != nil {
 		c.onAdd(e)
