@@ -140,9 +140,12 @@ const enum event_kind *unused_kind __attribute__((unused));
 const enum syscall_id *unused_syscall __attribute__((unused));
 const enum drop_reason *unused_drop __attribute__((unused));
 
+/* Not preallocated: 65536 slots took 8 ms to create at every start, and
+ * entries come only from forks. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 65536);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, __u32);  /* tgid */
 	__type(value, __u8);
 } traced SEC(".maps");
@@ -416,13 +419,6 @@ struct open_how_min {
 	__u64 resolve;
 };
 
-static __always_inline int openat2_enter(unsigned long path, unsigned long uhow)
-{
-	struct open_how_min how = {};
-	bpf_probe_read_user(&how, sizeof(how), (const void *)uhow);
-	return open_enter(SC_OPENAT2, path, how.flags, how.mode);
-}
-
 /* ---- ioctl ---- */
 
 static __always_inline int ioctl_enter(int fd, __u32 request, unsigned long uptr)
@@ -449,79 +445,80 @@ static __always_inline int ioctl_enter(int fd, __u32 request, unsigned long uptr
 
 /* ---- path calls recorded only for device nodes ---- */
 
-/* Start an event for a call recorded only on device-node paths; NULL when
- * the path is not one. An unreadable path is decided at exit. */
-static __always_inline struct event *node_begin(__u16 sc, __u8 kind, unsigned long path, bool modprobe_too)
+/* stat and access also count when they look for nvidia-modprobe. */
+static __always_inline bool node_kind_matches(__u8 kind, const char *p)
 {
+	return is_node_path(p) ||
+	       ((kind == KIND_STAT || kind == KIND_ACCESS) && mentions_modprobe(p));
+}
+
+static __always_inline bool is_node_kind(__u8 kind)
+{
+	return kind == KIND_STAT || kind == KIND_ACCESS || kind == KIND_MKNOD ||
+	       kind == KIND_UNLINK || kind == KIND_SYMLINK || kind == KIND_MKDIR;
+}
+
+/* One entry for every node call: the switch only picks the arguments, so
+ * the verifier walks the recording code once, not once per syscall. path
+ * is the node; x and y are the call's other arguments (see the switch). An
+ * unreadable path is decided at exit. */
+static __always_inline int node_enter(__u16 sc, unsigned long *a)
+{
+	__u8 kind;
+	unsigned long path, x = 0, y = 0;
+	switch (sc) {
+	case SC_MKNODAT:	kind = KIND_MKNOD; path = a[1]; x = a[2]; y = a[3]; break;
+	case SC_MKNOD:		kind = KIND_MKNOD; path = a[0]; x = a[1]; y = a[2]; break;
+	case SC_UNLINKAT:	kind = KIND_UNLINK; path = a[1]; x = a[2]; break;
+	case SC_UNLINK:		kind = KIND_UNLINK; path = a[0]; break;
+	case SC_SYMLINKAT:	kind = KIND_SYMLINK; path = a[2]; x = a[0]; break;
+	case SC_SYMLINK:	kind = KIND_SYMLINK; path = a[1]; x = a[0]; break;
+	case SC_MKDIRAT:	kind = KIND_MKDIR; path = a[1]; x = a[2]; break;
+	case SC_MKDIR:		kind = KIND_MKDIR; path = a[0]; x = a[1]; break;
+	case SC_NEWFSTATAT:	kind = KIND_STAT; path = a[1]; x = a[2]; y = a[3]; break;
+	case SC_STAT:
+	case SC_LSTAT:		kind = KIND_STAT; path = a[0]; x = a[1]; break;
+	case SC_STATX:		kind = KIND_STAT; path = a[1]; x = a[4]; y = a[2]; break;
+	case SC_FACCESSAT:
+	case SC_FACCESSAT2:	kind = KIND_ACCESS; path = a[1]; x = a[2]; break;
+	case SC_ACCESS:		kind = KIND_ACCESS; path = a[0]; x = a[1]; break;
+	default:
+		return 0;
+	}
 	struct event *e = begin(sc, kind);
 	if (!e)
-		return NULL;
-	if (!read_path(e, path))
-		return e;
-	if (!is_node_path(e->path) && !(modprobe_too && mentions_modprobe(e->path))) {
-		discard(e);
-		return NULL;
+		return 0;
+	if (read_path(e, path)) {
+		if (!node_kind_matches(kind, e->path)) {
+			discard(e);
+			return 0;
+		}
+		e->matched = 1;
 	}
-	e->matched = 1;
-	return e;
-}
-
-static __always_inline int node_enter(__u16 sc, __u8 kind, unsigned long path)
-{
-	node_begin(sc, kind, path, false);
-	return 0;
-}
-
-static __always_inline int mknod_enter(__u16 sc, unsigned long path, __u32 mode, __u32 dev)
-{
-	struct event *e = node_begin(sc, KIND_MKNOD, path, false);
-	if (!e)
-		return 0;
-	e->mode = mode;
-	if (is_dev_mode(mode)) {
-		/* The syscall's dev argument is in new_encode_dev format. */
-		e->dev_major = (dev & 0xfff00) >> 8;
-		e->dev_minor = (dev & 0xff) | ((dev >> 12) & 0xfff00);
-		e->has_dev = 1;
+	switch (kind) {
+	case KIND_MKNOD:
+		e->mode = x;
+		if (is_dev_mode(x)) {
+			/* The syscall's dev argument is in new_encode_dev format. */
+			e->dev_major = (y & 0xfff00) >> 8;
+			e->dev_minor = (y & 0xff) | ((y >> 12) & 0xfff00);
+			e->has_dev = 1;
+		}
+		break;
+	case KIND_SYMLINK: /* x: the link's target */
+		if (bpf_probe_read_user_str(e->aux, sizeof(e->aux), (const void *)x) < 0)
+			e->aux[0] = 0;
+		break;
+	case KIND_MKDIR:
+		e->mode = x;
+		break;
+	case KIND_STAT: /* x: the stat buffer, read at exit; y: AT_* flags */
+		e->uptr = x;
+		e->flags = y;
+		break;
+	default: /* unlink: AT_* flags; access: the mode asked for */
+		e->flags = x;
 	}
-	return 0;
-}
-
-static __always_inline int symlink_enter(__u16 sc, unsigned long target, unsigned long linkpath)
-{
-	struct event *e = node_begin(sc, KIND_SYMLINK, linkpath, false);
-	if (!e)
-		return 0;
-	if (bpf_probe_read_user_str(e->aux, sizeof(e->aux), (const void *)target) < 0)
-		e->aux[0] = 0;
-	return 0;
-}
-
-static __always_inline int mkdir_enter(__u16 sc, unsigned long path, __u32 mode)
-{
-	struct event *e = node_begin(sc, KIND_MKDIR, path, false);
-	if (!e)
-		return 0;
-	e->mode = mode;
-	return 0;
-}
-
-static __always_inline int stat_enter(__u16 sc, unsigned long path, unsigned long buf, __u64 flags)
-{
-	struct event *e = node_begin(sc, KIND_STAT, path, true);
-	if (!e)
-		return 0;
-	e->uptr = buf;
-	e->flags = flags;
-	return 0;
-}
-
-static __always_inline int access_enter(__u16 sc, unsigned long path, __u64 mode)
-{
-	struct event *e = node_begin(sc, KIND_ACCESS, path, true);
-	if (!e)
-		return 0;
-	e->flags = mode;
 	return 0;
 }
 
@@ -632,60 +629,37 @@ int ct_sys_enter(__u64 *ctx)
 	struct sys_args args;
 	read_args((struct pt_regs *)ctx[0], &args);
 	unsigned long *a = args.a;
+	unsigned long path;
+	__u64 flags;
+	__u32 mode;
 	switch (sc) {
-	case SC_OPENAT:
-		return open_enter(SC_OPENAT, a[1], a[2], a[3]);
-	case SC_OPENAT2:
-		return openat2_enter(a[1], a[2]);
-	case SC_OPEN:
-		return open_enter(SC_OPEN, a[0], a[1], a[2]);
-	case SC_CREAT:
-		return open_enter(SC_CREAT, a[0], CREAT_FLAGS, a[1]);
 	case SC_IOCTL:
 		return ioctl_enter((int)a[0], (__u32)a[1], a[2]);
-	case SC_MKNODAT:
-		return mknod_enter(SC_MKNODAT, a[1], a[2], a[3]);
-	case SC_MKNOD:
-		return mknod_enter(SC_MKNOD, a[0], a[1], a[2]);
-	case SC_UNLINKAT: {
-		struct event *e = node_begin(SC_UNLINKAT, KIND_UNLINK, a[1], false);
-		if (!e)
-			return 0;
-		e->flags = a[2];
-		return 0;
-	}
-	case SC_UNLINK:
-		return node_enter(SC_UNLINK, KIND_UNLINK, a[0]);
-	case SC_SYMLINKAT:
-		return symlink_enter(SC_SYMLINKAT, a[0], a[2]);
-	case SC_SYMLINK:
-		return symlink_enter(SC_SYMLINK, a[0], a[1]);
-	case SC_MKDIRAT:
-		return mkdir_enter(SC_MKDIRAT, a[1], a[2]);
-	case SC_MKDIR:
-		return mkdir_enter(SC_MKDIR, a[0], a[1]);
-	case SC_NEWFSTATAT:
-		return stat_enter(SC_NEWFSTATAT, a[1], a[2], a[3]);
-	case SC_STAT:
-		return stat_enter(SC_STAT, a[0], a[1], 0);
-	case SC_LSTAT:
-		return stat_enter(SC_LSTAT, a[0], a[1], 0);
-	case SC_STATX:
-		return stat_enter(SC_STATX, a[1], a[4], a[2]);
-	case SC_FACCESSAT:
-		return access_enter(SC_FACCESSAT, a[1], a[2]);
-	case SC_FACCESSAT2:
-		return access_enter(SC_FACCESSAT2, a[1], a[2]);
-	case SC_ACCESS:
-		return access_enter(SC_ACCESS, a[0], a[1]);
 	case SC_MEMFD_CREATE:
 		return memfd_enter(a[0], a[1]);
 	case SC_EXECVE:
 		return exec_enter(SC_EXECVE, a[0], a[1], 0);
 	case SC_EXECVEAT:
 		return exec_enter(SC_EXECVEAT, a[1], a[2], a[4]);
+	case SC_OPENAT:
+		path = a[1]; flags = a[2]; mode = a[3];
+		break;
+	case SC_OPENAT2: {
+		struct open_how_min how = {};
+		bpf_probe_read_user(&how, sizeof(how), (const void *)a[2]);
+		path = a[1]; flags = how.flags; mode = how.mode;
+		break;
 	}
-	return 0;
+	case SC_OPEN:
+		path = a[0]; flags = a[1]; mode = a[2];
+		break;
+	case SC_CREAT:
+		path = a[0]; flags = CREAT_FLAGS; mode = a[1];
+		break;
+	default:
+		return node_enter(sc, a);
+	}
+	return open_enter(sc, path, flags, mode);
 }
 
 /* ---- the one exit path ---- */
@@ -772,25 +746,6 @@ static __always_inline int finish(struct event *e, long ret)
 	return 0;
 }
 
-/* Node calls whose path was unreadable at enter: read it now and apply the
- * filter the enter handler could not. */
-static __always_inline int finish_node(struct event *e, long ret, bool modprobe_too)
-{
-	if (e->retry) {
-		e->retry = 0;
-		long n = bpf_probe_read_user_str(e->path, sizeof(e->path), (const void *)e->path_uptr);
-		e->path_len = n > 0 ? n : 0;
-		if (n < 0)
-			e->path[0] = 0;
-		e->matched = is_node_path(e->path) || (modprobe_too && mentions_modprobe(e->path));
-		if (!e->matched) {
-			discard(e);
-			return 0;
-		}
-	}
-	return finish(e, ret);
-}
-
 /* Every syscall's return: (struct pt_regs *regs, long ret). Untraced
  * threads have no slot or an empty one. */
 SEC("tp_btf/sys_exit")
@@ -807,27 +762,21 @@ int ct_sys_exit(__u64 *ctx)
 		discard(e);
 		return 0;
 	}
-	long ret = (long)ctx[1];
-	switch (sc) {
-	case SC_MKNODAT:
-	case SC_MKNOD:
-	case SC_UNLINKAT:
-	case SC_UNLINK:
-	case SC_SYMLINKAT:
-	case SC_SYMLINK:
-	case SC_MKDIRAT:
-	case SC_MKDIR:
-		return finish_node(e, ret, false);
-	case SC_NEWFSTATAT:
-	case SC_STAT:
-	case SC_LSTAT:
-	case SC_STATX:
-	case SC_FACCESSAT:
-	case SC_FACCESSAT2:
-	case SC_ACCESS:
-		return finish_node(e, ret, true);
+	if (e->retry && is_node_kind(e->kind)) {
+		/* The path was unreadable at enter: read it now and apply the
+		 * filter the enter handler could not. */
+		e->retry = 0;
+		long n = bpf_probe_read_user_str(e->path, sizeof(e->path), (const void *)e->path_uptr);
+		e->path_len = n > 0 ? n : 0;
+		if (n < 0)
+			e->path[0] = 0;
+		if (!node_kind_matches(e->kind, e->path)) {
+			discard(e);
+			return 0;
+		}
+		e->matched = 1;
 	}
-	return finish(e, ret);
+	return finish(e, (long)ctx[1]);
 }
 
 /* ---- process lifecycle ---- */

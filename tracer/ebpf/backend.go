@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 	"github.com/cilium/ebpf/rlimit"
@@ -86,8 +85,19 @@ func (backend) Run(ctx context.Context, spec tracer.Spec, sink tracer.Sink) (res
 	}()
 	phases.mark("tracefs acquired")
 
+	// The loader starts up (fork, exec, Go runtime) while the programs
+	// load; it waits for Release before it runs the target.
+	var child *launch.Child
+	if launching {
+		if child, err = launch.Start(launch.Options{Argv: spec.Argv, Cred: spec.Cred}); err != nil {
+			return nil, err
+		}
+	}
 	s, err = load(spec, ringBytes)
 	if err != nil {
+		if child != nil {
+			child.Abort()
+		}
 		return nil, err
 	}
 	s.phases = phases
@@ -100,7 +110,7 @@ func (backend) Run(ctx context.Context, spec tracer.Spec, sink tracer.Sink) (res
 	go p.run()
 
 	if launching {
-		err = s.runLaunch(ctx, spec, res)
+		err = s.runLaunch(spec, child, res)
 	} else {
 		err = s.runAttach(ctx, spec, tgids, res)
 	}
@@ -228,19 +238,30 @@ type session struct {
 }
 
 func load(spec tracer.Spec, ringBytes int) (*session, error) {
+	// The kernel's BTF is parsed while the object is read and the maps are
+	// made (or since Probe).
+	cache := kernelBTF()
 	cspec, err := loadBpf()
 	if err != nil {
 		return nil, fmt.Errorf("read embedded BPF object: %w", err)
 	}
-	cache := btf.NewCache()
-	if err := configure(cspec, ringBytes, cache); err != nil {
-		return nil, err
+	if ringBytes != 0 {
+		cspec.Maps[bpfMapEvents].MaxEntries = uint32(ringBytes)
 	}
 	// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK.
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, unavailable("BPF not supported: %v", err)
 	}
-	coll, err := loadCollection(cspec, cache)
+	maps, err := createMaps(cspec)
+	if err != nil {
+		return nil, loadError(err, spec.Debug)
+	}
+	if err := configure(cspec, cache); err != nil {
+		closeMaps(maps)
+		return nil, err
+	}
+	coll, err := loadCollection(cspec, cache, maps)
+	closeMaps(maps) // the collection holds its own references
 	if err != nil {
 		return nil, loadError(err, spec.Debug)
 	}
@@ -341,11 +362,7 @@ type waitResult struct {
 
 // runLaunch starts the target gated, so that it runs no instruction before
 // the programs are attached and its PID is in the filter.
-func (s *session) runLaunch(ctx context.Context, spec tracer.Spec, res *tracer.Result) error {
-	child, err := launch.Start(launch.Options{Argv: spec.Argv, Cred: spec.Cred})
-	if err != nil {
-		return err
-	}
+func (s *session) runLaunch(spec tracer.Spec, child *launch.Child, res *tracer.Result) error {
 	if err := s.trace(child.PID); err != nil {
 		child.Abort()
 		return fmt.Errorf("trace PID %d: %w", child.PID, err)

@@ -90,7 +90,7 @@ func BenchmarkLoad(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if err := configure(spec, 0, btf.NewCache()); err != nil {
+			if err := configure(spec, btf.NewCache()); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -102,7 +102,14 @@ func BenchmarkLoad(b *testing.B) {
 		{"collection-sequential", func(s *ebpf.CollectionSpec, c *btf.Cache) (*ebpf.Collection, error) {
 			return ebpf.NewCollectionWithOptions(s, ebpf.CollectionOptions{Cache: c})
 		}},
-		{"collection-parallel", loadCollection},
+		{"collection-parallel", func(s *ebpf.CollectionSpec, c *btf.Cache) (*ebpf.Collection, error) {
+			maps, err := createMaps(s)
+			if err != nil {
+				return nil, err
+			}
+			defer closeMaps(maps)
+			return loadCollection(s, c, maps)
+		}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			spec, err := loadBpf()
@@ -110,7 +117,7 @@ func BenchmarkLoad(b *testing.B) {
 				b.Fatal(err)
 			}
 			cache := btf.NewCache()
-			if err := configure(spec, 0, cache); err != nil {
+			if err := configure(spec, cache); err != nil {
 				b.Fatal(err)
 			}
 			for b.Loop() {

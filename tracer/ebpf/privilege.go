@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -55,15 +56,23 @@ func lockdownForbidsBPF(path string) bool {
 	return err == nil && strings.Contains(string(b), "[confidentiality]")
 }
 
+// vmlinuxBTF is where the kernel publishes its BTF.
+const vmlinuxBTF = "/sys/kernel/btf/vmlinux"
+
 // Probe is a cheap check that the eBPF backend can work here: privileges,
-// kernel BTF, and the load of a trivial program. It loads nothing it keeps.
+// kernel BTF, and the load of a trivial program. It loads nothing it keeps,
+// and starts parsing the kernel's BTF for the Run that usually follows.
 func Probe() error {
 	if err := checkPrivileges(); err != nil {
 		return err
 	}
-	if _, err := btf.LoadKernelSpec(); err != nil {
-		return unavailable("BPF not supported: no kernel BTF: %v", err)
+	if _, err := os.Stat(vmlinuxBTF); err != nil {
+		// Elsewhere (a vmlinux under /boot) only a full parse can tell.
+		if _, err := btf.LoadKernelSpec(); err != nil {
+			return unavailable("BPF not supported: no kernel BTF: %v", err)
+		}
 	}
+	warmKernelBTF()
 	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
 		Type:         ebpf.SocketFilter,
 		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()},
@@ -89,4 +98,34 @@ func loadError(err error, debug bool) error {
 	default:
 		return unavailable("BPF not supported: %v", err)
 	}
+}
+
+// warm is the kernel's BTF being parsed ahead of a load (~30 ms, the
+// largest part of start-up); the next load takes it over.
+var warm struct {
+	sync.Mutex
+	cache *btf.Cache
+}
+
+func warmKernelBTF() {
+	c := btf.NewCache()
+	go c.Kernel() //nolint:errcheck // the load that takes c reports the error
+	warm.Lock()
+	warm.cache = c
+	warm.Unlock()
+}
+
+// kernelBTF returns the cache warmKernelBTF filled, or starts a parse: either
+// way the caller goes on while it runs. Taking it lets the parsed types be
+// collected once the load is done.
+func kernelBTF() *btf.Cache {
+	warm.Lock()
+	c := warm.cache
+	warm.cache = nil
+	warm.Unlock()
+	if c == nil {
+		c = btf.NewCache()
+		go c.Kernel() //nolint:errcheck // configure reports the error
+	}
+	return c
 }

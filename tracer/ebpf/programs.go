@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/cilium/ebpf"
@@ -47,12 +48,9 @@ func syscallTable() ([nrTableSize]uint8, error) {
 	return table, nil
 }
 
-// configure sets the load-time constants and the ring size in spec. cache
-// holds the kernel's BTF, parsed once for configure and the load.
-func configure(spec *ebpf.CollectionSpec, ringBytes int, cache *btf.Cache) error {
-	if ringBytes != 0 {
-		spec.Maps[bpfMapEvents].MaxEntries = uint32(ringBytes)
-	}
+// configure sets the load-time constants in spec. cache holds the kernel's
+// BTF, parsed once for configure and the load.
+func configure(spec *ebpf.CollectionSpec, cache *btf.Cache) error {
 	// Below a quarter full, the reader's own timer (pump.go) collects
 	// events; above it, every submit wakes it.
 	wakeup := uint64(spec.Maps[bpfMapEvents].MaxEntries / 4)
@@ -113,13 +111,39 @@ func exitTracepointHasGroupDead(cache *btf.Cache) (bool, error) {
 	return len(proto.Params) >= 3, nil
 }
 
-// loadCollection creates the maps, then loads the programs in parallel, one
+// createMaps makes the maps the C declares; none needs the kernel's BTF,
+// so this overlaps with its parsing. The data sections (.rodata, .bss) are
+// left to the collection: it makes them mmapable, and .rodata is frozen
+// with the constants configure sets.
+func createMaps(spec *ebpf.CollectionSpec) (map[string]*ebpf.Map, error) {
+	maps := make(map[string]*ebpf.Map, len(spec.Maps))
+	for name, ms := range spec.Maps {
+		if strings.HasPrefix(name, ".") {
+			continue
+		}
+		m, err := ebpf.NewMap(ms)
+		if err != nil {
+			closeMaps(maps)
+			return nil, fmt.Errorf("map %s: %w", name, err)
+		}
+		maps[name] = m
+	}
+	return maps, nil
+}
+
+func closeMaps(maps map[string]*ebpf.Map) {
+	for _, m := range maps {
+		m.Close()
+	}
+}
+
+// loadCollection makes the data sections, then loads the programs in parallel, one
 // group per CPU: each load is a verifier run, and privileged loads do not
-// serialise in the kernel.
-func loadCollection(spec *ebpf.CollectionSpec, cache *btf.Cache) (_ *ebpf.Collection, err error) {
+// serialise in the kernel. maps holds the other maps, made by createMaps.
+func loadCollection(spec *ebpf.CollectionSpec, cache *btf.Cache, maps map[string]*ebpf.Map) (_ *ebpf.Collection, err error) {
 	mapsOnly := spec.Copy()
 	mapsOnly.Programs = nil
-	coll, err := ebpf.NewCollectionWithOptions(mapsOnly, ebpf.CollectionOptions{Cache: cache})
+	coll, err := ebpf.NewCollectionWithOptions(mapsOnly, ebpf.CollectionOptions{Cache: cache, MapReplacements: maps})
 	if err != nil {
 		return nil, err
 	}
