@@ -40,6 +40,12 @@ const volatile bool exit_tp_has_group_dead = false;
 /* Offsets in the user's struct stat: x86-64 24/40, arm64 (generic) 16/32. */
 const volatile __u32 stat_mode_off = 24;
 const volatile __u32 stat_rdev_off = 40;
+/* Successful repeats of one call site beyond the first N are counted here,
+ * not sent: the report keeps that many verbatim and counts the rest
+ * (report/recorder.go). Ioctls fold per (process, device, request), other
+ * calls per (process, kind, path); exec never. 0: send everything. */
+const volatile __u32 fold_ioctls_after = 0;
+const volatile __u32 fold_calls_after = 0;
 /* Wake the reader once this many bytes wait in the ring (user space sets a
  * quarter of it); below that it finds them on its own short timer. */
 const volatile __u64 wakeup_bytes = 2 << 20;
@@ -132,6 +138,19 @@ struct event {
 	char aux[AUX_LEN]; /* symlink target, or exec argv as ARGV_MAX slots of ARGV_SLOT */
 };
 
+struct ioctl_site {
+	__u32 tgid;
+	__u32 major;
+	__u32 minor;
+	__u32 request;
+};
+
+struct call_site {
+	__u32 tgid;
+	__u32 kind;
+	char path[PATH_LEN]; /* NUL-padded */
+};
+
 #define EVENT_HEADER_SIZE __builtin_offsetof(struct event, arg)
 #define EVENT_PATH_OFF __builtin_offsetof(struct event, path)
 
@@ -139,6 +158,8 @@ struct event {
 const enum event_kind *unused_kind __attribute__((unused));
 const enum syscall_id *unused_syscall __attribute__((unused));
 const enum drop_reason *unused_drop __attribute__((unused));
+const struct ioctl_site *unused_ioctl_site __attribute__((unused));
+const struct call_site *unused_call_site __attribute__((unused));
 
 /* Not preallocated: 65536 slots took 8 ms to create at every start, and
  * entries come only from forks. */
@@ -167,6 +188,24 @@ struct {
 	__type(key, int);
 	__type(value, struct event);
 } pending SEC(".maps");
+
+/* Calls per site, for folding; user space reads them once the trace ends.
+ * A site that finds the map full is sent every time instead. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct ioctl_site);
+	__type(value, __u64);
+} ioctl_sites SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct call_site);
+	__type(value, __u64);
+} call_sites SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -672,8 +711,52 @@ static __always_inline void set_udev(struct event *e, __u64 dev)
 	e->has_dev = 1;
 }
 
-/* Complete the call in its slot, send it as far as its kind needs, and
- * free the slot. */
+/* Count one more call of a site; true once it is past the first `after`
+ * (the atomic add hands out each position once, so exactly `after` calls
+ * of a site are sent however many CPUs race). */
+static __always_inline bool past_first(void *sites, void *key, __u32 after)
+{
+	__u64 *n = bpf_map_lookup_elem(sites, key);
+	if (!n) {
+		__u64 one = 1;
+		if (!bpf_map_update_elem(sites, key, &one, BPF_NOEXIST))
+			return false; /* the first of its site */
+		n = bpf_map_lookup_elem(sites, key);
+		if (!n)
+			return false; /* map full: sent, and counted by user space */
+	}
+	return __sync_fetch_and_add(n, 1) >= after;
+}
+
+/* Whether a completed call is a repeat to count rather than send. Failures
+ * are the evidence: always sent. */
+static __always_inline bool fold(struct event *e)
+{
+	if ((e->ret < 0 && e->ret > -4096) || e->kind == KIND_EXEC)
+		return false;
+	if (e->kind == KIND_IOCTL) {
+		if (!fold_ioctls_after || !e->has_dev)
+			return false;
+		struct ioctl_site k = {
+			.tgid = e->tgid,
+			.major = e->dev_major,
+			.minor = e->dev_minor,
+			.request = e->request,
+		};
+		return past_first(&ioctl_sites, &k, fold_ioctls_after);
+	}
+	if (!fold_calls_after)
+		return false;
+	struct call_site k;
+	__builtin_memset(&k, 0, sizeof(k));
+	k.tgid = e->tgid;
+	k.kind = e->kind;
+	bpf_probe_read_kernel_str(k.path, sizeof(k.path), e->path);
+	return past_first(&call_sites, &k, fold_calls_after);
+}
+
+/* Complete the call in its slot, send it as far as its kind needs (unless
+ * it folds), and free the slot. */
 static __always_inline int finish(struct event *e, long ret)
 {
 	umode_t imode = 0;
@@ -730,6 +813,10 @@ static __always_inline int finish(struct event *e, long ret)
 			if (is_dev_mode(m))
 				set_udev(e, dev);
 		}
+	}
+	if (fold(e)) {
+		discard(e);
+		return 0;
 	}
 	__u32 size = sizeof(*e);
 	if (e->kind == KIND_IOCTL) {

@@ -4,17 +4,17 @@ import (
 	"github.com/cudatrace/cudatrace/tracer"
 )
 
-// ioctlSamplePerSite bounds how many successful ioctls of one (pid, device,
+// IoctlSamplePerSite bounds how many successful ioctls of one (pid, device,
 // request) are kept verbatim. A torch start issues ~1,600 ioctls, a long job
 // millions; the rest are counted, so memory stays flat however long the
 // trace runs.
-const ioctlSamplePerSite = 8
+const IoctlSamplePerSite = 8
 
-// samplePerSite bounds how many successful identical calls of other kinds
+// SamplePerSite bounds how many successful identical calls of other kinds
 // (one process opening or stat'ing one path) are kept verbatim: enough for a
 // whole cuInit (it reads the params file ~10 times), while a job reopening a
 // device in a loop no longer grows memory without bound.
-const samplePerSite = 32
+const SamplePerSite = 32
 
 // maxStored caps the stored events; beyond it events are counted only.
 const maxStored = 200_000
@@ -67,7 +67,7 @@ func (r *Recorder) Event(e *tracer.Event) {
 		s.Count++
 		if e.Failed() {
 			s.Failed++ // failures are the evidence: always stored
-		} else if s.Count-s.Failed > ioctlSamplePerSite {
+		} else if s.Count-s.Failed > IoctlSamplePerSite {
 			return // counted, not stored
 		}
 	} else if !e.Failed() && e.Kind != tracer.KindExec && e.Kind != tracer.KindExit {
@@ -78,8 +78,8 @@ func (r *Recorder) Event(e *tracer.Event) {
 			r.calls[site] = s
 		}
 		s.Calls++
-		if s.Calls > samplePerSite {
-			if s.Calls == samplePerSite+1 {
+		if s.Calls > SamplePerSite {
+			if s.Calls == SamplePerSite+1 {
 				r.folded = append(r.folded, site)
 			}
 			return // counted, not stored
@@ -92,6 +92,36 @@ func (r *Recorder) Event(e *tracer.Event) {
 	r.Events = append(r.Events, e.Copy())
 }
 
+// AddFolded adds the calls a backend counted without delivering
+// (tracer.Spec.FoldIoctlsAfter): the repeats past the first few per site,
+// which this recorder would have counted without storing.
+func (r *Recorder) AddFolded(folded []tracer.Folded) {
+	for _, f := range folded {
+		r.Seen += f.Count
+		if f.Kind == tracer.KindIoctl {
+			site := ioctlSite{f.PID, f.Dev, f.Request}
+			s := r.sites[site]
+			if s == nil {
+				s = &IoctlSummary{PID: f.PID, Dev: f.Dev, Request: f.Request}
+				r.sites[site] = s
+				r.order = append(r.order, site)
+			}
+			s.Count += f.Count
+			continue
+		}
+		site := callSite{f.PID, f.Kind, f.Path}
+		s := r.calls[site]
+		if s == nil {
+			s = &FoldedSummary{PID: f.PID, Kind: f.Kind, Path: f.Path}
+			r.calls[site] = s
+		}
+		if s.Calls <= SamplePerSite {
+			r.folded = append(r.folded, site)
+		}
+		s.Calls += f.Count
+	}
+}
+
 // Ioctls returns the per-site ioctl counts in first-seen order.
 func (r *Recorder) Ioctls() []IoctlSummary {
 	out := make([]IoctlSummary, 0, len(r.order))
@@ -101,8 +131,8 @@ func (r *Recorder) Ioctls() []IoctlSummary {
 	return out
 }
 
-// Folded returns, for each call site with more than samplePerSite successful
-// calls, how many there were in all (the first samplePerSite are stored).
+// Folded returns, for each call site with more than SamplePerSite successful
+// calls, how many there were in all (the first SamplePerSite are stored).
 func (r *Recorder) Folded() []FoldedSummary {
 	out := make([]FoldedSummary, 0, len(r.folded))
 	for _, s := range r.folded {

@@ -138,15 +138,15 @@ func TestRecorderOverflowIsCounted(t *testing.T) {
 	}
 }
 
-// A process reopening one node in a loop is stored samplePerSite times and counted.
+// A process reopening one node in a loop is stored SamplePerSite times and counted.
 func TestRecorderFoldsRepeatedCalls(t *testing.T) {
 	r := NewRecorder()
 	for i := range 1000 {
 		r.Event(&tracer.Event{Seq: uint64(i + 1), PID: 7, Kind: tracer.KindOpen, Path: "/dev/nvidiactl", Ret: 3})
 	}
 	r.Event(&tracer.Event{Seq: 1001, PID: 7, Kind: tracer.KindOpen, Path: "/dev/nvidiactl", Ret: -1})
-	if len(r.Events) != samplePerSite+1 {
-		t.Fatalf("stored %d events, want %d samples plus the failure", len(r.Events), samplePerSite)
+	if len(r.Events) != SamplePerSite+1 {
+		t.Fatalf("stored %d events, want %d samples plus the failure", len(r.Events), SamplePerSite)
 	}
 	if last := r.Events[len(r.Events)-1]; last.Seq != 1001 || !last.Failed() {
 		t.Errorf("the failed open must always be stored, last = %+v", last)
@@ -159,6 +159,62 @@ func TestRecorderFoldsRepeatedCalls(t *testing.T) {
 
 // Backends reuse their buffers (tracer.Sink): what the recorder keeps must
 // not change when the caller's event does.
+// A backend that folds in the kernel (first N per site sent, the rest
+// counted) leaves the recorder exactly where the whole stream would.
+func TestRecorderAddFoldedMatchesWholeStream(t *testing.T) {
+	ctl := tracer.Dev{Major: 195, Minor: 255}
+	const control = 0xc020462a
+	var stream []*tracer.Event
+	for i := range 100 {
+		seq := uint64(len(stream) + 1)
+		if i%10 == 0 {
+			stream = append(stream, ioctlEv(seq, 7, 4, ctl, control, -22)) // failures are always sent
+		} else {
+			stream = append(stream, ioctlEv(seq, 7, 4, ctl, control, 0))
+		}
+		stream = append(stream, &tracer.Event{Seq: seq + 1, PID: 7, TID: 7, Kind: tracer.KindOpen, Syscall: "openat", Path: "/dev/nvidiactl", Ret: 4})
+	}
+	whole := NewRecorder()
+	for _, e := range stream {
+		whole.Event(e)
+	}
+
+	folded := NewRecorder()
+	var okIoctls, opens uint64
+	for _, e := range stream {
+		switch {
+		case e.Failed():
+		case e.Kind == tracer.KindIoctl:
+			if okIoctls++; okIoctls > IoctlSamplePerSite {
+				continue
+			}
+		default:
+			if opens++; opens > SamplePerSite {
+				continue
+			}
+		}
+		folded.Event(e)
+	}
+	folded.AddFolded([]tracer.Folded{
+		{PID: 7, Kind: tracer.KindIoctl, Dev: ctl, Request: control, Count: okIoctls - IoctlSamplePerSite},
+		{PID: 7, Kind: tracer.KindOpen, Path: "/dev/nvidiactl", Count: opens - SamplePerSite},
+	})
+
+	for what, pair := range map[string][2]any{
+		"seen":   {whole.Seen, folded.Seen},
+		"ioctls": {whole.Ioctls(), folded.Ioctls()},
+		"folded": {whole.Folded(), folded.Folded()},
+		"events": {len(whole.Events), len(folded.Events)},
+	} {
+		if fmt.Sprint(pair[0]) != fmt.Sprint(pair[1]) {
+			t.Errorf("%s: whole stream %v, folded %v", what, pair[0], pair[1])
+		}
+	}
+	if whole.Seen != 200 {
+		t.Errorf("seen %d, want 200", whole.Seen)
+	}
+}
+
 func TestRecorderStoresDeepCopies(t *testing.T) {
 	r := NewRecorder()
 	e := &tracer.Event{Seq: 1, PID: 5, TID: 5, Comm: "python3", Kind: tracer.KindExec, Path: "/usr/bin/python3",
@@ -211,7 +267,7 @@ func BenchmarkRecorder(b *testing.B) {
 			ioctlEv(3, 9, 10, tracer.Dev{Major: 238, Minor: 0}, 0x4b, 0),
 		}
 		for _, s := range sites {
-			for range ioctlSamplePerSite {
+			for range IoctlSamplePerSite {
 				r.Event(s)
 			}
 		}
@@ -222,7 +278,7 @@ func BenchmarkRecorder(b *testing.B) {
 			n++
 		}
 		b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "events/s")
-		if len(r.Events) != len(sites)*ioctlSamplePerSite {
+		if len(r.Events) != len(sites)*IoctlSamplePerSite {
 			b.Fatalf("stored %d", len(r.Events))
 		}
 	})

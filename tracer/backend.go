@@ -27,6 +27,15 @@ type Spec struct {
 	RingBufferBytes int
 	Debug           bool
 
+	// FoldIoctlsAfter and FoldCallsAfter let a backend count, rather than
+	// deliver, the successful repeats of a call site beyond the first N:
+	// ioctls per (process, device, request), other calls but exec per
+	// (process, kind, path). Result.Folded has the counts; 0 delivers all.
+	// A report keeps that many per site verbatim anyway, so the eBPF
+	// backend need not copy the rest through its ring buffer.
+	FoldIoctlsAfter int
+	FoldCallsAfter  int
+
 	// DeferRelease lets Run return as soon as the trace is complete and
 	// release what it holds (BPF links, tracefs) in the background; the
 	// caller must then call Result.Finish before exiting. Detaching
@@ -46,10 +55,12 @@ type Cred struct {
 // Result is what a backend knows once tracing has ended. Events themselves
 // went to the Sink as they arrived.
 type Result struct {
-	Backend  string
-	Started  time.Time
-	Ended    time.Time
-	Events   uint64 // events delivered to the sink
+	Backend string
+	Started time.Time
+	Ended   time.Time
+	Events  uint64 // events delivered to the sink
+	// Folded are the calls counted but not delivered (Spec.FoldIoctlsAfter).
+	Folded   []Folded
 	Dropped  uint64 // events the kernel (or the tracer) lost; non-zero means incomplete
 	Launched bool
 	// Exit is the launched target's exit (nil when attaching, or when the
@@ -62,6 +73,18 @@ type Result struct {
 	// Finish, when set (Spec.DeferRelease), blocks until the backend has
 	// released everything it holds, and reports a failure to do so.
 	Finish func() error `json:"-"`
+}
+
+// Folded counts the successful repeats of one call site that a backend saw
+// but did not deliver: those past the first Spec.Fold*After, which were
+// delivered.
+type Folded struct {
+	PID     int
+	Kind    Kind
+	Path    string // calls other than ioctls
+	Dev     Dev    // ioctls
+	Request uint32 // ioctls
+	Count   uint64
 }
 
 // ExitStatus is how the launched target ended.

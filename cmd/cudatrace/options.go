@@ -72,6 +72,7 @@ type options struct {
 	procDevices  string
 	deviceMajors []uint
 	ringBufBytes int
+	noFold       bool
 }
 
 func registerFlags(fs *pflag.FlagSet, o *options) {
@@ -91,7 +92,8 @@ func registerFlags(fs *pflag.FlagSet, o *options) {
 	fs.StringVar(&o.procDevices, "proc-devices", "/proc/devices", "read device majors from this file (testing)")
 	fs.UintSliceVar(&o.deviceMajors, "device-major", nil, "treat this major as an NVIDIA device (testing)")
 	fs.IntVar(&o.ringBufBytes, "ringbuf-size", 0, "eBPF ring buffer size in bytes (testing)")
-	for _, name := range []string{"proc-devices", "device-major", "ringbuf-size"} {
+	fs.BoolVar(&o.noFold, "no-fold", false, "send every call through the ring buffer, repeats too (benchmarks)")
+	for _, name := range []string{"proc-devices", "device-major", "ringbuf-size", "no-fold"} {
 		fs.MarkHidden(name)
 	}
 }

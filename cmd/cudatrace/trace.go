@@ -44,6 +44,10 @@ func traceCommand(argv []string, o *options, stdout, stderr io.Writer) error {
 		Debug:           o.debug,
 		DeferRelease:    true, // the report prints while the kernel detaches
 	}
+	if !o.noFold {
+		// Repeats the report would only count need not reach it.
+		spec.FoldIoctlsAfter, spec.FoldCallsAfter = report.IoctlSamplePerSite, report.SamplePerSite
+	}
 	if len(argv) > 0 {
 		path, err := exec.LookPath(argv[0])
 		if err != nil {
@@ -105,6 +109,7 @@ func traceCommand(argv []string, o *options, stdout, stderr io.Writer) error {
 	if err != nil {
 		return traceError(err, o)
 	}
+	rec.AddFolded(res.Folded)
 	snapOpts := snapper.opts
 	snapOpts.PID = firstPID(spec, rec.Events)
 	snapOpts.ExtraPaths = touchedPaths(rec.Events)

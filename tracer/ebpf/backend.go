@@ -138,6 +138,11 @@ func (backend) Run(ctx context.Context, spec tracer.Spec, sink tracer.Sink) (res
 	if derr != nil && err == nil {
 		err = derr
 	}
+	folded, ferr := s.folded()
+	if ferr != nil && err == nil {
+		err = ferr
+	}
+	res.Folded = folded
 	res.Dropped = byReason[bpfDropReasonDROP_RINGBUF] + byReason[bpfDropReasonDROP_PENDING] + p.undecodable
 	if res.Dropped > 0 {
 		res.Notes = append(res.Notes, fmt.Sprintf(
@@ -235,9 +240,14 @@ type session struct {
 	debug  bool
 	phases *phaseLog
 	exits  chan struct{} // a traced process exited (attach: is any left?)
+	fold   foldAfter
 }
 
 func load(spec tracer.Spec, ringBytes int) (*session, error) {
+	fold, err := foldSettings(spec)
+	if err != nil {
+		return nil, err
+	}
 	// The kernel's BTF is parsed while the object is read and the maps are
 	// made (or since Probe).
 	cache := kernelBTF()
@@ -256,7 +266,7 @@ func load(spec tracer.Spec, ringBytes int) (*session, error) {
 	if err != nil {
 		return nil, loadError(err, spec.Debug)
 	}
-	if err := configure(cspec, cache); err != nil {
+	if err := configure(cspec, cache, fold); err != nil {
 		closeMaps(maps)
 		return nil, err
 	}
@@ -268,7 +278,7 @@ func load(spec tracer.Spec, ringBytes int) (*session, error) {
 	if onLoad != nil {
 		onLoad(coll)
 	}
-	s := &session{coll: coll, debug: spec.Debug, exits: make(chan struct{}, 1)}
+	s := &session{coll: coll, debug: spec.Debug, fold: fold, exits: make(chan struct{}, 1)}
 	majors := coll.Maps[bpfMapNvidiaMajors]
 	if len(spec.DeviceMajors) > int(majors.MaxEntries()) {
 		s.close()

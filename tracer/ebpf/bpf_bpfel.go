@@ -13,6 +13,13 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type bpfCallSite struct {
+	_    structs.HostLayout
+	Tgid uint32
+	Kind uint32
+	Path [256]int8
+}
+
 type bpfDropReason uint32
 
 const (
@@ -67,6 +74,14 @@ const (
 	bpfEventKindKIND_EXIT    bpfEventKind = 11
 )
 
+type bpfIoctlSite struct {
+	_       structs.HostLayout
+	Tgid    uint32
+	Major   uint32
+	Minor   uint32
+	Request uint32
+}
+
 type bpfSyscallId uint32
 
 const (
@@ -101,8 +116,10 @@ const (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	bpfMapCallSites          = "call_sites"
 	bpfMapDrops              = "drops"
 	bpfMapEvents             = "events"
+	bpfMapIoctlSites         = "ioctl_sites"
 	bpfMapNvidiaMajors       = "nvidia_majors"
 	bpfMapPending            = "pending"
 	bpfMapTraced             = "traced"
@@ -112,11 +129,15 @@ const (
 	bpfProgCtSysExit         = "ct_sys_exit"
 	bpfVarCaptureIoctlArgs   = "capture_ioctl_args"
 	bpfVarExitTpHasGroupDead = "exit_tp_has_group_dead"
+	bpfVarFoldCallsAfter     = "fold_calls_after"
+	bpfVarFoldIoctlsAfter    = "fold_ioctls_after"
 	bpfVarFollowChildren     = "follow_children"
 	bpfVarNrToSc             = "nr_to_sc"
 	bpfVarStatModeOff        = "stat_mode_off"
 	bpfVarStatRdevOff        = "stat_rdev_off"
+	bpfVarUnusedCallSite     = "unused_call_site"
 	bpfVarUnusedDrop         = "unused_drop"
+	bpfVarUnusedIoctlSite    = "unused_ioctl_site"
 	bpfVarUnusedKind         = "unused_kind"
 	bpfVarUnusedSyscall      = "unused_syscall"
 	bpfVarWakeupBytes        = "wakeup_bytes"
@@ -174,8 +195,10 @@ type bpfProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type bpfMapSpecs struct {
+	CallSites    *ebpf.MapSpec `ebpf:"call_sites"`
 	Drops        *ebpf.MapSpec `ebpf:"drops"`
 	Events       *ebpf.MapSpec `ebpf:"events"`
+	IoctlSites   *ebpf.MapSpec `ebpf:"ioctl_sites"`
 	NvidiaMajors *ebpf.MapSpec `ebpf:"nvidia_majors"`
 	Pending      *ebpf.MapSpec `ebpf:"pending"`
 	Traced       *ebpf.MapSpec `ebpf:"traced"`
@@ -187,11 +210,15 @@ type bpfMapSpecs struct {
 type bpfVariableSpecs struct {
 	CaptureIoctlArgs   *ebpf.VariableSpec `ebpf:"capture_ioctl_args"`
 	ExitTpHasGroupDead *ebpf.VariableSpec `ebpf:"exit_tp_has_group_dead"`
+	FoldCallsAfter     *ebpf.VariableSpec `ebpf:"fold_calls_after"`
+	FoldIoctlsAfter    *ebpf.VariableSpec `ebpf:"fold_ioctls_after"`
 	FollowChildren     *ebpf.VariableSpec `ebpf:"follow_children"`
 	NrToSc             *ebpf.VariableSpec `ebpf:"nr_to_sc"`
 	StatModeOff        *ebpf.VariableSpec `ebpf:"stat_mode_off"`
 	StatRdevOff        *ebpf.VariableSpec `ebpf:"stat_rdev_off"`
+	UnusedCallSite     *ebpf.VariableSpec `ebpf:"unused_call_site"`
 	UnusedDrop         *ebpf.VariableSpec `ebpf:"unused_drop"`
+	UnusedIoctlSite    *ebpf.VariableSpec `ebpf:"unused_ioctl_site"`
 	UnusedKind         *ebpf.VariableSpec `ebpf:"unused_kind"`
 	UnusedSyscall      *ebpf.VariableSpec `ebpf:"unused_syscall"`
 	WakeupBytes        *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
@@ -217,8 +244,10 @@ func (o *bpfObjects) Close() error {
 //
 // It can be passed to loadBpfObjects or ebpf.CollectionSpec.LoadAndAssign.
 type bpfMaps struct {
+	CallSites    *ebpf.Map `ebpf:"call_sites"`
 	Drops        *ebpf.Map `ebpf:"drops"`
 	Events       *ebpf.Map `ebpf:"events"`
+	IoctlSites   *ebpf.Map `ebpf:"ioctl_sites"`
 	NvidiaMajors *ebpf.Map `ebpf:"nvidia_majors"`
 	Pending      *ebpf.Map `ebpf:"pending"`
 	Traced       *ebpf.Map `ebpf:"traced"`
@@ -226,8 +255,10 @@ type bpfMaps struct {
 
 func (m *bpfMaps) Close() error {
 	return _BpfClose(
+		m.CallSites,
 		m.Drops,
 		m.Events,
+		m.IoctlSites,
 		m.NvidiaMajors,
 		m.Pending,
 		m.Traced,
@@ -240,11 +271,15 @@ func (m *bpfMaps) Close() error {
 type bpfVariables struct {
 	CaptureIoctlArgs   *ebpf.Variable `ebpf:"capture_ioctl_args"`
 	ExitTpHasGroupDead *ebpf.Variable `ebpf:"exit_tp_has_group_dead"`
+	FoldCallsAfter     *ebpf.Variable `ebpf:"fold_calls_after"`
+	FoldIoctlsAfter    *ebpf.Variable `ebpf:"fold_ioctls_after"`
 	FollowChildren     *ebpf.Variable `ebpf:"follow_children"`
 	NrToSc             *ebpf.Variable `ebpf:"nr_to_sc"`
 	StatModeOff        *ebpf.Variable `ebpf:"stat_mode_off"`
 	StatRdevOff        *ebpf.Variable `ebpf:"stat_rdev_off"`
+	UnusedCallSite     *ebpf.Variable `ebpf:"unused_call_site"`
 	UnusedDrop         *ebpf.Variable `ebpf:"unused_drop"`
+	UnusedIoctlSite    *ebpf.Variable `ebpf:"unused_ioctl_site"`
 	UnusedKind         *ebpf.Variable `ebpf:"unused_kind"`
 	UnusedSyscall      *ebpf.Variable `ebpf:"unused_syscall"`
 	WakeupBytes        *ebpf.Variable `ebpf:"wakeup_bytes"`

@@ -88,6 +88,11 @@ func helperMain(args []string) int {
 			if err == nil {
 				unix.Close(fd)
 			}
+		case "repeat": // foldRounds × {open, a successful ioctl, a failing one, close} from foldThreads threads
+			if err := repeatCalls(path); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
 		case "probe": // print Probe's verdict; exit 3 when unavailable
 			err := Probe()
 			fmt.Println(err)

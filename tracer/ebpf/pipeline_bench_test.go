@@ -90,7 +90,7 @@ func BenchmarkLoad(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if err := configure(spec, btf.NewCache()); err != nil {
+			if err := configure(spec, btf.NewCache(), foldAfter{}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -117,7 +117,7 @@ func BenchmarkLoad(b *testing.B) {
 				b.Fatal(err)
 			}
 			cache := btf.NewCache()
-			if err := configure(spec, cache); err != nil {
+			if err := configure(spec, cache, foldAfter{}); err != nil {
 				b.Fatal(err)
 			}
 			for b.Loop() {

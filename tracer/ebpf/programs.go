@@ -48,9 +48,13 @@ func syscallTable() ([nrTableSize]uint8, error) {
 	return table, nil
 }
 
+// foldAfter is how many successful calls per site are sent before the rest
+// are only counted (tracer.Spec.FoldIoctlsAfter); zero sends all.
+type foldAfter struct{ ioctls, calls uint32 }
+
 // configure sets the load-time constants in spec. cache holds the kernel's
 // BTF, parsed once for configure and the load.
-func configure(spec *ebpf.CollectionSpec, cache *btf.Cache) error {
+func configure(spec *ebpf.CollectionSpec, cache *btf.Cache, fold foldAfter) error {
 	// Below a quarter full, the reader's own timer (pump.go) collects
 	// events; above it, every submit wakes it.
 	wakeup := uint64(spec.Maps[bpfMapEvents].MaxEntries / 4)
@@ -74,6 +78,8 @@ func configure(spec *ebpf.CollectionSpec, cache *btf.Cache) error {
 		"stat_mode_off":          modeOff,
 		"stat_rdev_off":          rdevOff,
 		"wakeup_bytes":           wakeup,
+		"fold_ioctls_after":      fold.ioctls,
+		"fold_calls_after":       fold.calls,
 	}
 	for name, v := range vars {
 		vs, ok := spec.Variables[name]

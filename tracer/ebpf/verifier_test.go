@@ -17,7 +17,7 @@ func TestEveryProgramLoads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := configure(spec, btf.NewCache()); err != nil {
+	if err := configure(spec, btf.NewCache(), foldAfter{}); err != nil {
 		t.Fatal(err)
 	}
 	for name := range spec.Programs {

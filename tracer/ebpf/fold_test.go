@@ -1,0 +1,109 @@
+package ebpftrace
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"sync"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cudatrace/cudatrace/internal/privtest"
+	"github.com/cudatrace/cudatrace/tracer"
+)
+
+const (
+	foldThreads = 4
+	foldRounds  = 50
+	// rndGetEntCnt (_IOR('R', 0x00, int)) succeeds on /dev/urandom's
+	// driver, c 1:9; TCGETS there fails with ENOTTY.
+	rndGetEntCnt = 0x80045200
+)
+
+// repeatCalls is the helper for TestFoldRepeats: threads racing on the
+// same sites.
+func repeatCalls(path string) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, foldThreads)
+	for range foldThreads {
+		wg.Go(func() {
+			runtime.LockOSThread()
+			for range foldRounds {
+				fd, err := unix.Open(path, unix.O_RDONLY, 0)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if _, err := unix.IoctlGetInt(fd, rndGetEntCnt); err != nil {
+					errs <- fmt.Errorf("RNDGETENTCNT: %w", err)
+				}
+				unix.IoctlGetTermios(fd, unix.TCGETS) // fails: never folded
+				unix.Close(fd)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// Successful repeats past the thresholds are counted in the kernel, not
+// sent; failures always arrive; sent plus counted is what the target did,
+// exactly, though four threads race on each site.
+func TestFoldRepeats(t *testing.T) {
+	privtest.RequireRoot(t)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := fmt.Sprintf("/dev/nvidia-fold-cudatrace-test-%08x", rand.Uint32())
+	if err := unix.Mknod(node, unix.S_IFCHR|0o666, int(unix.Mkdev(1, 9))); err != nil {
+		t.Fatalf("mknod %s: %v", node, err)
+	}
+	t.Cleanup(func() { os.Remove(node) })
+	const ioctlsAfter, callsAfter, total = 8, 32, foldThreads * foldRounds
+
+	for _, fold := range []bool{true, false} {
+		t.Run(fmt.Sprintf("fold=%v", fold), func(t *testing.T) {
+			spec := tracer.Spec{Argv: []string{self, helperArg, "repeat", node}, DeviceMajors: []uint32{1}}
+			if fold {
+				spec.FoldIoctlsAfter, spec.FoldCallsAfter = ioctlsAfter, callsAfter
+			}
+			rec := &recorder{}
+			res, err := New().Run(context.Background(), spec, rec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkComplete(t, res)
+			if res.Exit == nil || res.Exit.Code != 0 {
+				t.Fatalf("helper exit %+v", res.Exit)
+			}
+			opens := len(rec.find(func(e *tracer.Event) bool { return e.Kind == tracer.KindOpen && e.Path == node }))
+			okIoctls := len(rec.find(func(e *tracer.Event) bool { return e.Kind == tracer.KindIoctl && e.Request == rndGetEntCnt }))
+			failed := len(rec.find(func(e *tracer.Event) bool { return e.Kind == tracer.KindIoctl && e.Request == unix.TCGETS }))
+			if failed != total {
+				t.Errorf("%d failing ioctls delivered, want all %d", failed, total)
+			}
+			if !fold {
+				if opens != total || okIoctls != total || len(res.Folded) != 0 {
+					t.Errorf("unfolded: %d opens, %d ioctls, folded %+v; want %d, %d, none", opens, okIoctls, res.Folded, total, total)
+				}
+				return
+			}
+			if opens != callsAfter || okIoctls != ioctlsAfter {
+				t.Errorf("delivered %d opens and %d ioctls, want the first %d and %d", opens, okIoctls, callsAfter, ioctlsAfter)
+			}
+			pid := res.Folded[0].PID
+			want := []tracer.Folded{
+				{PID: pid, Kind: tracer.KindIoctl, Dev: tracer.Dev{Major: 1, Minor: 9}, Request: rndGetEntCnt, Count: total - ioctlsAfter},
+				{PID: pid, Kind: tracer.KindOpen, Path: node, Count: total - callsAfter},
+			}
+			if fmt.Sprint(res.Folded) != fmt.Sprint(want) {
+				t.Errorf("folded\n %+v\nwant\n %+v", res.Folded, want)
+			}
+		})
+	}
+}
