@@ -37,7 +37,7 @@ type Spec struct {
 	FoldCallsAfter  int
 
 	// DeferRelease lets Run return as soon as the trace is complete and
-	// release what it holds (BPF links, tracefs) in the background; the
+	// release what it holds (BPF links and maps) in the background; the
 	// caller must then call Result.Finish before exiting. Detaching
 	// tracepoints costs a kernel grace period each (over a second in all),
 	// which the report need not wait for.

@@ -900,35 +900,61 @@ func sharedDir(t *testing.T) string {
 	return dir
 }
 
-// cudatrace mounts tracefs when it is missing and removes it afterwards.
-// The host may have it mounted already, so the run happens in a private
-// mount namespace without it, whose mount table is compared before and
-// after.
-func TestNoMountsLeftBehind(t *testing.T) {
+// The eBPF backend needs no tracefs (its BTF tracepoints attach through bpf
+// links) and mounts nothing: in a private mount namespace where tracefs is
+// unreachable, it traces fakecuda's opens, and the namespace's mount table
+// is the same while it traces (read by the target) and afterwards.
+func TestTracesWithoutTracefs(t *testing.T) {
 	privtest.RequireRoot(t)
 	needBinaries(t)
 	t.Parallel()
+	// Runs inside the scenario's namespace: $1 and $2 receive the mount
+	// tables before and after; the rest is the cudatrace command line.
 	script := `set -e
+before=$1 after=$2; shift 2
 for m in /sys/kernel/tracing /sys/kernel/debug/tracing /sys/kernel/debug; do umount -l "$m" 2>/dev/null || true; done
 if grep -q ' - tracefs ' /proc/self/mountinfo; then echo "tracefs still mounted" >&2; exit 99; fi
-cut -d' ' -f5,9 /proc/self/mountinfo > "$1"
-rc=0; "$2" --backend ebpf -q -- /bin/true || rc=$?
-cut -d' ' -f5,9 /proc/self/mountinfo > "$3"
+cut -d' ' -f5,9 /proc/self/mountinfo > "$before"
+rc=0; "$@" || rc=$?
+cut -d' ' -f5,9 /proc/self/mountinfo > "$after"
 exit $rc`
+	env := standIn()
+	env.Prepare(t)
 	dir := t.TempDir()
-	before, after := filepath.Join(dir, "before"), filepath.Join(dir, "after")
-	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", script, "sh", before, cudatraceBin, after)
-	r := runBinary(t, cmd)
+	tables := []string{filepath.Join(dir, "before"), filepath.Join(dir, "during"), filepath.Join(dir, "after")}
+	out := filepath.Join(dir, "report.json")
+	// The target reads the mount table while traced, then execs fakecuda.
+	target := append([]string{"/bin/sh", "-c", `cut -d' ' -f5,9 /proc/self/mountinfo > "$0"; exec "$@"`, tables[1]}, fakecuda(env)...)
+	argv := append([]string{"/bin/sh", "-c", script, "sh", tables[0], tables[2],
+		cudatraceBin, "--backend", "ebpf", "--proc-devices", env.ProcDevicesPath(), "-o", out, "--"}, target...)
+	r := runBinary(t, env.Command(t, argv...))
 	if r.code != 0 {
 		t.Fatalf("exit %d; stderr:\n%s", r.code, r.stderr)
 	}
-	b1, err1 := os.ReadFile(before)
-	b2, err2 := os.ReadFile(after)
-	if err1 != nil || err2 != nil {
-		t.Fatal(err1, err2)
+	rep, err := report.LoadFile(out)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if string(b1) != string(b2) {
-		t.Errorf("mounts changed:\nbefore:\n%s\nafter:\n%s", b1, b2)
+	commonChecks(t, traceRun{result: r, rep: rep, backend: "ebpf"})
+	opened := false
+	for _, e := range rep.Events {
+		opened = opened || e.Kind == tracer.KindOpen && e.Path == "/dev/nvidiactl" && e.Ret >= 0
+	}
+	if !opened {
+		t.Errorf("no successful open of /dev/nvidiactl in the report (%d events)", len(rep.Events))
+	}
+	var text [3]string
+	for i, name := range tables {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text[i] = string(b)
+	}
+	for i := 1; i < 3; i++ {
+		if strings.Contains(text[i], " tracefs") || text[i] != text[0] {
+			t.Errorf("mounts changed:\nbefore:\n%s\n%s:\n%s", text[0], filepath.Base(tables[i]), text[i])
+		}
 	}
 	noOrphanPrograms(t)
 }

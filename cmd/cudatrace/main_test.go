@@ -81,7 +81,7 @@ func needBinaries(t *testing.T) {
 }
 
 // leftovers is what cudatrace must not leave behind: its BPF programs and
-// mounts (tracefs), and this test binary's scratch cgroups.
+// mounts, and this test binary's scratch cgroups.
 type leftovers struct {
 	progs  map[ebpf.ProgramID]string
 	mounts []string

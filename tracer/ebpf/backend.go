@@ -58,32 +58,21 @@ func (backend) Run(ctx context.Context, spec tracer.Spec, sink tracer.Sink) (res
 	}
 
 	phases := newPhaseLog(spec.Debug)
-	releaseTracefs, err := acquireTracefs()
-	if err != nil {
-		return nil, err
-	}
 	var s *session
-	// release closes the links and maps, then gives tracefs back.
-	release := func() error {
+	// release closes the links and maps.
+	release := func() {
 		if s != nil {
 			s.close()
 			phases.mark("detached")
 		}
-		uerr := releaseTracefs()
-		phases.mark("tracefs released")
 		phases.print()
-		return uerr
 	}
 	deferred := false
 	defer func() {
-		if deferred {
-			return
-		}
-		if uerr := release(); uerr != nil && err == nil {
-			err = uerr
+		if !deferred {
+			release()
 		}
 	}()
-	phases.mark("tracefs acquired")
 
 	// The loader starts up (fork, exec, Go runtime) while the programs
 	// load; it waits for Release before it runs the target.
@@ -154,9 +143,9 @@ func (backend) Run(ctx context.Context, spec tracer.Spec, sink tracer.Sink) (res
 	}
 	if spec.DeferRelease {
 		deferred = true
-		done := make(chan error, 1)
-		go func() { done <- release() }()
-		res.Finish = func() error { return <-done }
+		done := make(chan struct{})
+		go func() { release(); close(done) }()
+		res.Finish = func() error { <-done; return nil }
 	}
 	return res, nil
 }

@@ -178,16 +178,6 @@ func TestTablesCoverEnums(t *testing.T) {
 	}
 }
 
-func TestMountinfoParsing(t *testing.T) {
-	root, mnt, fs, ok := parseMountinfoLine(`63 23 0:13 / /sys/kernel/my\040tracing rw,nosuid - tracefs tracefs rw`)
-	if !ok || root != "/" || mnt != "/sys/kernel/my tracing" || fs != "tracefs" {
-		t.Fatalf("got %q %q %q %v", root, mnt, fs, ok)
-	}
-	if _, _, _, ok := parseMountinfoLine("garbage"); ok {
-		t.Fatal("garbage parsed")
-	}
-}
-
 func BenchmarkDecode(b *testing.B) {
 	raw := ioctlSample()
 	d := newDecoder(0)

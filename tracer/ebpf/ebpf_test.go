@@ -67,11 +67,6 @@ func helperMain(args []string) int {
 			}
 		case "open-fail": // the same path through every open syscall; all fail
 			openEverywhere(path, unix.O_RDONLY)
-		case "tracefs-cycle": // see TestTracefsPerMountNamespace
-			if err := tracefsCycle(); err != nil {
-				fmt.Fprintln(os.Stderr, err)
-				return 1
-			}
 		case "creat": // x86-64 only
 			if fd, err := legacyCreat(path, 0o600); err == nil {
 				unix.Close(fd)
