@@ -10,7 +10,8 @@
 // Programs using this backend must call launch.RunLoaderIfRequested first
 // thing in main (and TestMain). While a Run is in progress SIGCHLD is set to
 // SIG_DFL (discarded): a program that asks for it with signal.Notify misses
-// those sent meanwhile (sigchld.go says why).
+// those sent meanwhile (sigchld.go says why), and GOMAXPROCS is at least 2
+// (procs.go says why).
 package ptracetrace
 
 import (
@@ -94,6 +95,7 @@ func (b *Backend) Run(ctx context.Context, spec tracer.Spec, sink tracer.Sink) (
 		err error
 	}
 	defer silenceSIGCHLD()()
+	defer spareP()()
 	done := make(chan outcome, 1)
 	go func() {
 		// Every ptrace request must come from the thread that attached.

@@ -1,7 +1,6 @@
 package ptracetrace
 
 import (
-	"sync"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -31,12 +30,7 @@ type kernelSigaction struct {
 
 const sigDFL, sigIGN = 0, 1
 
-var quietChild struct {
-	mu    sync.Mutex
-	users int
-	saved kernelSigaction
-	set   bool // we replaced the action, and must put saved back
-}
+var quietChild runSetting
 
 func rtSigaction(sig unix.Signal, act, old *kernelSigaction) error {
 	_, _, e := unix.RawSyscall6(unix.SYS_RT_SIGACTION, uintptr(sig),
@@ -51,27 +45,15 @@ func rtSigaction(sig unix.Signal, act, old *kernelSigaction) error {
 // been called as many times as silenceSIGCHLD was. An action other than a
 // handler (SIG_DFL or SIG_IGN) is left alone.
 func silenceSIGCHLD() (restore func()) {
-	q := &quietChild
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.users == 0 {
+	return quietChild.hold(func() (undo func()) {
 		var cur kernelSigaction
-		if rtSigaction(unix.SIGCHLD, nil, &cur) == nil && cur.handler != sigDFL && cur.handler != sigIGN {
-			dfl := kernelSigaction{}
-			q.set = rtSigaction(unix.SIGCHLD, &dfl, nil) == nil
-			q.saved = cur
+		if rtSigaction(unix.SIGCHLD, nil, &cur) != nil || cur.handler == sigDFL || cur.handler == sigIGN {
+			return nil
 		}
-	}
-	q.users++
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			q.mu.Lock()
-			defer q.mu.Unlock()
-			if q.users--; q.users == 0 && q.set {
-				rtSigaction(unix.SIGCHLD, &q.saved, nil)
-				q.set = false
-			}
-		})
-	}
+		dfl := kernelSigaction{}
+		if rtSigaction(unix.SIGCHLD, &dfl, nil) != nil {
+			return nil
+		}
+		return func() { rtSigaction(unix.SIGCHLD, &cur, nil) }
+	})
 }
