@@ -113,10 +113,11 @@ echo "== overhead: torch.zeros(1).cuda(), $reps alternating rounds"
 : >"$out/overhead.csv"
 echo "round,config,wall_s,cuda_s" >>"$out/overhead.csv"
 for i in $(seq 1 "$reps"); do
-  for cfg in untraced ebpf ptrace; do
+  for cfg in untraced ebpf ebpf-nofold ptrace; do
     case $cfg in
       untraced) cmd=(python3 -c "$TIMED") ;;
       ebpf)     cmd=("$CT" --backend ebpf -q -- python3 -c "$TIMED") ;;
+      ebpf-nofold) cmd=("$CT" --backend ebpf --no-fold -q -- python3 -c "$TIMED") ;;
       ptrace)   cmd=("$CT" --backend ptrace -q -- python3 -c "$TIMED") ;;
     esac
     t0=$(date +%s%N)
