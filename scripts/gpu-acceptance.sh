@@ -76,6 +76,7 @@ traced() {
   record "$name" "${wrap[@]}" "$CT" "${ct[@]}" -o "$out/$name/report.json" -- "${target[@]}"
 }
 
+states() {
 echo "== states"
 traced 1-healthy-root-cuinit   none -- -- python3 -c "$CUINIT"
 traced 1-healthy-root-torch    none -- -- python3 -c "$TORCH"
@@ -108,6 +109,9 @@ echo "== leftovers"
   ls /sys/fs/bpf 2>&1 | head
 } >"$out/after.txt" 2>&1
 cat "$out/after.txt"
+}
+# OVERHEAD_ONLY=1 skips the states (a second run within a time limit).
+[ "${OVERHEAD_ONLY:-}" = 1 ] || states
 
 echo "== overhead: torch.zeros(1).cuda(), $reps alternating rounds"
 : >"$out/overhead.csv"
