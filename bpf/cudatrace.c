@@ -145,10 +145,15 @@ struct ioctl_site {
 	__u32 request;
 };
 
+/* Only paths this short fold (device nodes, /proc/driver/nvidia/...): a
+ * shorter key hashes faster; longer paths are sent and folded by user
+ * space. */
+#define FOLD_PATH_LEN 64
+
 struct call_site {
 	__u32 tgid;
 	__u32 kind;
-	char path[PATH_LEN]; /* NUL-padded */
+	char path[FOLD_PATH_LEN]; /* NUL-padded */
 };
 
 #define EVENT_HEADER_SIZE __builtin_offsetof(struct event, arg)
@@ -745,7 +750,7 @@ static __always_inline bool fold(struct event *e)
 		};
 		return past_first(&ioctl_sites, &k, fold_ioctls_after);
 	}
-	if (!fold_calls_after)
+	if (!fold_calls_after || e->path_len > FOLD_PATH_LEN)
 		return false;
 	struct call_site k;
 	__builtin_memset(&k, 0, sizeof(k));

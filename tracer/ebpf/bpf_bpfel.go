@@ -17,7 +17,7 @@ type bpfCallSite struct {
 	_    structs.HostLayout
 	Tgid uint32
 	Kind uint32
-	Path [256]int8
+	Path [64]int8
 }
 
 type bpfDropReason uint32

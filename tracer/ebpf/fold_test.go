@@ -59,15 +59,25 @@ func TestFoldRepeats(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	node := fmt.Sprintf("/dev/nvidia-fold-cudatrace-test-%08x", rand.Uint32())
-	if err := unix.Mknod(node, unix.S_IFCHR|0o666, int(unix.Mkdev(1, 9))); err != nil {
-		t.Fatalf("mknod %s: %v", node, err)
+	mknod := func(path string) string {
+		if err := unix.Mknod(path, unix.S_IFCHR|0o666, int(unix.Mkdev(1, 9))); err != nil {
+			t.Fatalf("mknod %s: %v", path, err)
+		}
+		t.Cleanup(func() { os.Remove(path) })
+		return path
 	}
-	t.Cleanup(func() { os.Remove(node) })
+	short := mknod(fmt.Sprintf("/dev/nvidia-fold-cudatrace-test-%08x", rand.Uint32()))
+	// Past FOLD_PATH_LEN: its opens are all sent (user space folds them).
+	long := mknod(fmt.Sprintf("/dev/nvidia-fold-cudatrace-test-%08x-a-path-longer-than-the-kernel-fold-key", rand.Uint32()))
 	const ioctlsAfter, callsAfter, total = 8, 32, foldThreads * foldRounds
 
-	for _, fold := range []bool{true, false} {
-		t.Run(fmt.Sprintf("fold=%v", fold), func(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		node string
+		fold bool
+	}{{"fold", short, true}, {"off", short, false}, {"long-path", long, true}} {
+		node, fold := tc.node, tc.fold
+		t.Run(tc.name, func(t *testing.T) {
 			spec := tracer.Spec{Argv: []string{self, helperArg, "repeat", node}, DeviceMajors: []uint32{1}}
 			if fold {
 				spec.FoldIoctlsAfter, spec.FoldCallsAfter = ioctlsAfter, callsAfter
@@ -93,13 +103,22 @@ func TestFoldRepeats(t *testing.T) {
 				}
 				return
 			}
-			if opens != callsAfter || okIoctls != ioctlsAfter {
-				t.Errorf("delivered %d opens and %d ioctls, want the first %d and %d", opens, okIoctls, callsAfter, ioctlsAfter)
+			wantOpens := callsAfter
+			if node == long {
+				wantOpens = total
+			}
+			if opens != wantOpens || okIoctls != ioctlsAfter {
+				t.Errorf("delivered %d opens and %d ioctls, want %d and the first %d", opens, okIoctls, wantOpens, ioctlsAfter)
+			}
+			if len(res.Folded) == 0 {
+				t.Fatal("nothing folded")
 			}
 			pid := res.Folded[0].PID
 			want := []tracer.Folded{
 				{PID: pid, Kind: tracer.KindIoctl, Dev: tracer.Dev{Major: 1, Minor: 9}, Request: rndGetEntCnt, Count: total - ioctlsAfter},
-				{PID: pid, Kind: tracer.KindOpen, Path: node, Count: total - callsAfter},
+			}
+			if node == short {
+				want = append(want, tracer.Folded{PID: pid, Kind: tracer.KindOpen, Path: node, Count: total - callsAfter})
 			}
 			if fmt.Sprint(res.Folded) != fmt.Sprint(want) {
 				t.Errorf("folded\n %+v\nwant\n %+v", res.Folded, want)
