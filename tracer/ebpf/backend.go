@@ -138,6 +138,14 @@ func (backend) Run(ctx context.Context, spec tracer.Spec, sink tracer.Sink) (res
 			"%d events dropped: %d ring buffer full, %d with no slot to wait for their return in, %d undecodable; the trace is incomplete",
 			res.Dropped, byReason[bpfDropReasonDROP_RINGBUF], byReason[bpfDropReasonDROP_PENDING], p.undecodable))
 	}
+	// A program run the kernel skipped (another BPF program was running on
+	// that CPU) saw nothing: any of them may have been a traced call.
+	if missed := s.skippedRuns(); missed > 0 {
+		res.Dropped += missed
+		res.Notes = append(res.Notes, fmt.Sprintf(
+			"the kernel skipped %d runs of cudatrace's programs (another BPF program was running on that CPU): up to %d calls are missing; the trace is incomplete",
+			missed, missed))
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -352,6 +360,18 @@ func (s *session) drops() ([bpfDropReasonDROP_MAX]uint64, error) {
 		}
 	}
 	return sum, nil
+}
+
+// skippedRuns sums the programs' recursion misses: runs the kernel did not
+// make because a BPF program was already running on that CPU.
+func (s *session) skippedRuns() uint64 {
+	var n uint64
+	for _, p := range s.coll.Programs {
+		if st, err := p.Stats(); err == nil {
+			n += st.RecursionMisses
+		}
+	}
+	return n
 }
 
 type waitResult struct {
