@@ -103,6 +103,7 @@ enum syscall_id {
 enum drop_reason {
 	DROP_RINGBUF = 0, /* bpf_ringbuf_reserve failed */
 	DROP_PENDING = 1, /* no slot to keep the call in until its exit */
+	DROP_CHILD = 2,   /* a child could not be added to the filter: its calls are missing */
 	DROP_MAX,
 };
 
@@ -241,7 +242,16 @@ static __always_inline bool is_nvidia_major(__u32 major)
 	return bpf_map_lookup_elem(&nvidia_majors, &major) != NULL;
 }
 
-extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
+/* Since 6.2; weak, so that older kernels load the field-by-field reads. */
+extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym __weak;
+#ifndef bpf_ksym_exists
+#define bpf_ksym_exists(sym) ({ \
+	_Static_assert(!__builtin_constant_p(!!sym), #sym " should be __weak"); \
+	!!sym; \
+})
+#endif
+/* Tests turn the cast off to run the fallback on a kernel that has it. */
+const volatile bool use_rdonly_cast = true;
 
 /* The inode behind one of the current task's fds: fd → file → inode. The
  * walk is BTF pointer loads (a faulting one reads 0), not a helper call per
@@ -256,12 +266,21 @@ static __always_inline bool fd_inode(int fd, umode_t *mode, dev_t *rdev)
 	struct file *slot = NULL;
 	if (bpf_probe_read_kernel(&slot, sizeof(slot), &fds[fd]) || !slot)
 		return false;
-	struct file *f = bpf_rdonly_cast(slot, bpf_core_type_id_kernel(struct file));
-	struct inode *ino = f->f_inode;
+	struct inode *ino;
+	if (use_rdonly_cast && bpf_ksym_exists(bpf_rdonly_cast)) {
+		struct file *f = bpf_rdonly_cast(slot, bpf_core_type_id_kernel(struct file));
+		ino = f->f_inode;
+		if (!ino)
+			return false;
+		*mode = ino->i_mode;
+		*rdev = ino->i_rdev;
+		return true;
+	}
+	ino = BPF_CORE_READ(slot, f_inode);
 	if (!ino)
 		return false;
-	*mode = ino->i_mode;
-	*rdev = ino->i_rdev;
+	*mode = BPF_CORE_READ(ino, i_mode);
+	*rdev = BPF_CORE_READ(ino, i_rdev);
 	return true;
 }
 
@@ -472,8 +491,15 @@ static __always_inline int ioctl_enter(int fd, __u32 request, unsigned long uptr
 	if (fd >= 0) {
 		/* Decided from the inode, so inherited and dup'd fds count too. */
 		if (!fd_inode(fd, &mode, &rdev) || (mode & S_IFMT) != S_IFCHR ||
-		    !is_nvidia_major(rdev >> 20))
+		    !is_nvidia_major(rdev >> 20)) {
+			/* The only traced call that begins nothing: a slot left
+			 * by a call whose exit was missed must not pair with
+			 * this exit. */
+			struct event *stale = bpf_task_storage_get(&pending, bpf_get_current_task_btf(), 0, 0);
+			if (stale)
+				discard(stale);
 			return 0;
+		}
 	}
 	struct event *e = begin(SC_IOCTL, KIND_IOCTL);
 	if (!e)
@@ -846,6 +872,9 @@ int ct_sys_exit(__u64 *ctx)
 	__u8 sc = traced_syscall(syscall_nr((struct pt_regs *)ctx[0]));
 	if (sc == SC_NONE)
 		return 0;
+	/* A 32-bit call's number means another syscall (enter skips them). */
+	if (in_compat_syscall())
+		return 0;
 	struct event *e = bpf_task_storage_get(&pending, bpf_get_current_task_btf(), 0, 0);
 	if (!e || e->kind == 0)
 		return 0;
@@ -884,7 +913,8 @@ int ct_fork(__u64 *ctx)
 	if (ptgid == ctgid || !is_traced(ptgid))
 		return 0;
 	__u8 one = 1;
-	bpf_map_update_elem(&traced, &ctgid, &one, BPF_ANY);
+	if (bpf_map_update_elem(&traced, &ctgid, &one, BPF_ANY))
+		count_drop(DROP_CHILD);
 	return 0;
 }
 

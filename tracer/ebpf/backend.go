@@ -138,6 +138,11 @@ func (backend) Run(ctx context.Context, spec tracer.Spec, sink tracer.Sink) (res
 			"%d events dropped: %d ring buffer full, %d with no slot to wait for their return in, %d undecodable; the trace is incomplete",
 			res.Dropped, byReason[bpfDropReasonDROP_RINGBUF], byReason[bpfDropReasonDROP_PENDING], p.undecodable))
 	}
+	if n := byReason[bpfDropReasonDROP_CHILD]; n > 0 {
+		res.Dropped += n
+		res.Notes = append(res.Notes, fmt.Sprintf(
+			"%d child processes could not be added to the trace (kernel out of memory): their calls are missing; the trace is incomplete", n))
+	}
 	// A program run the kernel skipped (another BPF program was running on
 	// that CPU) saw nothing: any of them may have been a traced call.
 	if missed := s.skippedRuns(); missed > 0 {

@@ -25,7 +25,8 @@ type bpfDropReason uint32
 const (
 	bpfDropReasonDROP_RINGBUF bpfDropReason = 0
 	bpfDropReasonDROP_PENDING bpfDropReason = 1
-	bpfDropReasonDROP_MAX     bpfDropReason = 2
+	bpfDropReasonDROP_CHILD   bpfDropReason = 2
+	bpfDropReasonDROP_MAX     bpfDropReason = 3
 )
 
 type bpfEvent struct {
@@ -140,6 +141,7 @@ const (
 	bpfVarUnusedIoctlSite    = "unused_ioctl_site"
 	bpfVarUnusedKind         = "unused_kind"
 	bpfVarUnusedSyscall      = "unused_syscall"
+	bpfVarUseRdonlyCast      = "use_rdonly_cast"
 	bpfVarWakeupBytes        = "wakeup_bytes"
 )
 
@@ -221,6 +223,7 @@ type bpfVariableSpecs struct {
 	UnusedIoctlSite    *ebpf.VariableSpec `ebpf:"unused_ioctl_site"`
 	UnusedKind         *ebpf.VariableSpec `ebpf:"unused_kind"`
 	UnusedSyscall      *ebpf.VariableSpec `ebpf:"unused_syscall"`
+	UseRdonlyCast      *ebpf.VariableSpec `ebpf:"use_rdonly_cast"`
 	WakeupBytes        *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
 
@@ -282,6 +285,7 @@ type bpfVariables struct {
 	UnusedIoctlSite    *ebpf.Variable `ebpf:"unused_ioctl_site"`
 	UnusedKind         *ebpf.Variable `ebpf:"unused_kind"`
 	UnusedSyscall      *ebpf.Variable `ebpf:"unused_syscall"`
+	UseRdonlyCast      *ebpf.Variable `ebpf:"use_rdonly_cast"`
 	WakeupBytes        *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
 

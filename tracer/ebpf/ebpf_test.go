@@ -650,3 +650,22 @@ func TestPathInColdPage(t *testing.T) {
 	}
 	wantDev(t, e, 1, 3)
 }
+
+// Kernels before 6.2 have no bpf_rdonly_cast: the programs then read the
+// fd's file and inode field by field. Forced here, the same devices come out.
+func TestFdWalkWithoutRdonlyCast(t *testing.T) {
+	fieldReads = true
+	t.Cleanup(func() { fieldReads = false })
+	node := fakeNode(t, "nvidiactl")
+	res, rec := traceCmd(t, tracer.Spec{}, fmt.Sprintf("exec 3<>%s; stty < %s; exit 0", node, node))
+	checkComplete(t, res)
+	opens := rec.find(func(e *tracer.Event) bool { return e.Kind == tracer.KindOpen && e.Path == node })
+	if len(opens) != 2 {
+		t.Fatalf("%d opens of %s, want 2:\n%s", len(opens), node, rec.dump())
+	}
+	wantDev(t, opens[0], 1, 3)
+	ioctl := one(t, rec, "stty's TCGETS", func(e *tracer.Event) bool {
+		return e.Kind == tracer.KindIoctl && e.Request == unix.TCGETS
+	})
+	wantDev(t, ioctl, 1, 3)
+}

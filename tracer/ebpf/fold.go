@@ -13,7 +13,7 @@ import (
 
 func foldSettings(spec tracer.Spec) (foldAfter, error) {
 	for _, n := range []int{spec.FoldIoctlsAfter, spec.FoldCallsAfter} {
-		if n < 0 || n > math.MaxUint32 {
+		if n < 0 || uint64(n) > math.MaxUint32 {
 			return foldAfter{}, fmt.Errorf("fold threshold %d out of range", n)
 		}
 	}

@@ -72,7 +72,6 @@ func Probe() error {
 			return unavailable("BPF not supported: no kernel BTF: %v", err)
 		}
 	}
-	warmKernelBTF()
 	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
 		Type:         ebpf.SocketFilter,
 		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()},
@@ -81,6 +80,7 @@ func Probe() error {
 	if err != nil {
 		return loadError(err, false)
 	}
+	warmKernelBTF()
 	return prog.Close()
 }
 

@@ -48,6 +48,10 @@ func syscallTable() ([nrTableSize]uint8, error) {
 	return table, nil
 }
 
+// fieldReads, set by tests, makes the programs walk fd → inode with a probe
+// read per field, as on kernels before 6.2 (no bpf_rdonly_cast).
+var fieldReads bool
+
 // foldAfter is how many successful calls per site are sent before the rest
 // are only counted (tracer.Spec.FoldIoctlsAfter); zero sends all.
 type foldAfter struct{ ioctls, calls uint32 }
@@ -80,6 +84,7 @@ func configure(spec *ebpf.CollectionSpec, cache *btf.Cache, fold foldAfter) erro
 		"wakeup_bytes":           wakeup,
 		"fold_ioctls_after":      fold.ioctls,
 		"fold_calls_after":       fold.calls,
+		"use_rdonly_cast":        !fieldReads,
 	}
 	for name, v := range vars {
 		vs, ok := spec.Variables[name]
