@@ -41,7 +41,9 @@ type Recorder struct {
 	sites    map[ioctlSite]*IoctlSummary
 	order    []ioctlSite
 	calls    map[callSite]*FoldedSummary
-	folded   []callSite
+	// callOrder is calls' keys in first-seen order, which folding in the
+	// kernel (the first calls of a site are sent) leaves unchanged.
+	callOrder []callSite
 }
 
 // NewRecorder returns an empty recorder.
@@ -71,17 +73,9 @@ func (r *Recorder) Event(e *tracer.Event) {
 			return // counted, not stored
 		}
 	} else if !e.Failed() && e.Kind != tracer.KindExec && e.Kind != tracer.KindExit {
-		site := callSite{e.PID, e.Kind, e.Path}
-		s := r.calls[site]
-		if s == nil {
-			s = &FoldedSummary{PID: e.PID, Kind: e.Kind, Path: e.Path}
-			r.calls[site] = s
-		}
+		s := r.callSummary(callSite{e.PID, e.Kind, e.Path})
 		s.Calls++
 		if s.Calls > SamplePerSite {
-			if s.Calls == SamplePerSite+1 {
-				r.folded = append(r.folded, site)
-			}
 			return // counted, not stored
 		}
 	}
@@ -109,16 +103,7 @@ func (r *Recorder) AddFolded(folded []tracer.Folded) {
 			s.Count += f.Count
 			continue
 		}
-		site := callSite{f.PID, f.Kind, f.Path}
-		s := r.calls[site]
-		if s == nil {
-			s = &FoldedSummary{PID: f.PID, Kind: f.Kind, Path: f.Path}
-			r.calls[site] = s
-		}
-		if s.Calls <= SamplePerSite {
-			r.folded = append(r.folded, site)
-		}
-		s.Calls += f.Count
+		r.callSummary(callSite{f.PID, f.Kind, f.Path}).Calls += f.Count
 	}
 }
 
@@ -131,12 +116,26 @@ func (r *Recorder) Ioctls() []IoctlSummary {
 	return out
 }
 
+// callSummary returns site's summary, adding it (in first-seen order) if new.
+func (r *Recorder) callSummary(site callSite) *FoldedSummary {
+	s := r.calls[site]
+	if s == nil {
+		s = &FoldedSummary{PID: site.pid, Kind: site.kind, Path: site.path}
+		r.calls[site] = s
+		r.callOrder = append(r.callOrder, site)
+	}
+	return s
+}
+
 // Folded returns, for each call site with more than SamplePerSite successful
-// calls, how many there were in all (the first SamplePerSite are stored).
+// calls, how many there were in all (the first SamplePerSite are stored), in
+// the order the sites were first seen.
 func (r *Recorder) Folded() []FoldedSummary {
-	out := make([]FoldedSummary, 0, len(r.folded))
-	for _, s := range r.folded {
-		out = append(out, *r.calls[s])
+	var out []FoldedSummary
+	for _, site := range r.callOrder {
+		if s := r.calls[site]; s.Calls > SamplePerSite {
+			out = append(out, *s)
+		}
 	}
 	return out
 }

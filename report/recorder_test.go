@@ -157,22 +157,34 @@ func TestRecorderFoldsRepeatedCalls(t *testing.T) {
 	}
 }
 
-// Backends reuse their buffers (tracer.Sink): what the recorder keeps must
-// not change when the caller's event does.
 // A backend that folds in the kernel (first N per site sent, the rest
-// counted) leaves the recorder exactly where the whole stream would.
+// counted; paths too long for its key sent every time) leaves the recorder
+// exactly where the whole stream would, the order of the folded sites
+// included.
 func TestRecorderAddFoldedMatchesWholeStream(t *testing.T) {
 	ctl := tracer.Dev{Major: 195, Minor: 255}
 	const control = 0xc020462a
+	long := "/proc/driver/nvidia/gpus/0000:00:1e.0/a-path-longer-than-the-kernel-fold-key"
+	open := func(seq uint64, path string) *tracer.Event {
+		return &tracer.Event{Seq: seq, PID: 7, TID: 7, Kind: tracer.KindOpen, Syscall: "openat", Path: path, Ret: 4}
+	}
+	// First seen: nvidiactl, long, nvidia0; past 32 calls: nvidia0 first.
 	var stream []*tracer.Event
+	add := func(e *tracer.Event) { stream = append(stream, e) }
+	add(open(1, "/dev/nvidiactl"))
+	add(open(2, long))
+	for range 40 {
+		add(open(uint64(len(stream)+1), "/dev/nvidia0"))
+	}
 	for i := range 100 {
 		seq := uint64(len(stream) + 1)
 		if i%10 == 0 {
-			stream = append(stream, ioctlEv(seq, 7, 4, ctl, control, -22)) // failures are always sent
+			add(ioctlEv(seq, 7, 4, ctl, control, -22)) // failures are always sent
 		} else {
-			stream = append(stream, ioctlEv(seq, 7, 4, ctl, control, 0))
+			add(ioctlEv(seq, 7, 4, ctl, control, 0))
 		}
-		stream = append(stream, &tracer.Event{Seq: seq + 1, PID: 7, TID: 7, Kind: tracer.KindOpen, Syscall: "openat", Path: "/dev/nvidiactl", Ret: 4})
+		add(open(seq+1, "/dev/nvidiactl"))
+		add(open(seq+2, long))
 	}
 	whole := NewRecorder()
 	for _, e := range stream {
@@ -180,25 +192,35 @@ func TestRecorderAddFoldedMatchesWholeStream(t *testing.T) {
 	}
 
 	folded := NewRecorder()
-	var okIoctls, opens uint64
+	sent := map[string]uint64{}
+	var kernel []tracer.Folded
+	count := func(f tracer.Folded) {
+		for i := range kernel {
+			if kernel[i].Kind == f.Kind && kernel[i].Path == f.Path {
+				kernel[i].Count++
+				return
+			}
+		}
+		f.Count = 1
+		kernel = append(kernel, f)
+	}
 	for _, e := range stream {
 		switch {
-		case e.Failed():
+		case e.Failed() || e.Path == long:
 		case e.Kind == tracer.KindIoctl:
-			if okIoctls++; okIoctls > IoctlSamplePerSite {
+			if sent["ioctl"]++; sent["ioctl"] > IoctlSamplePerSite {
+				count(tracer.Folded{PID: 7, Kind: tracer.KindIoctl, Dev: ctl, Request: control})
 				continue
 			}
 		default:
-			if opens++; opens > SamplePerSite {
+			if sent[e.Path]++; sent[e.Path] > SamplePerSite {
+				count(tracer.Folded{PID: 7, Kind: tracer.KindOpen, Path: e.Path})
 				continue
 			}
 		}
 		folded.Event(e)
 	}
-	folded.AddFolded([]tracer.Folded{
-		{PID: 7, Kind: tracer.KindIoctl, Dev: ctl, Request: control, Count: okIoctls - IoctlSamplePerSite},
-		{PID: 7, Kind: tracer.KindOpen, Path: "/dev/nvidiactl", Count: opens - SamplePerSite},
-	})
+	folded.AddFolded(kernel)
 
 	for what, pair := range map[string][2]any{
 		"seen":   {whole.Seen, folded.Seen},
@@ -210,11 +232,20 @@ func TestRecorderAddFoldedMatchesWholeStream(t *testing.T) {
 			t.Errorf("%s: whole stream %v, folded %v", what, pair[0], pair[1])
 		}
 	}
-	if whole.Seen != 200 {
-		t.Errorf("seen %d, want 200", whole.Seen)
+	var order []string
+	for _, f := range whole.Folded() {
+		order = append(order, f.Path)
+	}
+	if want := []string{"/dev/nvidiactl", long, "/dev/nvidia0"}; fmt.Sprint(order) != fmt.Sprint(want) {
+		t.Errorf("folded sites in order %q, want first-seen %q", order, want)
+	}
+	if whole.Seen != uint64(len(stream)) {
+		t.Errorf("seen %d, want %d", whole.Seen, len(stream))
 	}
 }
 
+// Backends reuse their buffers (tracer.Sink): what the recorder keeps must
+// not change when the caller's event does.
 func TestRecorderStoresDeepCopies(t *testing.T) {
 	r := NewRecorder()
 	e := &tracer.Event{Seq: 1, PID: 5, TID: 5, Comm: "python3", Kind: tracer.KindExec, Path: "/usr/bin/python3",
