@@ -17,6 +17,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/cudatrace/cudatrace/internal/scenario"
+	"github.com/cudatrace/cudatrace/tracer/launch"
 )
 
 // Binaries built once per test binary by TestMain, in a directory every
@@ -28,6 +29,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	launch.RunLoaderIfRequested() // in-process runs launch this binary as the loader
 	dir, err := os.MkdirTemp("", "cudatrace-cli-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -105,7 +105,7 @@ func traceCommand(argv []string, o *options, stdout, stderr io.Writer) error {
 		}
 	})
 	started := time.Now()
-	res, err := backend.Run(ctx, spec, sink)
+	res, err := runBackend(ctx, backend, o.backend == "auto", spec, sink, func() bool { return rec.Seen == 0 }, stderr)
 	if err != nil {
 		return traceError(err, o)
 	}
@@ -213,6 +213,22 @@ func chooseBackend(name string, stderr io.Writer) (tracer.Backend, error) {
 		return ptracetrace.New(), nil
 	}
 	return nil, fail(exitUsage, "unknown backend %q: use auto, ebpf or ptrace", name)
+}
+
+// runBackend runs backend; with fallback (--backend auto), an eBPF backend
+// that passed its probe but could not load (an older kernel, the verifier)
+// gives way to ptrace, provided nothing was traced yet: the target has not
+// run, so ptrace can still start it from the beginning.
+func runBackend(ctx context.Context, backend tracer.Backend, fallback bool, spec tracer.Spec, sink tracer.Sink, untouched func() bool, stderr io.Writer) (*tracer.Result, error) {
+	res, err := backend.Run(ctx, spec, sink)
+	if err == nil || !fallback || backend.Name() != "ebpf" || !errors.Is(err, tracer.ErrUnavailable) || !untouched() {
+		return res, err
+	}
+	if perr := ptracetrace.Probe(); perr != nil {
+		return nil, err
+	}
+	fmt.Fprintf(stderr, "cudatrace: eBPF unavailable (%v); using ptrace\n", err)
+	return ptracetrace.New().Run(ctx, spec, sink)
 }
 
 func traceError(err error, o *options) error {
