@@ -92,9 +92,13 @@ func (d *decoder) decode(raw []byte) (*tracer.Event, error) {
 	if len(raw) < eventHeaderSize || len(raw) > eventSize {
 		return nil, fmt.Errorf("event of %d bytes, want %d to %d", len(raw), eventHeaderSize, eventSize)
 	}
-	// Ring-buffer samples are 8-byte aligned, as is the struct.
-	e := (*bpfEvent)(unsafe.Pointer(&raw[0]))
-	if len(raw) < eventSize {
+	// Ring-buffer samples are 8-byte aligned, as is the struct. A cut
+	// record is copied out first: a pointer to the struct must not reach
+	// past the sample (checkptr, -race, rejects it).
+	var e *bpfEvent
+	if len(raw) == eventSize {
+		e = (*bpfEvent)(unsafe.Pointer(&raw[0]))
+	} else {
 		full := unsafe.Slice((*byte)(unsafe.Pointer(&d.full)), eventSize)
 		clear(full[copy(full, raw):])
 		e = &d.full
