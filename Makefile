@@ -22,14 +22,17 @@ bpf:
 
 generate: bpf
 
+# With a C compiler the suite runs under the race detector (and checkptr).
+RACE := $(shell [ "$$($(GO) env CGO_ENABLED)" = 1 ] && command -v "$$($(GO) env CC)" >/dev/null && echo -race)
+
 # The whole suite. Privileged tests run as root; with
 # CUDATRACE_REQUIRE_PRIVILEGED=1 (CI) they fail instead of skipping. One
 # package at a time (-p 1): the privileged tests check that nothing of
-# cudatrace's (BPF programs, tracefs mounts, scratch cgroups) is left on the
+# cudatrace's (BPF programs, mounts, scratch cgroups) is left on the
 # host, which another package's tests running beside them would upset.
 test:
 	$(GO) vet ./...
-	$(GO) test -p 1 -count=1 -timeout 40m ./...
+	$(GO) test $(RACE) -p 1 -count=1 -timeout 40m ./...
 
 test-short:
 	$(GO) test -short ./...
