@@ -353,20 +353,28 @@ static __always_inline void discard(struct event *e)
 	e->kind = 0;
 }
 
+/* Read the path at e->path_uptr into e; an unreadable one leaves it empty. */
+static __always_inline bool load_path(struct event *e)
+{
+	long n = bpf_probe_read_user_str(e->path, sizeof(e->path), (const void *)e->path_uptr);
+	e->path_len = n > 0 ? n : 0;
+	if (n < 0) {
+		e->path[0] = 0;
+		return false;
+	}
+	return true;
+}
+
 /* Read the path argument. A tracepoint cannot fault pages in, so a string
  * in a cold page (a literal in a library's .rodata) fails here; the exit
  * handler reads it again once the kernel itself has touched it. */
 static __always_inline bool read_path(struct event *e, unsigned long uptr)
 {
 	e->path_uptr = uptr;
-	long n = bpf_probe_read_user_str(e->path, sizeof(e->path), (const void *)uptr);
-	if (n < 0) {
-		e->path[0] = 0;
-		e->path_len = 0;
+	if (!load_path(e)) {
 		e->retry = 1;
 		return false;
 	}
-	e->path_len = n;
 	return true;
 }
 
@@ -799,10 +807,7 @@ static __always_inline int finish(struct event *e, long ret)
 	e->tid = (__u32)bpf_get_current_pid_tgid();
 
 	if (e->kind == KIND_OPEN) {
-		long n = bpf_probe_read_user_str(e->path, sizeof(e->path), (const void *)e->path_uptr);
-		e->path_len = n > 0 ? n : 0;
-		if (n < 0)
-			e->path[0] = 0;
+		load_path(e);
 		e->matched = is_interesting_open(e->path);
 		if (ret >= 0)
 			have_inode = fd_inode((int)ret, &imode, &rdev) && is_dev_mode(imode);
@@ -887,10 +892,7 @@ int ct_sys_exit(__u64 *ctx)
 		/* The path was unreadable at enter: read it now and apply the
 		 * filter the enter handler could not. */
 		e->retry = 0;
-		long n = bpf_probe_read_user_str(e->path, sizeof(e->path), (const void *)e->path_uptr);
-		e->path_len = n > 0 ? n : 0;
-		if (n < 0)
-			e->path[0] = 0;
+		load_path(e);
 		if (!node_kind_matches(e->kind, e->path)) {
 			discard(e);
 			return 0;

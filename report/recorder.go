@@ -60,12 +60,7 @@ func (r *Recorder) Event(e *tracer.Event) {
 			dev = *e.Dev
 		}
 		site := ioctlSite{e.PID, dev, e.Request}
-		s := r.sites[site]
-		if s == nil {
-			s = &IoctlSummary{PID: e.PID, Dev: dev, Request: e.Request}
-			r.sites[site] = s
-			r.order = append(r.order, site)
-		}
+		s := r.ioctlSummary(site)
 		s.Count++
 		if e.Failed() {
 			s.Failed++ // failures are the evidence: always stored
@@ -93,14 +88,7 @@ func (r *Recorder) AddFolded(folded []tracer.Folded) {
 	for _, f := range folded {
 		r.Seen += f.Count
 		if f.Kind == tracer.KindIoctl {
-			site := ioctlSite{f.PID, f.Dev, f.Request}
-			s := r.sites[site]
-			if s == nil {
-				s = &IoctlSummary{PID: f.PID, Dev: f.Dev, Request: f.Request}
-				r.sites[site] = s
-				r.order = append(r.order, site)
-			}
-			s.Count += f.Count
+			r.ioctlSummary(ioctlSite{f.PID, f.Dev, f.Request}).Count += f.Count
 			continue
 		}
 		r.callSummary(callSite{f.PID, f.Kind, f.Path}).Calls += f.Count
@@ -116,13 +104,26 @@ func (r *Recorder) Ioctls() []IoctlSummary {
 	return out
 }
 
+// ioctlSummary returns site's summary, adding it (in first-seen order) if new.
+func (r *Recorder) ioctlSummary(site ioctlSite) *IoctlSummary {
+	return summary(r.sites, &r.order, site, func() *IoctlSummary {
+		return &IoctlSummary{PID: site.pid, Dev: site.dev, Request: site.request}
+	})
+}
+
 // callSummary returns site's summary, adding it (in first-seen order) if new.
 func (r *Recorder) callSummary(site callSite) *FoldedSummary {
-	s := r.calls[site]
+	return summary(r.calls, &r.callOrder, site, func() *FoldedSummary {
+		return &FoldedSummary{PID: site.pid, Kind: site.kind, Path: site.path}
+	})
+}
+
+func summary[K comparable, S any](sites map[K]*S, order *[]K, site K, newSummary func() *S) *S {
+	s := sites[site]
 	if s == nil {
-		s = &FoldedSummary{PID: site.pid, Kind: site.kind, Path: site.path}
-		r.calls[site] = s
-		r.callOrder = append(r.callOrder, site)
+		s = newSummary()
+		sites[site] = s
+		*order = append(*order, site)
 	}
 	return s
 }

@@ -38,9 +38,9 @@ type Spec struct {
 
 	// DeferRelease lets Run return as soon as the trace is complete and
 	// release what it holds (BPF links and maps) in the background; the
-	// caller must then call Result.Finish before exiting. Detaching
-	// tracepoints costs a kernel grace period each (over a second in all),
-	// which the report need not wait for.
+	// caller must then call Result.Finish before exiting. Detaching may
+	// wait for the kernel (a few ms for the BPF links used now), which the
+	// report need not wait for.
 	DeferRelease bool
 }
 

@@ -107,9 +107,16 @@ var warm struct {
 	cache *btf.Cache
 }
 
-func warmKernelBTF() {
+// parseKernelBTF returns a cache whose kernel types are being parsed in the
+// background; configure reports a failure to parse.
+func parseKernelBTF() *btf.Cache {
 	c := btf.NewCache()
-	go c.Kernel() //nolint:errcheck // the load that takes c reports the error
+	go c.Kernel() //nolint:errcheck
+	return c
+}
+
+func warmKernelBTF() {
+	c := parseKernelBTF()
 	warm.Lock()
 	warm.cache = c
 	warm.Unlock()
@@ -124,8 +131,7 @@ func kernelBTF() *btf.Cache {
 	warm.cache = nil
 	warm.Unlock()
 	if c == nil {
-		c = btf.NewCache()
-		go c.Kernel() //nolint:errcheck // configure reports the error
+		c = parseKernelBTF()
 	}
 	return c
 }
