@@ -29,6 +29,10 @@ const (
 	KindMemfd   Kind = "memfd"   // memfd_create (seccomp denials show here)
 	KindExec    Kind = "exec"    // execve, execveat
 	KindExit    Kind = "exit"    // a process (thread group) exited
+	// KindAPI is a return from a CUDA driver or NVML entry point (cuInit,
+	// nvmlInit_v2, ...), caught by a uretprobe: Func names it, Path is the
+	// library, Ret is the CUresult or nvmlReturn_t it returned.
+	KindAPI Kind = "api"
 )
 
 // Dev is a device number as the kernel sees it.
@@ -61,7 +65,8 @@ type Event struct {
 	FD      int    `json:"fd,omitempty"`      // ioctl: the fd used
 	Request uint32 `json:"request,omitempty"` // ioctl: request number
 	Arg     []byte `json:"arg,omitempty"`     // ioctl: leading bytes of the params block after the call
-	Ret     int64  `json:"ret"`               // return value, -errno on failure
+	Ret     int64  `json:"ret"`               // return value, -errno on failure; api: the library's return code
+	Func    string `json:"func,omitempty"`    // api: the entry point that returned
 	// Exit events only.
 	ExitCode int `json:"exit_code,omitempty"`
 	Signal   int `json:"signal,omitempty"`
@@ -81,7 +86,13 @@ func (e *Event) Copy() Event {
 }
 
 // Failed reports whether the call returned an error.
-func (e *Event) Failed() bool { return e.Kind != KindExit && e.Ret < 0 && e.Ret > -4096 }
+func (e *Event) Failed() bool {
+	return e.Kind != KindExit && e.Kind != KindAPI && e.Ret < 0 && e.Ret > -4096
+}
+
+// APIFailed reports whether a CUDA or NVML entry point returned an error
+// (any code but 0: CUDA_SUCCESS, NVML_SUCCESS).
+func (e *Event) APIFailed() bool { return e.Kind == KindAPI && e.Ret != 0 }
 
 // Errno is the error the call failed with, or 0.
 func (e *Event) Errno() syscall.Errno {
