@@ -63,6 +63,10 @@ type Result struct {
 	Folded   []Folded
 	Dropped  uint64 // events the kernel (or the tracer) lost; non-zero means incomplete
 	Launched bool
+	// APIReturns: the backend saw the return codes of the CUDA and NVML
+	// entry points (uprobes); APILibraries are the library files probed.
+	APIReturns   bool
+	APILibraries []string
 	// Exit is the launched target's exit (nil when attaching, or when the
 	// target outlived the trace).
 	Exit *ExitStatus

@@ -67,6 +67,12 @@ type Event struct {
 	Arg     []byte `json:"arg,omitempty"`     // ioctl: leading bytes of the params block after the call
 	Ret     int64  `json:"ret"`               // return value, -errno on failure; api: the library's return code
 	Func    string `json:"func,omitempty"`    // api: the entry point that returned
+	// Out is what an api call returned through its out-argument, when
+	// read (cuDeviceGetCount: the number of devices).
+	Out *int64 `json:"out,omitempty"`
+	// NoEntry: the call never reached the kernel's syscall code; something
+	// answered it first (a seccomp filter's RET_ERRNO or USER_NOTIF).
+	NoEntry bool `json:"no_entry,omitempty"`
 	// Exit events only.
 	ExitCode int `json:"exit_code,omitempty"`
 	Signal   int `json:"signal,omitempty"`
@@ -81,6 +87,10 @@ func (e *Event) Copy() Event {
 	if e.Dev != nil {
 		d := *e.Dev
 		c.Dev = &d
+	}
+	if e.Out != nil {
+		o := *e.Out
+		c.Out = &o
 	}
 	return c
 }

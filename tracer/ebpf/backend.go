@@ -21,6 +21,7 @@ import (
 	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
 
+	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
 	"github.com/cudatrace/cudatrace/tracer/launch"
 )
@@ -94,7 +95,10 @@ func (backend) Run(ctx context.Context, spec tracer.Spec, sink tracer.Sink) (res
 	res = &tracer.Result{Backend: "ebpf", Launched: launching}
 	startKtime := monotonicNow()
 	res.Started = time.Now()
-	p := newPump(s.rd, newDecoder(startKtime), sink, s.exits)
+	dec := newDecoder(startKtime)
+	dec.api = s.api
+	p := newPump(s.rd, dec, sink, s.exits)
+	p.hold = s.api.release
 	go p.run()
 
 	if launching {
@@ -131,6 +135,9 @@ func (backend) Run(ctx context.Context, spec tracer.Spec, sink tracer.Sink) (res
 		err = ferr
 	}
 	res.Folded = folded
+	res.APIReturns = true
+	res.APILibraries = s.api.probedLibs()
+	res.Notes = append(res.Notes, s.api.notes...)
 	res.Dropped = byReason[bpfDropReasonDROP_RINGBUF] + byReason[bpfDropReasonDROP_PENDING] + p.undecodable
 	if res.Dropped > 0 {
 		res.Notes = append(res.Notes, fmt.Sprintf(
@@ -242,6 +249,7 @@ type session struct {
 	phases *phaseLog
 	exits  chan struct{} // a traced process exited (attach: is any left?)
 	fold   foldAfter
+	api    *apiProbes
 }
 
 func load(spec tracer.Spec, ringBytes int) (*session, error) {
@@ -277,7 +285,7 @@ func load(spec tracer.Spec, ringBytes int) (*session, error) {
 	if onLoad != nil {
 		onLoad(coll)
 	}
-	s := &session{coll: coll, debug: spec.Debug, fold: fold, exits: make(chan struct{}, 1)}
+	s := &session{coll: coll, debug: spec.Debug, fold: fold, exits: make(chan struct{}, 1), api: newAPIProbes(coll)}
 	majors := coll.Maps[bpfMapNvidiaMajors]
 	if len(spec.DeviceMajors) > int(majors.MaxEntries()) {
 		s.close()
@@ -343,6 +351,7 @@ func (s *session) detach() {
 
 func (s *session) close() {
 	s.detach()
+	s.api.close()
 	if s.rd != nil {
 		s.rd.Close()
 	}
@@ -392,6 +401,9 @@ func (s *session) runLaunch(spec tracer.Spec, child *launch.Child, res *tracer.R
 		child.Abort()
 		return err
 	}
+	// The libraries the target's loader would pick are probed before it
+	// runs; one opened from anywhere else is held at its open (hold_unprobed_libs).
+	s.api.attachLibs(snapshot.OpenCUDALibraries(fmt.Sprintf("/proc/%d/root", child.PID), os.Environ()))
 	s.phases.mark("attached")
 	waitc := make(chan waitResult, 1)
 	if err := child.Release(); err != nil {
@@ -444,6 +456,10 @@ func (s *session) runAttach(ctx context.Context, spec tracer.Spec, tgids []int, 
 		if !processAlive(t) && s.coll.Maps[bpfMapTraced].Lookup(uint32(t), &v) == nil {
 			return fmt.Errorf("process %d exited during attach", t)
 		}
+	}
+	for _, t := range tgids {
+		s.api.attachLibs(snapshot.OpenMappedLibraries(t))
+		s.api.attachLibs(snapshot.OpenCUDALibraries(fmt.Sprintf("/proc/%d/root", t), snapshot.ReadEnviron(t)))
 	}
 	res.Notes = append(res.Notes, "attached to running processes: calls made before the attach are not in this trace")
 	for _, t := range tgids {

@@ -52,7 +52,10 @@ type bpfEvent struct {
 	Matched  uint8
 	Retry    uint8
 	PathLen  uint16
-	Pad      [6]uint8
+	NoEntry  uint8
+	Held     uint8
+	HasCount uint8
+	Pad      [3]uint8
 	Comm     [16]int8
 	Arg      [64]uint8
 	Path     [256]int8
@@ -73,6 +76,7 @@ const (
 	bpfEventKindKIND_MEMFD   bpfEventKind = 9
 	bpfEventKindKIND_EXEC    bpfEventKind = 10
 	bpfEventKindKIND_EXIT    bpfEventKind = 11
+	bpfEventKindKIND_API     bpfEventKind = 12
 )
 
 type bpfIoctlSite struct {
@@ -81,6 +85,13 @@ type bpfIoctlSite struct {
 	Major   uint32
 	Minor   uint32
 	Request uint32
+}
+
+type bpfLibId struct {
+	_   structs.HostLayout
+	Ino uint64
+	Dev uint32
+	Pad uint32
 }
 
 type bpfSyscallId uint32
@@ -111,19 +122,24 @@ const (
 	bpfSyscallIdSC_EXECVE       bpfSyscallId = 22
 	bpfSyscallIdSC_EXECVEAT     bpfSyscallId = 23
 	bpfSyscallIdSC_EXIT         bpfSyscallId = 24
+	bpfSyscallIdSC_API          bpfSyscallId = 25
 )
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	bpfMapApiOutArg          = "api_out_arg"
 	bpfMapCallSites          = "call_sites"
 	bpfMapDrops              = "drops"
 	bpfMapEvents             = "events"
 	bpfMapIoctlSites         = "ioctl_sites"
 	bpfMapNvidiaMajors       = "nvidia_majors"
 	bpfMapPending            = "pending"
+	bpfMapProbedLibs         = "probed_libs"
 	bpfMapTraced             = "traced"
+	bpfProgCtApiEnter        = "ct_api_enter"
+	bpfProgCtApiRet          = "ct_api_ret"
 	bpfProgCtExit            = "ct_exit"
 	bpfProgCtFork            = "ct_fork"
 	bpfProgCtSysEnter        = "ct_sys_enter"
@@ -133,6 +149,7 @@ const (
 	bpfVarFoldCallsAfter     = "fold_calls_after"
 	bpfVarFoldIoctlsAfter    = "fold_ioctls_after"
 	bpfVarFollowChildren     = "follow_children"
+	bpfVarHoldUnprobedLibs   = "hold_unprobed_libs"
 	bpfVarNrToSc             = "nr_to_sc"
 	bpfVarStatModeOff        = "stat_mode_off"
 	bpfVarStatRdevOff        = "stat_rdev_off"
@@ -140,6 +157,7 @@ const (
 	bpfVarUnusedDrop         = "unused_drop"
 	bpfVarUnusedIoctlSite    = "unused_ioctl_site"
 	bpfVarUnusedKind         = "unused_kind"
+	bpfVarUnusedLibId        = "unused_lib_id"
 	bpfVarUnusedSyscall      = "unused_syscall"
 	bpfVarUseRdonlyCast      = "use_rdonly_cast"
 	bpfVarWakeupBytes        = "wakeup_bytes"
@@ -187,6 +205,8 @@ type bpfSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type bpfProgramSpecs struct {
+	CtApiEnter *ebpf.ProgramSpec `ebpf:"ct_api_enter"`
+	CtApiRet   *ebpf.ProgramSpec `ebpf:"ct_api_ret"`
 	CtExit     *ebpf.ProgramSpec `ebpf:"ct_exit"`
 	CtFork     *ebpf.ProgramSpec `ebpf:"ct_fork"`
 	CtSysEnter *ebpf.ProgramSpec `ebpf:"ct_sys_enter"`
@@ -197,12 +217,14 @@ type bpfProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type bpfMapSpecs struct {
+	ApiOutArg    *ebpf.MapSpec `ebpf:"api_out_arg"`
 	CallSites    *ebpf.MapSpec `ebpf:"call_sites"`
 	Drops        *ebpf.MapSpec `ebpf:"drops"`
 	Events       *ebpf.MapSpec `ebpf:"events"`
 	IoctlSites   *ebpf.MapSpec `ebpf:"ioctl_sites"`
 	NvidiaMajors *ebpf.MapSpec `ebpf:"nvidia_majors"`
 	Pending      *ebpf.MapSpec `ebpf:"pending"`
+	ProbedLibs   *ebpf.MapSpec `ebpf:"probed_libs"`
 	Traced       *ebpf.MapSpec `ebpf:"traced"`
 }
 
@@ -215,6 +237,7 @@ type bpfVariableSpecs struct {
 	FoldCallsAfter     *ebpf.VariableSpec `ebpf:"fold_calls_after"`
 	FoldIoctlsAfter    *ebpf.VariableSpec `ebpf:"fold_ioctls_after"`
 	FollowChildren     *ebpf.VariableSpec `ebpf:"follow_children"`
+	HoldUnprobedLibs   *ebpf.VariableSpec `ebpf:"hold_unprobed_libs"`
 	NrToSc             *ebpf.VariableSpec `ebpf:"nr_to_sc"`
 	StatModeOff        *ebpf.VariableSpec `ebpf:"stat_mode_off"`
 	StatRdevOff        *ebpf.VariableSpec `ebpf:"stat_rdev_off"`
@@ -222,6 +245,7 @@ type bpfVariableSpecs struct {
 	UnusedDrop         *ebpf.VariableSpec `ebpf:"unused_drop"`
 	UnusedIoctlSite    *ebpf.VariableSpec `ebpf:"unused_ioctl_site"`
 	UnusedKind         *ebpf.VariableSpec `ebpf:"unused_kind"`
+	UnusedLibId        *ebpf.VariableSpec `ebpf:"unused_lib_id"`
 	UnusedSyscall      *ebpf.VariableSpec `ebpf:"unused_syscall"`
 	UseRdonlyCast      *ebpf.VariableSpec `ebpf:"use_rdonly_cast"`
 	WakeupBytes        *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
@@ -247,23 +271,27 @@ func (o *bpfObjects) Close() error {
 //
 // It can be passed to loadBpfObjects or ebpf.CollectionSpec.LoadAndAssign.
 type bpfMaps struct {
+	ApiOutArg    *ebpf.Map `ebpf:"api_out_arg"`
 	CallSites    *ebpf.Map `ebpf:"call_sites"`
 	Drops        *ebpf.Map `ebpf:"drops"`
 	Events       *ebpf.Map `ebpf:"events"`
 	IoctlSites   *ebpf.Map `ebpf:"ioctl_sites"`
 	NvidiaMajors *ebpf.Map `ebpf:"nvidia_majors"`
 	Pending      *ebpf.Map `ebpf:"pending"`
+	ProbedLibs   *ebpf.Map `ebpf:"probed_libs"`
 	Traced       *ebpf.Map `ebpf:"traced"`
 }
 
 func (m *bpfMaps) Close() error {
 	return _BpfClose(
+		m.ApiOutArg,
 		m.CallSites,
 		m.Drops,
 		m.Events,
 		m.IoctlSites,
 		m.NvidiaMajors,
 		m.Pending,
+		m.ProbedLibs,
 		m.Traced,
 	)
 }
@@ -277,6 +305,7 @@ type bpfVariables struct {
 	FoldCallsAfter     *ebpf.Variable `ebpf:"fold_calls_after"`
 	FoldIoctlsAfter    *ebpf.Variable `ebpf:"fold_ioctls_after"`
 	FollowChildren     *ebpf.Variable `ebpf:"follow_children"`
+	HoldUnprobedLibs   *ebpf.Variable `ebpf:"hold_unprobed_libs"`
 	NrToSc             *ebpf.Variable `ebpf:"nr_to_sc"`
 	StatModeOff        *ebpf.Variable `ebpf:"stat_mode_off"`
 	StatRdevOff        *ebpf.Variable `ebpf:"stat_rdev_off"`
@@ -284,6 +313,7 @@ type bpfVariables struct {
 	UnusedDrop         *ebpf.Variable `ebpf:"unused_drop"`
 	UnusedIoctlSite    *ebpf.Variable `ebpf:"unused_ioctl_site"`
 	UnusedKind         *ebpf.Variable `ebpf:"unused_kind"`
+	UnusedLibId        *ebpf.Variable `ebpf:"unused_lib_id"`
 	UnusedSyscall      *ebpf.Variable `ebpf:"unused_syscall"`
 	UseRdonlyCast      *ebpf.Variable `ebpf:"use_rdonly_cast"`
 	WakeupBytes        *ebpf.Variable `ebpf:"wakeup_bytes"`
@@ -293,6 +323,8 @@ type bpfVariables struct {
 //
 // It can be passed to loadBpfObjects or ebpf.CollectionSpec.LoadAndAssign.
 type bpfPrograms struct {
+	CtApiEnter *ebpf.Program `ebpf:"ct_api_enter"`
+	CtApiRet   *ebpf.Program `ebpf:"ct_api_ret"`
 	CtExit     *ebpf.Program `ebpf:"ct_exit"`
 	CtFork     *ebpf.Program `ebpf:"ct_fork"`
 	CtSysEnter *ebpf.Program `ebpf:"ct_sys_enter"`
@@ -301,6 +333,8 @@ type bpfPrograms struct {
 
 func (p *bpfPrograms) Close() error {
 	return _BpfClose(
+		p.CtApiEnter,
+		p.CtApiRet,
 		p.CtExit,
 		p.CtFork,
 		p.CtSysEnter,
