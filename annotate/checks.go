@@ -405,8 +405,12 @@ func (a *analyzer) checkCallsOK() {
 		Detail:  d, Events: events}, "")
 }
 
-// verdict is the report's headline.
+// verdict is the report's headline. It starts from CUDA's own return code
+// when that was traced; without it, it never claims that CUDA started.
 func (a *analyzer) verdict() string {
+	if v, ok := a.cudaVerdict(); ok {
+		return v
+	}
 	if a.fail >= 0 {
 		e := &a.ev[a.fail]
 		head := "cuInit cannot succeed: "
@@ -439,6 +443,9 @@ func (a *analyzer) verdict() string {
 		}
 	}
 	s := "No NVIDIA device call failed."
+	if a.cuda.Status != "unknown" || touched {
+		s += a.apiUnseen()
+	}
 	if a.byID["node-repaired"] {
 		s += " libcuda recreated a device node during the run, so the setup is not clean (see node-repaired)."
 	}
