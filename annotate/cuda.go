@@ -13,10 +13,10 @@ type CUDAResult struct {
 	// Status: "failed", "ok", "not-called" (libcuda/NVML was loaded, or not,
 	// and no probed entry point returned), or "unknown" (the backend could
 	// not see return codes).
-	Status string `json:"status"`
-	Func   string `json:"func,omitempty"`   // the call that decided it: the first that failed, else cuInit
-	Code   int64  `json:"code"`             // its return code
-	Name   string `json:"name,omitempty"`   // CUDA_ERROR_UNKNOWN, NVML_ERROR_DRIVER_NOT_LOADED
+	Status  string `json:"status"`
+	Func    string `json:"func,omitempty"`    // the call that decided it: the first that failed, else cuInit
+	Code    int64  `json:"code"`              // its return code
+	Name    string `json:"name,omitempty"`    // CUDA_ERROR_UNKNOWN, NVML_ERROR_DRIVER_NOT_LOADED
 	Devices *int64 `json:"devices,omitempty"` // what cuDeviceGetCount returned, when it did
 	Library string `json:"library,omitempty"`
 	Event   uint64 `json:"event,omitempty"` // Seq of the deciding api event

@@ -137,4 +137,3 @@ func limitText(v uint64) string {
 	}
 	return fmt.Sprint(v)
 }
-

@@ -43,5 +43,5 @@ type Analysis struct {
 	Verdict string `json:"verdict"`
 	// CUDA is what CUDA or NVML itself returned, when the trace saw it.
 	CUDA     *CUDAResult `json:"cuda,omitempty"`
-	Findings []Finding `json:"findings"`
+	Findings []Finding   `json:"findings"`
 }

@@ -47,8 +47,8 @@ type apiProbes struct {
 	probed     *ebpf.Map // probed_libs: the files the kernel need not hold for
 
 	mu       sync.Mutex
-	libs     []string            // by cookie index: the path the target used
-	attached map[[2]uint64]bool  // files probed, by (st_dev, st_ino)
+	libs     []string           // by cookie index: the path the target used
+	attached map[[2]uint64]bool // files probed, by (st_dev, st_ino)
 	links    []link.Link
 	notes    []string
 }
