@@ -38,6 +38,7 @@ func (a *analyzer) checkAll() {
 	a.checkMIGCaps()
 	a.checkModprobe()
 	a.checkUVMInit()
+	a.checkInband()
 	a.checkCallsOK()
 }
 
@@ -416,6 +417,8 @@ func (a *analyzer) verdict() string {
 		s := head + FormatCall(e) + " by " + who(e)
 		if e.Failed() {
 			s += " → " + e.ErrnoName()
+		} else if st := a.inbandText(e); st != "" {
+			s += " → " + st
 		}
 		if a.cause != "" {
 			s += ": " + a.cause
