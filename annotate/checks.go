@@ -442,6 +442,9 @@ func (a *analyzer) verdict() string {
 		}
 	}
 	s := "No NVIDIA device call failed."
+	if why := a.inbandVerdict(); why != "" {
+		s = why
+	}
 	if a.byID["node-repaired"] {
 		s += " libcuda recreated a device node during the run, so the setup is not clean (see node-repaired)."
 	}

@@ -232,3 +232,14 @@ func inbandFix(r inband, driverVersion string) string {
 	}
 	return "Read the NVRM lines of the kernel log (`dmesg | grep -E 'NVRM|Xid'`) from the time of the call: RM logs why it refused the request."
 }
+
+// inbandVerdict is the headline when no call failed outright but the
+// driver refused one in band: "nothing failed" would not be true.
+func (a *analyzer) inbandVerdict() string {
+	for _, f := range a.out {
+		if (f.ID == "rm-status-failed" || f.ID == "uvm-status-failed") && f.Severity == SeverityWarning {
+			return "No NVIDIA device call failed outright, but " + f.Summary + " (see " + f.ID + ")."
+		}
+	}
+	return ""
+}
