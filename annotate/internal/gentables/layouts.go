@@ -180,7 +180,9 @@ func emitNames(b *bytes.Buffer, a *abi) error {
 		}
 		common = append(common, kv{v, name})
 	}
-	sort.Slice(common, func(i, j int) bool { return common[i].k < common[j].k || common[i].k == common[j].k && common[i].v < common[j].v })
+	sort.Slice(common, func(i, j int) bool {
+		return common[i].k < common[j].k || common[i].k == common[j].k && common[i].v < common[j].v
+	})
 	for _, c := range common {
 		if !seen[c.k] {
 			seen[c.k] = true

@@ -52,7 +52,7 @@ type abi struct {
 		} `json:"layouts"`
 	} `json:"uvm_ioctl_detail"`
 	RMClassesCommon map[string]json.RawMessage `json:"rm_classes_common"`
-	Source          string            `json:"_source"`
+	Source          string                     `json:"_source"`
 }
 
 func main() {
