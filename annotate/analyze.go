@@ -211,6 +211,7 @@ func (a *analyzer) pinpoint() {
 			return
 		}
 	}
+	a.fail = a.inbandSuspect()
 }
 
 // recovered is whether the same process later did the same thing to the
@@ -546,6 +547,8 @@ func (a *analyzer) explainIoctl(i int) {
 		}
 		a.add(Finding{ID: "call-failed", Severity: SeverityError,
 			Summary: "UVM_INITIALIZE on /dev/nvidia-uvm failed", Detail: d, Events: []uint64{e.Seq}}, cause)
+	default:
+		a.explainInband(i)
 	}
 }
 

@@ -38,6 +38,7 @@ func (a *analyzer) checkAll() {
 	a.checkMIGCaps()
 	a.checkModprobe()
 	a.checkUVMInit()
+	a.checkInband()
 	a.checkCallsOK()
 }
 
@@ -420,6 +421,8 @@ func (a *analyzer) verdict() string {
 		s := head + FormatCall(e) + " by " + who(e)
 		if e.Failed() {
 			s += " → " + e.ErrnoName()
+		} else if st := a.inbandText(e); st != "" {
+			s += " → " + st
 		}
 		if a.cause != "" {
 			s += ": " + a.cause
@@ -443,6 +446,9 @@ func (a *analyzer) verdict() string {
 		}
 	}
 	s := "No NVIDIA device call failed."
+	if why := a.inbandVerdict(); why != "" {
+		s = why
+	}
 	if a.cuda.Status != "unknown" || touched {
 		s += a.apiUnseen()
 	}

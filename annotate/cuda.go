@@ -229,6 +229,8 @@ func (a *analyzer) cudaVerdict() (string, bool) {
 			s := head + ": " + FormatCall(c) + " by " + who(c)
 			if c.Failed() {
 				s += " → " + c.ErrnoName()
+			} else if st := a.inbandText(c); st != "" {
+				s += " → " + st
 			}
 			if a.cause != "" {
 				s += ": " + a.cause

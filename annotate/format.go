@@ -254,6 +254,9 @@ func FormatCall(e *tracer.Event) string {
 				req += "(" + n + ")"
 			}
 		}
+		if obj := rmObject(req, e.Arg); obj != "" {
+			req += " " + obj
+		}
 		return fmt.Sprintf("%s(%d, %s)", name, e.FD, req)
 	case tracer.KindStat, tracer.KindUnlink:
 		return fmt.Sprintf("%s(%s)", name, q(e.Path))

@@ -4,6 +4,7 @@
 # bin/cudatrace and bin/scenario (static) are built elsewhere and carried:
 #
 #   make build && CGO_ENABLED=0 go build -o bin/scenario ./scripts/scenario
+#   CGO_ENABLED=0 go build -o bin/rmprobe ./scripts/rmprobe   # optional: states 9-rmprobe-*
 #   sudo scripts/gpu-acceptance.sh OUTDIR [--overhead N]
 #
 # Each state gets OUTDIR/<state>/{report.json,stdout,stderr,rc} for the traced
@@ -100,6 +101,14 @@ traced 8-ptrace-deny-uvm-torch --deny-v2 "c $uvm:* rwm" -- --backend ptrace -- p
 traced 8-ptrace-deny-uvm-cuinit --deny-v2 "c $uvm:* rwm" -- --backend ptrace -- python3 -c "$CUINIT"
 traced 8-ptrace-uvm-missing-nobody-cuinit --drop nvidia-uvm --drop nvidia-uvm-tools -- --backend ptrace -u nobody -- python3 -c "$CUINIT"
 traced 8-ptrace-healthy-torch none -- --backend ptrace -- python3 -c "$TORCH"
+# 9: real in-band failures (bad class, bad control command, wrong version
+# string) from bin/rmprobe, on /dev/nvidiactl only, under both backends.
+if [ -x "$PWD/bin/rmprobe" ]; then
+traced 9-rmprobe-ebpf   none -- --backend ebpf   -- "$PWD/bin/rmprobe"
+traced 9-rmprobe-ptrace none -- --backend ptrace -- "$PWD/bin/rmprobe"
+else
+echo "bin/rmprobe missing: states 9-rmprobe-* skipped" >&2
+fi
 
 echo "== leftovers"
 {
