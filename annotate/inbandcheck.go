@@ -124,7 +124,7 @@ func (a *analyzer) explainInband(i int) {
 	}
 	events := []uint64{e.Seq}
 	if c := a.cudaFailed(); c != nil {
-		d = append(d, fmt.Sprintf("%s then returned %s at +%s; this was the last unexpected in-band failure before it.", c.Func, apiCodeName(c.Func, c.Ret), c.Time))
+		d = append(d, fmt.Sprintf("%s then returned %s at +%s; this was the last unexpected in-band failure before it.", c.Func, apiCodeName(c.Func, c.Ret)+fmt.Sprintf(" (%d)", c.Ret), c.Time))
 		events = append(events, c.Seq)
 	}
 	var expected []string
