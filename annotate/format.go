@@ -289,6 +289,8 @@ func FormatCall(e *tracer.Event) string {
 			return fmt.Sprintf("killed by %s", unix.SignalName(unix.Signal(e.Signal)))
 		}
 		return fmt.Sprintf("exit(%d)", e.ExitCode)
+	case tracer.KindAPI:
+		return e.Func + "()"
 	}
 	if e.Path != "" {
 		return fmt.Sprintf("%s(%s)", name, q(e.Path))
@@ -301,10 +303,23 @@ func FormatResult(e *tracer.Event) string {
 	if e.Kind == tracer.KindExit {
 		return ""
 	}
+	if e.Kind == tracer.KindAPI {
+		return "→ " + APIResult(e)
+	}
 	if e.Failed() {
 		return "→ " + e.ErrnoName()
 	}
 	return fmt.Sprintf("→ %d", e.Ret)
+}
+
+// APIResult renders what a CUDA/NVML entry point returned: "999
+// CUDA_ERROR_UNKNOWN", "0 CUDA_SUCCESS, count 1".
+func APIResult(e *tracer.Event) string {
+	s := fmt.Sprintf("%d %s", e.Ret, apiCodeName(e.Func, e.Ret))
+	if e.Out != nil {
+		s += fmt.Sprintf(", count %d", *e.Out)
+	}
+	return s
 }
 
 // who renders the process that made a call: python3[4242].

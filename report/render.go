@@ -433,6 +433,8 @@ func resultCell(rep *Report, e *tracer.Event) string {
 	switch {
 	case e.Kind == tracer.KindExit:
 		return ""
+	case e.Kind == tracer.KindAPI:
+		return annotate.APIResult(e)
 	case e.Failed():
 		return e.ErrnoName()
 	case e.Kind == tracer.KindOpen:

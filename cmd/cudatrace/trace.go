@@ -100,8 +100,12 @@ func traceCommand(argv []string, o *options, stdout, stderr io.Writer) error {
 	snapper := &failureSnapshot{opts: snapshotOptions(o)}
 	sink := tracer.SinkFunc(func(e *tracer.Event) {
 		rec.Event(e)
-		if e.Failed() && e.Kind == tracer.KindOpen && strings.HasPrefix(e.Path, "/dev/nvidia") {
+		// The snapshot is taken while the failing process still exists.
+		switch {
+		case e.Failed() && e.Kind == tracer.KindOpen && strings.HasPrefix(e.Path, "/dev/nvidia"):
 			snapper.trigger(e.PID, e.Path)
+		case e.APIFailed() || (e.Failed() && (e.NoEntry || e.Kind == tracer.KindIoctl)):
+			snapper.trigger(e.PID, "")
 		}
 	})
 	started := time.Now()
@@ -330,7 +334,9 @@ func (f *failureSnapshot) trigger(pid int, path string) {
 		f.done = make(chan struct{})
 		opts := f.opts
 		opts.PID = pid
-		opts.ExtraPaths = []string{path} // described even if it is missing
+		if path != "" {
+			opts.ExtraPaths = []string{path} // described even if it is missing
+		}
 		go func() {
 			defer close(f.done)
 			snap := snapshot.Collect(opts)
@@ -436,6 +442,9 @@ func buildReport(spec tracer.Spec, res *tracer.Result, rec *report.Recorder, sna
 			Dropped:  res.Dropped,
 			Complete: res.Dropped == 0,
 			Notes:    res.Notes,
+
+			APIReturns:   res.APIReturns,
+			APILibraries: res.APILibraries,
 		},
 		Events:   rec.Events,
 		Ioctls:   rec.Ioctls(),
@@ -445,6 +454,9 @@ func buildReport(spec tracer.Spec, res *tracer.Result, rec *report.Recorder, sna
 	if spec.Cred != nil {
 		rep.Target.UID = int(spec.Cred.UID)
 	}
+	if res.Backend == "ptrace" && res.Launched {
+		rep.Trace.OwnSeccompFilters = 1 // its SECCOMP_RET_TRACE filter
+	}
 	if rec.Overflow > 0 {
 		// The failing call may be among them: as incomplete as a drop.
 		rep.Trace.Complete = false
@@ -453,6 +465,6 @@ func buildReport(spec tracer.Spec, res *tracer.Result, rec *report.Recorder, sna
 	if rep.Trace.Started.IsZero() {
 		rep.Trace.Started = started
 	}
-	rep.Analysis = annotate.Analyze(rep.Events, snap)
+	rep.Analysis = annotate.AnalyzeFacts(rep.Events, snap, rep.Trace.Facts())
 	return rep
 }
