@@ -213,10 +213,10 @@ type runner struct {
 	cleanups []func()
 }
 
-func (r *runner) Helper()           {}
-func (r *runner) Cleanup(f func())  { r.cleanups = append(r.cleanups, f) }
-func (r *runner) Fatal(args ...any) { r.Fatalf("%s", fmt.Sprint(args...)) }
-func (r *runner) Skip(args ...any)  { r.Fatalf("%s", fmt.Sprint(args...)) }
+func (r *runner) Helper()                           {}
+func (r *runner) Cleanup(f func())                  { r.cleanups = append(r.cleanups, f) }
+func (r *runner) Fatal(args ...any)                 { r.Fatalf("%s", fmt.Sprint(args...)) }
+func (r *runner) Skip(args ...any)                  { r.Fatalf("%s", fmt.Sprint(args...)) }
 func (r *runner) Errorf(format string, args ...any) { say(format, args...) }
 func (r *runner) Fatalf(format string, args ...any) {
 	say(format, args...)
