@@ -23,6 +23,10 @@ type Spec struct {
 	// NoFile, when non-zero, is RLIMIT_NOFILE (soft and hard, as a container
 	// runtime sets it). The target cannot raise it.
 	NoFile uint64
+	// ViaPrctl installs the filter with prctl(PR_SET_SECCOMP,
+	// SECCOMP_MODE_FILTER), as older libseccomp and some sandboxes do, rather
+	// than seccomp(2). It cannot make a USER_NOTIF listener.
+	ViaPrctl bool
 }
 
 // Exec applies spec to this process and execs argv[0] (looked up in PATH)
@@ -58,6 +62,9 @@ func install(spec Spec) error {
 	action := uint32(unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM))
 	var flags uintptr
 	var sock int = -1
+	if spec.NotifySocket != "" && spec.ViaPrctl {
+		return errors.New("a USER_NOTIF listener needs seccomp(2), not prctl")
+	}
 	if spec.NotifySocket != "" {
 		action, flags = unix.SECCOMP_RET_USER_NOTIF, unix.SECCOMP_FILTER_FLAG_NEW_LISTENER
 		// Connect before the filter exists: the filter may refuse what
@@ -71,6 +78,10 @@ func install(spec Spec) error {
 	prog := Filter(spec.Deny, action)
 	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
 	load := func() (uintptr, syscall.Errno) {
+		if spec.ViaPrctl {
+			_, _, errno := unix.RawSyscall(unix.SYS_PRCTL, unix.PR_SET_SECCOMP, unix.SECCOMP_MODE_FILTER, uintptr(unsafe.Pointer(&fprog)))
+			return 0, errno
+		}
 		r, _, errno := unix.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, flags, uintptr(unsafe.Pointer(&fprog)))
 		return r, errno
 	}

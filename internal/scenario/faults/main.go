@@ -13,7 +13,7 @@ import (
 const SetupFailed = 125
 
 // Usage is Main's command line.
-const Usage = "[--seccomp-deny SYSCALL]... [--seccomp-notify SOCKET] [--nofile N] -- COMMAND [ARGS...]"
+const Usage = "[--seccomp-deny SYSCALL]... [--seccomp-notify SOCKET | --seccomp-prctl] [--nofile N] -- COMMAND [ARGS...]"
 
 type list []string
 
@@ -31,6 +31,7 @@ func Main(args []string, stderr io.Writer) int {
 	fs.Var(&deny, "seccomp-deny", "refuse this syscall with EPERM (repeatable): "+strings.Join(Specs(), ", "))
 	notify := fs.String("seccomp-notify", "", "refuse through SECCOMP_RET_USER_NOTIF, answered by the supervisor at this socket")
 	nofile := fs.Uint64("nofile", 0, "RLIMIT_NOFILE (soft and hard)")
+	viaPrctl := fs.Bool("seccomp-prctl", false, "install the filter with prctl(PR_SET_SECCOMP) instead of seccomp(2)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -45,7 +46,7 @@ func Main(args []string, stderr io.Writer) int {
 		if *notify != "" && len(denies) == 0 {
 			return errors.New("--seccomp-notify needs --seccomp-deny")
 		}
-		return Exec(Spec{Deny: denies, NotifySocket: *notify, NoFile: *nofile}, fs.Args())
+		return Exec(Spec{Deny: denies, NotifySocket: *notify, NoFile: *nofile, ViaPrctl: *viaPrctl}, fs.Args())
 	}()
 	fmt.Fprintf(stderr, "scenario setup: %v\n", err)
 	return SetupFailed
