@@ -189,7 +189,7 @@ var handlers = map[string]handler{
 	"mkdir": (*interp).mkdir, "mkdirat": (*interp).mkdir,
 	"memfd_create": (*interp).memfd,
 	"seccomp":      (*interp).seccomp, "prctl": (*interp).seccomp,
-	"execve":       (*interp).exec, "execveat": (*interp).exec,
+	"execve": (*interp).exec, "execveat": (*interp).exec,
 	"exit_group": (*interp).exitGroup,
 	"clone":      (*interp).clone, "clone3": (*interp).clone, "fork": (*interp).clone, "vfork": (*interp).clone,
 	"close": (*interp).close,
