@@ -278,6 +278,8 @@ func FormatCall(e *tracer.Event) string {
 		return fmt.Sprintf("%s(%s, %#o)", name, q(e.Path), e.Mode&0o7777)
 	case tracer.KindMemfd:
 		return fmt.Sprintf("%s(%s, %#x)", name, q(e.Path), e.Flags)
+	case tracer.KindSeccomp:
+		return seccompCallString(name, e)
 	case tracer.KindExec:
 		args := make([]string, len(e.Argv))
 		for i, a := range e.Argv {

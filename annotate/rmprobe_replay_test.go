@@ -17,7 +17,7 @@ import (
 
 // rmprobeStates are scripts/rmprobe run traced on the H200 by
 // scripts/gpu-acceptance.sh (states 9-*), one per backend.
-var rmprobeStates = []string{"9-rmprobe-ebpf", "9-rmprobe-ptrace"}
+var rmprobeStates = []string{"12-rmprobe-ebpf", "12-rmprobe-ptrace"}
 
 // probeLine is one line rmprobe printed: what the driver answered it.
 type probeLine struct {
@@ -78,7 +78,7 @@ func TestRMProbeRecordings(t *testing.T) {
 		t.Run(st, func(t *testing.T) {
 			dir := filepath.Join("..", "testdata", "gpu", st)
 			if _, err := os.Stat(filepath.Join(dir, "report.json")); errors.Is(err, fs.ErrNotExist) {
-				t.Skipf("%s not recorded yet: run scripts/gpu-acceptance.sh with bin/rmprobe on a GPU host and commit its 9-rmprobe-* states", dir)
+				t.Skipf("%s not recorded yet: run scripts/gpu-acceptance.sh with bin/rmprobe on a GPU host and commit its 12-rmprobe-* states", dir)
 			}
 			rep, err := report.LoadFile(filepath.Join(dir, "report.json"))
 			if err != nil {

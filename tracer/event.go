@@ -29,6 +29,15 @@ const (
 	KindMemfd   Kind = "memfd"   // memfd_create (seccomp denials show here)
 	KindExec    Kind = "exec"    // execve, execveat
 	KindExit    Kind = "exit"    // a process (thread group) exited
+	// KindSeccomp is a process putting itself under seccomp: seccomp(2)
+	// SECCOMP_SET_MODE_FILTER/STRICT or prctl(PR_SET_SECCOMP). Mode is the
+	// SECCOMP_MODE_* it set (1 strict, 2 filter: /proc/PID/status
+	// "Seccomp:"), Flags the SECCOMP_FILTER_FLAG_* bits (8, NEW_LISTENER: a
+	// supervisor answers through SECCOMP_RET_USER_NOTIF), Ret the result
+	// (a listener fd, or 0). From then on the kernel may refuse this
+	// process's calls, and those of children it forks later, before they
+	// reach a driver. Only the strace-log importer produces it so far.
+	KindSeccomp Kind = "seccomp"
 	// KindAPI is a return from a CUDA driver or NVML entry point (cuInit,
 	// nvmlInit_v2, ...), caught by a uretprobe: Func names it, Path is the
 	// library, Ret is the CUresult or nvmlReturn_t it returned.
