@@ -118,9 +118,14 @@ func (a *analyzer) add(f Finding, cause string) {
 	}
 }
 
+// fatalOpenErrnos are the open errors libcuda cannot get past, so they
+// count even when CUDA's own return code is unknown; with a known CUDA
+// failure every errno counts.
 var fatalOpenErrnos = map[syscall.Errno]bool{
 	unix.EPERM: true, unix.EACCES: true, unix.ENOENT: true, unix.ENXIO: true,
 	unix.ENODEV: true, unix.EIO: true, unix.EBUSY: true,
+	unix.EMFILE: true, unix.ENFILE: true, unix.EISDIR: true, unix.ENOTDIR: true,
+	unix.ELOOP: true, unix.ENOMEM: true,
 }
 
 // pinpoint picks the failing call, in order of how directly it stops
@@ -163,8 +168,11 @@ func (a *analyzer) pinpoint() {
 		}
 	}
 	ioctlTiers := []func(e *tracer.Event) bool{
-		// Refused before the driver saw it: a seccomp filter.
+		// Refused before the driver saw it: a seccomp filter. NVIDIA's
+		// driver answers its own refusals in-band, so an EPERM/EACCES
+		// ioctl is a filter's or an LSM's too.
 		func(e *tracer.Event) bool { return e.NoEntry && e.Failed() },
+		func(e *tracer.Event) bool { return e.Errno() == unix.EPERM || e.Errno() == unix.EACCES },
 		func(e *tracer.Event) bool { return isRMRequest(e, escCheckVersionStr) && e.Errno() == unix.EINVAL },
 		func(e *tracer.Event) bool { return e.Errno() == unix.EIO || e.Errno() == unix.ENODEV },
 		func(e *tracer.Event) bool { rc, _, ok := waitOpenResult(e); return ok && rc != 0 },

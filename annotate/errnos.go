@@ -46,6 +46,21 @@ func (a *analyzer) seccompDenied(i int, inferred bool) {
 	if e.NoEntry {
 		d = append(d, "The call never reached the kernel's syscall code: a seccomp filter answered it with "+e.ErrnoName()+".")
 	}
+	cause := fmt.Sprintf("a seccomp filter refused it (%s)", e.ErrnoName())
+	if j, same := SeccompFilterBefore(a.ev, i); j >= 0 {
+		f := &a.ev[j]
+		by := "by " + who(f)
+		if !same {
+			by += ", a process before it in the traced tree"
+		}
+		d = append(d, fmt.Sprintf("A seccomp filter was installed %s at +%.3fs: `%s`.", by, f.Time.Seconds(), seccompCallString(f.Syscall, f)))
+		cause = fmt.Sprintf("refused by the seccomp filter %s[%d] installed at +%.3fs", f.Comm, f.PID, f.Time.Seconds())
+		if f.Flags&seccompFlagNewListener != 0 {
+			d = append(d, "The filter has a listener (SECCOMP_RET_USER_NOTIF): a user-space supervisor answered the call.")
+			cause += ", answered by its user-space supervisor"
+		}
+		inferred = false
+	}
 	n, known := a.targetFilters()
 	switch {
 	case known && n > 0:
@@ -53,13 +68,13 @@ func (a *analyzer) seccompDenied(i int, inferred bool) {
 	case known:
 		d = append(d, "The target's own seccomp state shows no filter; one in a parent sandbox, or one installed and inherited before the snapshot, is still the likely cause.")
 	default:
-		d = append(d, "The target's seccomp state is unknown (it exited before it could be read).")
+		d = append(d, "The target's seccomp state is unknown (it exited, or this is a log): check with `grep Seccomp /proc/PID/status` while it runs. An LSM (AppArmor/SELinux) can refuse ioctls too; the kernel log shows its denials.")
 	}
 	a.add(Finding{ID: "seccomp-denied", Severity: SeverityError,
 		Summary:  fmt.Sprintf("a seccomp filter refuses %s", e.Syscall),
 		Detail:   d,
 		Fix:      a.seccompFix(e.Syscall),
-		Inferred: inferred, Events: []uint64{e.Seq}}, fmt.Sprintf("a seccomp filter refused it (%s)", e.ErrnoName()))
+		Inferred: inferred, Events: []uint64{e.Seq}}, cause)
 }
 
 // explainOtherErrno covers the errnos of a device open or ioctl that have no
