@@ -71,7 +71,10 @@ type Result struct {
 	Notes []string
 
 	// Finish, when set (Spec.DeferRelease), blocks until the backend has
-	// released everything it holds, and reports a failure to do so.
+	// released everything it holds, and reports a failure to do so. After
+	// a ptrace launch that Duration ended, that is until the target's
+	// processes exit (it must stay traced: see tracer/ptrace); Exit is set
+	// then.
 	Finish func() error `json:"-"`
 }
 
