@@ -50,6 +50,7 @@ type Cred struct {
 	GID    uint32
 	Groups []uint32
 	User   string
+	Home   string // the passwd entry's home directory: the target's HOME
 }
 
 // Result is what a backend knows once tracing has ended. Events themselves

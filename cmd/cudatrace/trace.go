@@ -154,7 +154,7 @@ func lookupUser(name string) (*tracer.Cred, error) {
 	}
 	uid, _ := strconv.ParseUint(u.Uid, 10, 32)
 	gid, _ := strconv.ParseUint(u.Gid, 10, 32)
-	cred := &tracer.Cred{UID: uint32(uid), GID: uint32(gid), User: u.Username}
+	cred := &tracer.Cred{UID: uint32(uid), GID: uint32(gid), User: u.Username, Home: u.HomeDir}
 	if gids, err := u.GroupIds(); err == nil {
 		for _, g := range gids {
 			if n, err := strconv.ParseUint(g, 10, 32); err == nil {

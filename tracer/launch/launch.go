@@ -23,6 +23,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
 	"unsafe"
 
@@ -54,7 +55,9 @@ type Options struct {
 	// exactly as the kernel gave it (/proc/self/environ): byte for byte,
 	// duplicates and entries without '=' included.
 	Env  []string
-	Cred *tracer.Cred // run as this user; nil keeps the caller's credentials
+	// Cred runs the target as this user, with HOME, USER and LOGNAME set
+	// to the user's; nil keeps the caller's credentials and environment.
+	Cred *tracer.Cred
 	// Seccomp is a classic-BPF filter installed in the target just before
 	// exec (the ptrace backend's SECCOMP_RET_TRACE filter).
 	Seccomp []unix.SockFilter
@@ -91,6 +94,9 @@ func Start(opts Options) (*Child, error) {
 	if env == nil {
 		env = startEnviron()
 	}
+	if opts.Cred != nil {
+		env = userEnv(env, opts.Cred)
+	}
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -117,6 +123,28 @@ func Start(opts Options) (*Child, error) {
 		return nil, fmt.Errorf("start loader: send configuration: %w", err)
 	}
 	return c, nil
+}
+
+// userEnv sets HOME, USER and LOGNAME to the target user's, as su and
+// sudo -u do; the rest of the environment is left alone.
+func userEnv(env []string, c *tracer.Cred) []string {
+	set := map[string]string{"USER": c.User, "LOGNAME": c.User}
+	if c.Home != "" {
+		set["HOME"] = c.Home
+	}
+	out := make([]string, 0, len(env)+len(set))
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		if _, ok := set[name]; !ok {
+			out = append(out, kv)
+		}
+	}
+	for _, name := range []string{"HOME", "USER", "LOGNAME"} {
+		if v, ok := set[name]; ok && v != "" {
+			out = append(out, name+"="+v)
+		}
+	}
+	return out
 }
 
 // startEnviron is this process's environment as the kernel gave it; Go's

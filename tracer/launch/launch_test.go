@@ -10,6 +10,9 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cudatrace/cudatrace/internal/privtest"
+	"github.com/cudatrace/cudatrace/tracer"
 )
 
 // dumpArg makes the test binary a target that copies its own
@@ -218,5 +221,19 @@ func TestArgvNearKernelLimit(t *testing.T) {
 	cmdline, _ := launchDump(t, Options{Argv: argv})
 	if !bytes.Equal(cmdline, joinNUL(argv)) {
 		t.Errorf("an argv of %d bytes in %d strings reached the target as %d bytes", total, len(argv), len(cmdline))
+	}
+}
+
+// With a Cred, HOME, USER and LOGNAME are the user's (not root's), as with
+// su and sudo -u; the rest of the environment is unchanged.
+func TestCredSetsUserEnv(t *testing.T) {
+	privtest.RequireRoot(t) // setgroups
+	exe, out := dumpTarget(t, "target")
+	env := []string{"HOME=/root", "KEEP=\xff", "USER=root", "LOGNAME=root", "HOME=/dup"}
+	cred := &tracer.Cred{UID: 0, GID: 0, User: "someone", Home: "/home/someone"}
+	_, environ := launchDump(t, Options{Argv: []string{exe, dumpArg, out}, Env: env, Cred: cred})
+	want := []string{"KEEP=\xff", "HOME=/home/someone", "USER=someone", "LOGNAME=someone"}
+	if !bytes.Equal(environ, joinNUL(want)) {
+		t.Errorf("env reached the target as %q\nwant %q", environ, joinNUL(want))
 	}
 }

@@ -288,6 +288,9 @@ func (s *session) seizeProcess(pid int) error {
 	if tgid != pid {
 		return fmt.Errorf("PID %d is a thread of process %d: attach to %d", pid, tgid, tgid)
 	}
+	if err := tracer.CheckAttachable(pid); err != nil {
+		return err
+	}
 	for pass := 0; ; pass++ {
 		tids, err := listTasks(pid)
 		if err != nil {
@@ -347,20 +350,42 @@ func listTasks(pid int) ([]int, error) {
 // ptraceRefused explains an error from PTRACE_SEIZE in one line.
 func ptraceRefused(pid int, err error) error {
 	scope, yama := yamaScope()
-	return refusal(pid, err, scope, yama, tracerOf(pid))
+	return refusal(pid, err, scope, yama, describeTracer(tracerOf(pid)), os.Geteuid() == 0)
 }
 
-func refusal(pid int, err error, scope int, yama bool, tracer int) error {
+// refusal words a PTRACE_SEIZE error; tracedBy describes the tracer
+// already attached, if any.
+func refusal(pid int, err error, scope int, yama bool, tracedBy string, root bool) error {
 	if err != unix.EPERM {
 		return fmt.Errorf("ptrace %d: %v", pid, err)
+	}
+	if tracedBy != "" {
+		return fmt.Errorf("ptrace refused: process %d is already traced by %s (a debugger or strace?)", pid, tracedBy)
+	}
+	if root {
+		// CAP_SYS_PTRACE passes Yama's scopes 1 and 2 and every uid check.
+		return fmt.Errorf("ptrace refused for process %d: operation not permitted, even as root (a security module or a seccomp profile forbids it)", pid)
 	}
 	if yama && scope > 0 {
 		return fmt.Errorf("ptrace refused: kernel.yama.ptrace_scope=%d; run as root or `sysctl kernel.yama.ptrace_scope=0`", scope)
 	}
-	if tracer != 0 {
-		return fmt.Errorf("ptrace refused: process %d is already traced by PID %d (a debugger or strace?)", pid, tracer)
-	}
 	return fmt.Errorf("ptrace refused for process %d: operation not permitted (another user's process, or not dumpable; run as root)", pid)
+}
+
+// describeTracer names the process (not the thread: TracerPid is a
+// thread id) that tid belongs to, with its comm; "" for none.
+func describeTracer(tid int) string {
+	if tid == 0 {
+		return ""
+	}
+	tgid, ok := readTgid(tid)
+	if !ok {
+		return fmt.Sprintf("thread %d", tid)
+	}
+	if comm := readComm(tgid); comm != "" {
+		return fmt.Sprintf("process %d (%s)", tgid, strconv.Quote(comm))
+	}
+	return fmt.Sprintf("process %d", tgid)
 }
 
 func isZombie(tid int) bool {
