@@ -54,7 +54,7 @@ type Options struct {
 	// Env is the target's environment; nil passes the caller's environment
 	// exactly as the kernel gave it (/proc/self/environ): byte for byte,
 	// duplicates and entries without '=' included.
-	Env  []string
+	Env []string
 	// Cred runs the target as this user, with HOME, USER and LOGNAME set
 	// to the user's; nil keeps the caller's credentials and environment.
 	Cred *tracer.Cred
