@@ -36,6 +36,12 @@ import (
 // the target's argv follows it (what ps shows while the loader waits).
 const loaderArg0 = "cudatrace-loader"
 
+// HelperPrefix starts the /proc cmdline of a loader cudatrace runs as a
+// helper, never released (the ptrace waker, the signal sentinel): their
+// argv[0] after the marker is a name starting "cudatrace-", where a
+// target's is a path.
+const HelperPrefix = loaderArg0 + "\x00cudatrace-"
+
 // configMagic starts the configuration on the pipe, so that a process
 // started as loaderArg0 by anything else fails cleanly.
 const configMagic = "cudatrace-loader-config\x00"
@@ -64,14 +70,19 @@ type Options struct {
 	// NoNewPrivs sets PR_SET_NO_NEW_PRIVS before installing Seccomp; needed
 	// only when the loader lacks CAP_SYS_ADMIN.
 	NoNewPrivs bool
+	// DieWithParent kills the loader when the thread that started it
+	// exits (PR_SET_PDEATHSIG): for helpers that are never released.
+	DieWithParent bool
 }
 
 // loaderConfig is what the loader reads from the pipe. Nothing in it comes
 // from the target's argv or environment.
 type loaderConfig struct {
-	Cred       *tracer.Cred
-	Seccomp    []unix.SockFilter
-	NoNewPrivs bool
+	Cred          *tracer.Cred
+	Seccomp       []unix.SockFilter
+	NoNewPrivs    bool
+	DieWithParent bool
+	Parent        int
 }
 
 // Child is a started loader, waiting for Release.
@@ -86,7 +97,7 @@ func Start(opts Options) (*Child, error) {
 	if len(opts.Argv) == 0 {
 		return nil, errors.New("no command to run")
 	}
-	cfg, err := json.Marshal(loaderConfig{opts.Cred, opts.Seccomp, opts.NoNewPrivs})
+	cfg, err := json.Marshal(loaderConfig{opts.Cred, opts.Seccomp, opts.NoNewPrivs, opts.DieWithParent, os.Getpid()})
 	if err != nil {
 		return nil, err
 	}
@@ -262,6 +273,12 @@ func runLoader(argv []string) int {
 	cfg, err := readConfig(release)
 	if err != nil {
 		return fail(1, "loader: %v", err)
+	}
+	if cfg.DieWithParent {
+		unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0)
+		if os.Getppid() != cfg.Parent {
+			return 1 // the parent died before the prctl
+		}
 	}
 	// Our own environment is the target's, as Start passed it.
 	env := startEnviron()
