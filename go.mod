@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/cilium/ebpf v0.22.0
+	github.com/creack/pty v1.1.24
 	github.com/olekukonko/tablewriter v1.1.5
 	github.com/opencontainers/cgroups v0.1.0
 	github.com/spf13/pflag v1.1.0

@@ -50,6 +50,7 @@ type Cred struct {
 	GID    uint32
 	Groups []uint32
 	User   string
+	Home   string // the passwd entry's home directory: the target's HOME
 }
 
 // Result is what a backend knows once tracing has ended. Events themselves
@@ -75,7 +76,10 @@ type Result struct {
 	Notes []string
 
 	// Finish, when set (Spec.DeferRelease), blocks until the backend has
-	// released everything it holds, and reports a failure to do so.
+	// released everything it holds, and reports a failure to do so. After
+	// a ptrace launch that Duration ended, that is until the target's
+	// processes exit (it must stay traced: see tracer/ptrace); Exit is set
+	// then.
 	Finish func() error `json:"-"`
 }
 

@@ -197,6 +197,9 @@ func resolvePIDs(pids []int) ([]int, error) {
 		if tgid == self {
 			return nil, fmt.Errorf("cannot attach to cudatrace itself (PID %d)", pid)
 		}
+		if err := tracer.CheckAttachable(tgid); err != nil {
+			return nil, err
+		}
 		tgids = append(tgids, tgid)
 	}
 	return tgids, nil
@@ -215,20 +218,6 @@ func tgidOf(pid int) (int, error) {
 		}
 	}
 	return 0, fmt.Errorf("no such process: %d", pid)
-}
-
-// processAlive is false for a process that is gone or a zombie.
-func processAlive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	// The state follows the parenthesised comm, which may hold anything.
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 || i+2 >= len(b) {
-		return false
-	}
-	return b[i+2] != 'Z' && b[i+2] != 'X'
 }
 
 func monotonicNow() uint64 {
@@ -450,10 +439,11 @@ func (s *session) runAttach(ctx context.Context, spec tracer.Spec, tgids []int, 
 	}
 	s.phases.mark("attached")
 	// A process that died before it was in the filter sent no exit event
-	// and would stay there.
+	// and would stay there. One whose main thread exited before (a zombie
+	// leader) is traced while any of its threads runs.
 	for _, t := range tgids {
 		var v uint8
-		if !processAlive(t) && s.coll.Maps[bpfMapTraced].Lookup(uint32(t), &v) == nil {
+		if !tracer.LiveThreads(t) && s.coll.Maps[bpfMapTraced].Lookup(uint32(t), &v) == nil {
 			return fmt.Errorf("process %d exited during attach", t)
 		}
 	}

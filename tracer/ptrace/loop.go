@@ -95,6 +95,10 @@ type session struct {
 	// interrupted and detached at its next stop.
 	detachAll bool
 	detached  int // tasks detached before they exited
+	// quiet: a launch's duration passed; the tracees are served on, with
+	// nothing read or recorded, until they exit.
+	quiet  bool
+	exited chan<- *tracer.ExitStatus // set with quiet: where the exit goes
 	// zombieLeaders are attached processes whose leader had exited already:
 	// the last thread's exit is the process's.
 	zombieLeaders map[int]bool
@@ -138,6 +142,9 @@ func (s *session) dropAll() {
 }
 
 func (s *session) emit(t *task, e *tracer.Event) {
+	if s.quiet {
+		return
+	}
 	s.seq++
 	e.Seq = s.seq
 	e.Time = time.Since(s.start)
@@ -262,6 +269,10 @@ func (s *session) resume(t *task, sig int) {
 }
 
 func (s *session) seccompStop(t *task) {
+	if s.quiet {
+		s.resume(t, 0)
+		return
+	}
 	var si syscallInfo
 	if err := getSyscallInfo(t.tid, &si); err != nil || si.Op != unix.PTRACE_SYSCALL_INFO_SECCOMP {
 		s.resume(t, 0)
@@ -272,6 +283,11 @@ func (s *session) seccompStop(t *task) {
 }
 
 func (s *session) syscallStop(t *task) {
+	if s.quiet {
+		t.call = nil // a call pending when the trace went quiet
+		s.resume(t, 0)
+		return
+	}
 	if t.inSyscall && t.call == nil {
 		// The exit of an untraced syscall: nothing to read.
 		t.inSyscall = false
