@@ -52,7 +52,7 @@ func DeviceAllowFix(s *snapshot.Snapshot, v string, major uint32, name, node, cg
 
 // NodeCreateFix is how to create a missing node on the host; BindNodeFix how
 // to pass a host node into s's container ("" outside one).
-func NodeCreateFix(path string) string                    { return nodeCreateFix(path) }
+func NodeCreateFix(path string) string                     { return nodeCreateFix(path) }
 func BindNodeFix(s *snapshot.Snapshot, path string) string { return bindNodeFix(s, path) }
 
 // DynamicMajorNote explains that a dynamic major must be re-checked after a

@@ -18,8 +18,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-	cdi "tags.cncf.io/container-device-interface/specs-go"
 	"sigs.k8s.io/yaml"
+	cdi "tags.cncf.io/container-device-interface/specs-go"
 )
 
 // SurveyOptions says whose view SurveyHost takes. The zero value surveys
