@@ -52,8 +52,12 @@ func checkPolicy(h *host) []Check {
 func policyFor(h *host, nd need, rules []cgroupdev.V1Rule, v1Err, v2Err string) Check {
 	v1, v2 := h.b.CgroupV1, h.b.CgroupV2
 	c := Check{ID: "device-policy", Category: CatPolicy, Status: Pass, Subject: nd.path}
+	// libcuda opens its nodes O_RDWR, and the MIG capability nodes O_RDONLY.
 	req := cgroupdev.Request{Type: cgroupdev.TypeChar, Major: nd.major, Minor: nd.minor, Access: cgroupdev.AccessRead | cgroupdev.AccessWrite}
-	want := fmt.Sprintf("%s rw", devText(nd.major, nd.minor))
+	if annotate.IsCapsNode(nd.path) {
+		req.Access = cgroupdev.AccessRead
+	}
+	want := fmt.Sprintf("%s %s", devText(nd.major, nd.minor), req.Access)
 	// The fix names the current major of the node's driver: allowing a
 	// stale node's number would not help once the node is recreated.
 	fixMajor, fixName := nd.major, annotate.DriverName(h.b, nd.major, nd.minor)
