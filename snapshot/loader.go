@@ -33,7 +33,11 @@ func openRootFS(root string) (*rootFS, error) {
 func (r *rootFS) close() { unix.Close(r.fd) }
 
 func (r *rootFS) open(p string, flags int) (int, error) {
-	how := unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC | unix.O_NOCTTY), Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS}
+	flags |= unix.O_CLOEXEC
+	if flags&unix.O_PATH == 0 {
+		flags |= unix.O_NOCTTY // openat2 refuses it beside O_PATH
+	}
+	how := unix.OpenHow{Flags: uint64(flags), Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS}
 	for {
 		fd, err := unix.Openat2(r.fd, strings.TrimPrefix(p, "/"), &how)
 		if !errors.Is(err, unix.EINTR) && !errors.Is(err, unix.EAGAIN) {

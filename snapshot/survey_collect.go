@@ -54,6 +54,7 @@ type SurveyOptions struct {
 const (
 	maxConfigFiles = 4096
 	maxConfigBytes = 1 << 20
+	maxConfigLines = 2000 // device lines kept per container config
 	maxCDIFiles    = 256
 	maxCDIBytes    = 8 << 20
 	maxCDINodes    = 4096
@@ -515,7 +516,7 @@ func ParseContainerConfig(text string, proxmox bool) []ConfigLine {
 			continue
 		}
 		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
-		if !isDeviceKey(k) {
+		if !isDeviceKey(k) || len(out) >= maxConfigLines {
 			continue
 		}
 		out = append(out, ConfigLine{N: i + 1, Key: k, Value: v, Raw: strings.TrimRight(raw, "\r")})
