@@ -26,7 +26,8 @@ func checkDriver(h *host) []Check {
 		mc.Status, mc.Summary = Fail, "the nvidia kernel module is not loaded"
 		mc.Fix = "Load it (`modprobe nvidia`); if that fails, `dmesg | grep -i nvidia` says why (unsigned module under Secure Boot, unsupported GPU for the open module)."
 		add(mc)
-		return out // nothing else about the driver can be judged
+		add(checkKernelLog(h)) // it may say why the module did not load
+		return out             // nothing else about the driver can be judged
 	case !mods["nvidia_uvm"] && !uvmReg:
 		mc.Status, mc.Summary = Warn, "nvidia_uvm is not loaded: CUDA loads it through setuid nvidia-modprobe, which fails in containers and without that helper (cuInit 999)"
 		mc.Fix = "Load it at boot: `modprobe nvidia_uvm` (and `nvidia_uvm` in /etc/modules-load.d/nvidia.conf), or `nvidia-modprobe -u -c=0`."

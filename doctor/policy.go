@@ -113,6 +113,11 @@ func policyFor(h *host, nd need, rules []cgroupdev.V1Rule, v1Err, v2Err string) 
 				c.Fix = annotate.DeviceAllowFix(h.b, "v1", fixMajor, fixName, nd.path, v1.Path)
 			} else {
 				said = append(said, "allowed by devices.list of "+v1.Path)
+				if rule != nil && rule.Type == cgroupdev.TypeAll && rule.Major < 0 && v1.Path != "/" {
+					// The kernel lists an allow-by-default cgroup as
+					// "a *:* rwm" alone and hides its deny exceptions.
+					c.Detail = append(c.Detail, "devices.list of "+v1.Path+" reads `a *:* rwm` (allow by default); cgroup v1 does not show the deny exceptions such a cgroup may hold, so a `devices.deny` written to it cannot be seen here.")
+				}
 			}
 		}
 	}
