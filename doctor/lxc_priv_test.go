@@ -66,6 +66,14 @@ func TestRealLXCContainer(t *testing.T) {
 		exec.Command("lxc-stop", "-P", lxcPath, "-n", name, "-k").Run()
 		cmd.Process.Kill()
 		cmd.Wait()
+		// A killed container leaves its (now empty) monitor and payload
+		// cgroups, and LXC's pivot cgroup, in every hierarchy.
+		dirs, _ := filepath.Glob("/sys/fs/cgroup/*/lxc.*." + name)
+		more, _ := filepath.Glob("/sys/fs/cgroup/lxc.*." + name)
+		pivots, _ := filepath.Glob("/sys/fs/cgroup/*/lxc.pivot")
+		for _, d := range append(append(dirs, more...), pivots...) {
+			os.Remove(d) // rmdir: fails, harmlessly, on a cgroup still in use
+		}
 	})
 	pid := 0
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline) && pid == 0; time.Sleep(100 * time.Millisecond) {
