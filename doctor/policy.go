@@ -87,6 +87,7 @@ func policyFor(h *host, nd need, rules []cgroupdev.V1Rule, v1Err, v2Err string) 
 				c.Summary = fmt.Sprintf("denied: cgroup v2 device %s %s refuses %s (open fails with EPERM)",
 					pluralWord(len(deniedBy), "program", "programs"), strings.Join(where, ", "), want)
 				c.Detail = append(c.Detail, fmt.Sprintf("The cgroup %s runs %s; the kernel refuses the open if any one denies it.", v2.Path, plural(len(v2.Programs), "device program", "device programs")))
+				c.Detail = append(c.Detail, staleAllows(h, v2.Programs, deniedBy, fixMajor)...)
 				c.Fix = annotate.DeviceAllowFix(h.b, "v2", fixMajor, fixName, nd.path, deniedAt(v2.Programs, deniedBy, v2.Path))
 			case len(errs) > 0:
 				for _, e := range errs {
@@ -149,4 +150,35 @@ func pluralWord(n int, one, many string) string {
 		return one
 	}
 	return many
+}
+
+// staleAllows names the majors a denying program allows that no driver
+// holds now: rules written for an earlier dynamic major (the uvm major
+// before a kernel or driver upgrade).
+func staleAllows(h *host, progs []cgroupProgram, deniedBy []uint32, want uint32) []string {
+	var out []string
+	for _, p := range progs {
+		if !containsID(deniedBy, p.ID) {
+			continue
+		}
+		rules, _, ok := cgroupdev.DecodeRules(p.Instructions)
+		if !ok {
+			continue
+		}
+		for _, r := range rules {
+			if r.Allow && r.Major >= 0 && uint32(r.Major) != want && !h.registered(uint32(r.Major)) {
+				out = append(out, fmt.Sprintf("Program %d allows `%s`, a major no driver holds now: a rule written for an earlier major (dynamic majors move after a driver or kernel upgrade).", p.ID, strings.TrimPrefix(r.String(), "allow ")))
+			}
+		}
+	}
+	return out
+}
+
+func containsID(ids []uint32, id uint32) bool {
+	for _, x := range ids {
+		if x == id {
+			return true
+		}
+	}
+	return false
 }

@@ -90,7 +90,10 @@ func TestDoctorInScenarios(t *testing.T) {
 		env := h200()
 		env.CgroupV2AllowOnly = []scenario.DeviceRule{{Type: 'c', Major: 1, Minor: scenario.Wildcard, Access: "rwm"}, {Type: 'c', Major: 195, Minor: scenario.Wildcard, Access: "rwm"}, {Type: 'c', Major: 504, Minor: scenario.Wildcard, Access: "rwm"}}
 		res, _ := runDoctor(t, env)
-		doctorCheck(t, res, "device-policy", "/dev/nvidia-uvm", doctor.Fail)
+		c := doctorCheck(t, res, "device-policy", "/dev/nvidia-uvm", doctor.Fail)
+		if !strings.Contains(strings.Join(c.Detail, " "), "allows `c 504:* rwm`, a major no driver holds now") || !strings.Contains(c.Fix, "c 238:* rwm") {
+			t.Errorf("stale rule not named: %q fix %q", c.Detail, c.Fix)
+		}
 		doctorCheck(t, res, "device-policy", "/dev/nvidia0", doctor.Pass)
 	})
 	t.Run("v1-allow-list", func(t *testing.T) {
