@@ -3,6 +3,7 @@ package doctor
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/cudatrace/cudatrace/annotate"
@@ -202,7 +203,7 @@ func checkFabric(h *host) Check {
 	switch {
 	case len(h.sv.NVSwitches) == 0:
 		c.Summary = "no NVSwitch: fabric manager not needed"
-	case containsStr(h.sv.Daemons, "nv-fabricmanager"):
+	case slices.Contains(h.sv.Daemons, "nv-fabricmanager"):
 		c.Summary = fmt.Sprintf("%s, nv-fabricmanager running", plural(len(h.sv.NVSwitches), "NVSwitch", "NVSwitches"))
 	case h.b.Container.Runtime != "":
 		c.Status = Skip
@@ -278,13 +279,4 @@ func checkKernelLog(h *host) Check {
 		c.Summary = fmt.Sprintf("no NVRM errors or Xids (%s from the driver)", plural(len(h.b.KernelLog), "line", "lines"))
 	}
 	return c
-}
-
-func containsStr(xs []string, s string) bool {
-	for _, x := range xs {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

@@ -2,6 +2,7 @@ package doctor
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/cudatrace/cudatrace/annotate"
@@ -150,21 +151,12 @@ func dacAllowsRW(n *snapshot.Node, u snapshot.Creds) bool {
 	switch {
 	case u.UID == n.UID:
 		bits = n.Mode >> 6
-	case u.GID == n.GID || containsGID(u.Groups, n.GID):
+	case u.GID == n.GID || slices.Contains(u.Groups, n.GID):
 		bits = n.Mode >> 3
 	default:
 		bits = n.Mode
 	}
 	return bits&6 == 6
-}
-
-func containsGID(gs []uint32, g uint32) bool {
-	for _, x := range gs {
-		if x == g {
-			return true
-		}
-	}
-	return false
 }
 
 // checkCharLinks: the /dev/char/MAJ:MIN links runc's systemd driver

@@ -2,6 +2,7 @@ package doctor
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/cudatrace/cudatrace/annotate"
@@ -158,7 +159,7 @@ func pluralWord(n int, one, many string) string {
 func staleAllows(h *host, progs []cgroupProgram, deniedBy []uint32, want uint32) []string {
 	var out []string
 	for _, p := range progs {
-		if !containsID(deniedBy, p.ID) {
+		if !slices.Contains(deniedBy, p.ID) {
 			continue
 		}
 		rules, _, ok := cgroupdev.DecodeRules(p.Instructions)
@@ -172,13 +173,4 @@ func staleAllows(h *host, progs []cgroupProgram, deniedBy []uint32, want uint32)
 		}
 	}
 	return out
-}
-
-func containsID(ids []uint32, id uint32) bool {
-	for _, x := range ids {
-		if x == id {
-			return true
-		}
-	}
-	return false
 }
