@@ -21,7 +21,7 @@ func (a *analyzer) checkAll() {
 			a.driverNotLoadedSev("nvidia-uvm", nil, nil, SeverityWarning)
 		}
 	}
-	if l := a.kernelLines(func(t string) bool { return strings.Contains(t, "API mismatch") }); len(l) > 0 {
+	if l := a.kernelLines(containsAPIMismatch); len(l) > 0 {
 		a.versionMismatch(-1)
 	}
 	if l := a.kernelLines(isRMInitLine); len(l) > 0 {
@@ -76,13 +76,21 @@ func (a *analyzer) openedOK(path string) bool {
 
 // libcudaKind classifies an open of libcuda: "stub", "compat", or "".
 func libcudaKind(e *tracer.Event) string {
-	if e.Kind != tracer.KindOpen || e.Failed() || !strings.HasPrefix(baseName(e.Path), "libcuda.so") {
+	if e.Kind != tracer.KindOpen || e.Failed() {
+		return ""
+	}
+	return libcudaPathKind(e.Path)
+}
+
+// libcudaPathKind classifies a libcuda path: "stub", "compat", or "".
+func libcudaPathKind(p string) string {
+	if !strings.HasPrefix(baseName(p), "libcuda.so") {
 		return ""
 	}
 	switch {
-	case strings.Contains(e.Path, "/stubs/"):
+	case strings.Contains(p, "/stubs/"):
 		return "stub"
-	case strings.Contains(e.Path, "/compat/"):
+	case strings.Contains(p, "/compat/"):
 		return "compat"
 	}
 	return ""
