@@ -3,7 +3,6 @@ package snapshot
 import (
 	"bufio"
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -12,7 +11,6 @@ import (
 	"runtime"
 	"strings"
 
-	securejoin "github.com/cyphar/filepath-securejoin"
 	"golang.org/x/sys/unix"
 )
 
@@ -52,9 +50,8 @@ func libDirs() []string {
 	return dirs
 }
 
-// Bounds on what the target controls: its ld.so.cache, its environment.
+// Bounds on what the target controls: its environment, its library paths.
 const (
-	maxLdCache     = 16 << 20
 	maxLibDirs     = 64
 	maxLibFiles    = 32
 	maxEnvironSize = 1 << 20
@@ -63,10 +60,15 @@ const (
 // OpenCUDALibraries opens every libcuda and libnvidia-ml a process with
 // this root directory (e.g. /proc/PID/root) and environment would find, as
 // its dynamic loader searches: LD_LIBRARY_PATH, /etc/ld.so.cache, the
-// default and NVIDIA directories. Paths are resolved inside root, so a
-// symlink cannot lead outside it; only regular files are opened, without
-// blocking. Files the same inode as an earlier one are skipped.
+// default and NVIDIA directories. Paths resolve inside root (openat2
+// RESOLVE_IN_ROOT), so a symlink cannot lead outside it; only regular
+// files are opened, without blocking. A file seen already is skipped.
 func OpenCUDALibraries(root string, env []string) []*LibFile {
+	r, err := openRootFS(root)
+	if err != nil {
+		return nil
+	}
+	defer r.close()
 	var dirs []string
 	for _, kv := range env {
 		if v, ok := strings.CutPrefix(kv, "LD_LIBRARY_PATH="); ok {
@@ -86,15 +88,19 @@ func OpenCUDALibraries(root string, env []string) []*LibFile {
 			candidates = append(candidates, path.Join(d, n))
 		}
 	}
-	if cache, err := readLimited(root, "/etc/ld.so.cache", maxLdCache); err == nil {
-		candidates = append(candidates, ParseLdCache(cache, cudaLibNames)...)
+	if cache, _, err := r.readFile("/etc/ld.so.cache", maxLdCache); err == nil {
+		for _, n := range cudaLibNames {
+			if paths, err := parseLdCache(cache, n); err == nil {
+				candidates = append(candidates, paths...)
+			}
+		}
 	}
 	for _, d := range libDirs() {
 		for _, n := range cudaLibNames {
 			candidates = append(candidates, path.Join(d, n))
 		}
 	}
-	return openUnique(root, candidates)
+	return openUnique(r, candidates)
 }
 
 // OpenMappedLibraries opens the libcuda and libnvidia-ml files mapped into
@@ -137,7 +143,7 @@ func namesCUDALib(p string) bool {
 	return strings.Contains(p, "/libcuda.so") || strings.Contains(p, "/libnvidia-ml.so")
 }
 
-func openUnique(root string, candidates []string) []*LibFile {
+func openUnique(r *rootFS, candidates []string) []*LibFile {
 	seenPath := map[string]bool{}
 	seenFile := map[[2]uint64]bool{}
 	var out []*LibFile
@@ -146,11 +152,11 @@ func openUnique(root string, candidates []string) []*LibFile {
 			continue
 		}
 		seenPath[c] = true
-		full, err := securejoin.SecureJoin(root, c)
+		fd, err := r.open(c, unix.O_RDONLY|unix.O_NONBLOCK)
 		if err != nil {
 			continue
 		}
-		f, err := openRegular(full)
+		f, err := regularFile(fd, c)
 		if err != nil {
 			continue
 		}
@@ -172,12 +178,17 @@ func openRegular(p string) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
+	return regularFile(fd, p)
+}
+
+// regularFile keeps fd as a file if it is a regular file, else closes it.
+func regularFile(fd int, name string) (*os.File, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
 		unix.Close(fd)
 		return nil, errors.New("not a regular file")
 	}
-	return os.NewFile(uintptr(fd), p), nil
+	return os.NewFile(uintptr(fd), name), nil
 }
 
 func fileID(f *os.File) ([2]uint64, bool) {
@@ -186,89 +197,6 @@ func fileID(f *os.File) ([2]uint64, bool) {
 		return [2]uint64{}, false
 	}
 	return [2]uint64{st.Dev, st.Ino}, true
-}
-
-// readLimited reads name inside root: a regular file, at most max bytes.
-func readLimited(root, name string, max int64) ([]byte, error) {
-	full, err := securejoin.SecureJoin(root, name)
-	if err != nil {
-		return nil, err
-	}
-	f, err := openRegular(full)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, max+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(b)) > max {
-		return nil, fmt.Errorf("%s: larger than %d bytes", name, max)
-	}
-	return b, nil
-}
-
-// ld.so.cache, glibc's "new" format (glibc ≥ 2.32 writes only it; older
-// ones append it to the old table): a 48-byte header, then 24-byte entries
-// whose key and value are offsets of NUL-terminated strings from the
-// header's start (glibc elf/cache.c, sysdeps/generic/dl-cache.h).
-const (
-	ldCacheMagic     = "glibc-ld.so.cache1.1"
-	ldCacheHeader    = 48
-	ldCacheEntry     = 24
-	ldCacheTypeMask  = 0x00ff
-	ldCacheELFLibc6  = 0x0003
-	ldCacheArchMask  = 0xff00
-	ldCacheX8664     = 0x0300
-	ldCacheAArch64   = 0x0a00
-	ldCacheMaxEntity = 1 << 20
-)
-
-// ParseLdCache returns the paths ld.so.cache gives for the wanted library
-// names, for this architecture, in the cache's order (the loader's). A
-// malformed cache yields what could be read before the fault.
-func ParseLdCache(b []byte, names []string) []string {
-	start := bytes.Index(b[:min(len(b), 1<<16)], []byte(ldCacheMagic))
-	if start < 0 || len(b)-start < ldCacheHeader {
-		return nil
-	}
-	c := b[start:]
-	n := binary.LittleEndian.Uint32(c[20:24])
-	arch := map[string]uint32{"amd64": ldCacheX8664, "arm64": ldCacheAArch64}[runtime.GOARCH]
-	want := map[string]bool{}
-	for _, w := range names {
-		want[w] = true
-	}
-	str := func(off uint32) (string, bool) {
-		if int(off) >= len(c) {
-			return "", false
-		}
-		end := bytes.IndexByte(c[off:], 0)
-		if end < 0 || end > 4096 {
-			return "", false
-		}
-		return string(c[off : int(off)+end]), true
-	}
-	var out []string
-	for i := uint32(0); i < n && i < ldCacheMaxEntity; i++ {
-		e := ldCacheHeader + int(i)*ldCacheEntry
-		if e+ldCacheEntry > len(c) {
-			break
-		}
-		flags := binary.LittleEndian.Uint32(c[e:])
-		if flags&ldCacheTypeMask != ldCacheELFLibc6 || (arch != 0 && flags&ldCacheArchMask != arch) {
-			continue
-		}
-		key, ok := str(binary.LittleEndian.Uint32(c[e+4:]))
-		if !ok || !want[key] {
-			continue
-		}
-		if val, ok := str(binary.LittleEndian.Uint32(c[e+8:])); ok && path.IsAbs(val) {
-			out = append(out, val)
-		}
-	}
-	return out
 }
 
 // ReadEnviron reads a process's environment, bounded.
