@@ -74,7 +74,8 @@ func (a *analyzer) cudaOutcome() {
 		if e.APIFailed() && a.cudaIdx < 0 {
 			a.cudaIdx = i
 		}
-		if e.Ret == 0 && ok == nil && isInitFunc(e.Func) {
+		// cuInit's success is the one to say; NVML's when CUDA was not started.
+		if e.Ret == 0 && isInitFunc(e.Func) && (ok == nil || e.Func == "cuInit" && ok.Func != "cuInit") {
 			ok = e
 		}
 	}

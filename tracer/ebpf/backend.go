@@ -417,10 +417,60 @@ func (s *session) runLaunch(spec tracer.Spec, child *launch.Child, res *tracer.R
 			return fmt.Errorf("wait for target: %w", w.err)
 		}
 		res.Exit = &w.st
+		s.followDescendants(timeout, spec.Duration, res)
 	case <-timeout:
 		res.Notes = append(res.Notes, fmt.Sprintf("trace stopped after %v; the target (PID %d) was still running", spec.Duration, child.PID))
 	}
 	return nil
+}
+
+// followDescendants keeps tracing once the launched process has exited,
+// while processes it started (a daemon, workers that outlive it) are still
+// in the filter: until they exit too, or the duration ends. The ptrace
+// backend does the same.
+func (s *session) followDescendants(timeout <-chan time.Time, d time.Duration, res *tracer.Result) {
+	if !s.tracing() {
+		return
+	}
+	left := s.tracedPIDs()
+	recheck := time.NewTicker(time.Second) // an exit lost to a full ring still left the filter
+	defer recheck.Stop()
+	for s.tracing() {
+		select {
+		case <-timeout:
+			res.Notes = append(res.Notes, fmt.Sprintf("trace stopped after %v; the target had exited, its descendants %s were still running", d, describePIDs(s.tracedPIDs())))
+			return
+		case <-s.exits:
+		case <-recheck.C:
+		}
+	}
+	res.Notes = append(res.Notes, fmt.Sprintf("the target exited before its descendants %s; they were traced until they exited", describePIDs(left)))
+}
+
+// tracedPIDs lists (some of) the thread groups still in the filter.
+func (s *session) tracedPIDs() []int {
+	var out []int
+	var key uint32
+	it := s.coll.Maps[bpfMapTraced].Iterate()
+	var v uint8
+	for it.Next(&key, &v) && len(out) < 8 {
+		out = append(out, int(key))
+	}
+	return out
+}
+
+// describePIDs renders PIDs as comm[pid], from /proc while they live.
+func describePIDs(pids []int) string {
+	parts := make([]string, 0, len(pids))
+	for _, p := range pids {
+		comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", p))
+		name := strings.TrimSpace(string(comm))
+		if err != nil || name == "" {
+			name = "pid"
+		}
+		parts = append(parts, fmt.Sprintf("%s[%d]", name, p)) // the renderer escapes notes
+	}
+	return strings.Join(parts, ", ")
 }
 
 // runAttach traces running processes until they are all gone, the duration
