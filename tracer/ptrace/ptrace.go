@@ -190,7 +190,10 @@ func (b *Backend) launch(ctx context.Context, spec tracer.Spec, sink tracer.Sink
 	s := newSession(stopSeccomp, spec, sink)
 	s.waker = w
 	s.root = child.PID
-	s.tasks[child.PID] = &task{tid: child.PID, tgid: child.PID, comm: readComm(child.PID)}
+	// Filters the loader has before it installs ours are inherited from
+	// cudatrace (run in a container, say): the target's calls may be
+	// refused by them.
+	s.tasks[child.PID] = &task{tid: child.PID, tgid: child.PID, comm: readComm(child.PID), filtered: seccompFilters(child.PID) > 0}
 	s.start = time.Now()
 	res.Started = s.start
 	if err := child.Release(); err != nil {
