@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/cudatrace/cudatrace/annotate"
@@ -163,42 +162,6 @@ func LoadFile(path string) (*Report, error) {
 	}
 	defer f.Close()
 	return Load(f)
-}
-
-// Save writes the report atomically: a temporary file in the same
-// directory, fsynced, then renamed over path. A crash never leaves half a
-// report.
-func Save(path string, rep *Report) error {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name()) // no-op after a successful rename
-	if err := WriteJSON(tmp, rep); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	// Make the rename itself durable; the report is complete either way,
-	// so a directory that cannot be synced is not an error.
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
-	}
-	return nil
 }
 
 // WriteJSON writes the report as indented JSON.

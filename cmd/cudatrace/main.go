@@ -38,12 +38,15 @@ func main() {
 type exitError struct {
 	code int
 	msg  string
+	// saveFailed: the -o write failed after the report was printed; a
+	// launched command's own exit status still wins.
+	saveFailed bool
 }
 
 func (e *exitError) Error() string { return e.msg }
 
 func fail(code int, format string, args ...any) error {
-	return &exitError{code, fmt.Sprintf(format, args...)}
+	return &exitError{code: code, msg: fmt.Sprintf(format, args...)}
 }
 
 // run parses args and dispatches; it returns the process exit status.

@@ -31,6 +31,9 @@ func traceCommand(argv []string, o *options, stdout, stderr io.Writer) error {
 	if err := checkFormat(o.format); err != nil {
 		return err
 	}
+	if err := checkOutput(o, stderr); err != nil {
+		return err
+	}
 	switch {
 	case len(argv) == 0 && len(o.pids) == 0:
 		return fail(exitUsage, "nothing to trace: give a command after '--', or -p PID\nRun 'cudatrace --help' for usage.")
@@ -121,14 +124,14 @@ func traceCommand(argv []string, o *options, stdout, stderr io.Writer) error {
 
 	rep := buildReport(spec, res, rec, snap, started)
 	rep.Target.User = o.user
-	err = emit(rep, o, stdout, stderr, true)
+	err = emit(rep, o, stdout, stderr, len(spec.Argv) > 0)
 	if res.Finish != nil {
 		if ferr := res.Finish(); ferr != nil {
 			fmt.Fprintf(stderr, "cudatrace: cleanup: %v\n", ferr)
 		}
 	}
 	var ee *exitError
-	if res.Exit != nil && (err == nil || errors.As(err, &ee) && ee.code == exitFound) {
+	if res.Exit != nil && (err == nil || errors.As(err, &ee) && (ee.code == exitFound || ee.saveFailed)) {
 		// A launched command's own status wins, as with strace.
 		return &exitError{code: res.Exit.ShellCode()}
 	}
