@@ -56,22 +56,21 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.SetInterspersed(false) // everything after COMMAND belongs to COMMAND
 	err := fs.Parse(args)
 	if err == nil && !o.help && !o.version && fs.NArg() > 0 && fs.ArgsLenAtDash() != 0 {
-		switch sub := fs.Arg(0); sub {
-		case "report", "explain", "version":
-			// Subcommands take flags anywhere: re-parse without the word.
+		word := fs.Arg(0)
+		if sc := lookupSubcommand(word); sc != nil {
+			// Subcommands take their own flags anywhere: re-parse without
+			// the word.
 			leading := args[:len(args)-fs.NArg()]
 			rest := append(append([]string{}, leading...), fs.Args()[1:]...)
-			o = options{}
-			fs = newFlagSet(&o, stderr)
-			if err = fs.Parse(rest); err == nil && !o.help {
-				return finish(dispatchSub(sub, fs.Args(), &o, stdout, stderr), stderr)
-			}
+			return runSubcommand(sc, rest, stdout, stderr)
+		}
+		if s := suggestion(word); s != "" {
+			fmt.Fprintf(stderr, "cudatrace: %s: no such command or program; did you mean %q? (cudatrace help %s)\n", word, s, s)
+			return exitUsage
 		}
 	}
 	if errors.Is(err, pflag.ErrHelp) || (err == nil && o.help) {
-		fs.SetOutput(stdout)
-		fmt.Fprintf(stdout, usageText, flagUsages(fs))
-		return exitOK
+		return finish(writeMainHelp(stdout), stderr)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "cudatrace: %v\nRun 'cudatrace --help' for usage.\n", err)
@@ -84,16 +83,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return finish(traceCommand(fs.Args(), &o, stdout, stderr), stderr)
 }
 
-func dispatchSub(sub string, args []string, o *options, stdout, stderr io.Writer) error {
-	switch sub {
-	case "version":
-		fmt.Fprintln(stdout, "cudatrace", toolVersion())
-		return nil
-	case "report":
-		return reportCommand(args, o, stdout, stderr)
-	default:
-		return explainCommand(args, o, stdout, stderr)
+func runSubcommand(sc *subcommand, args []string, stdout, stderr io.Writer) int {
+	var o options
+	fs := flagSetFor(sc, &o, stderr)
+	err := fs.Parse(args)
+	if errors.Is(err, pflag.ErrHelp) || (err == nil && o.help) {
+		return finish(writeSubHelp(stdout, sc), stderr)
 	}
+	if err != nil {
+		fmt.Fprintf(stderr, "cudatrace %s: %v\nRun 'cudatrace help %s' for usage.\n", sc.name, err, sc.name)
+		return exitUsage
+	}
+	return finish(sc.run(fs.Args(), &o, stdout, stderr), stderr)
 }
 
 // finish maps an error to an exit status, printing its one line.
