@@ -28,8 +28,8 @@ func writeManPage(w io.Writer) error {
 		}
 	}
 	b.WriteString(".SH DESCRIPTION\n")
-	b.WriteString(roff("cudatrace traces the /dev/nvidia* calls of COMMAND (with its children and threads) or of running processes, " +
-		"with eBPF or, failing that, ptrace; snapshots the device nodes, /proc/devices, mounts, credentials and device cgroups " +
+	b.WriteString(roff("cudatrace traces the /dev/nvidia* calls of COMMAND (with its children and threads) or of running processes, "+
+		"with eBPF or, failing that, ptrace; snapshots the device nodes, /proc/devices, mounts, credentials and device cgroups "+
 		"the target sees; and explains the one call that makes CUDA initialisation fail, with the fix.") + "\n")
 	b.WriteString(".PP\n" + roff("A launched COMMAND keeps its standard output, as with strace: the report goes to standard error. "+
 		"Attached (-p), for report and explain, and with --format json, the report goes to standard output.") + "\n")
