@@ -101,14 +101,18 @@ func traceCommand(argv []string, o *options, stdout, stderr io.Writer) error {
 
 	rec := report.NewRecorder()
 	snapper := &failureSnapshot{opts: snapshotOptions(o)}
+	status := newStatusLine(stderr, statusTarget(spec.Argv, spec.PIDs), len(spec.PIDs) > 0)
 	sink := tracer.SinkFunc(func(e *tracer.Event) {
+		status.count(e)
 		rec.Event(e)
 		if e.Failed() && e.Kind == tracer.KindOpen && strings.HasPrefix(e.Path, "/dev/nvidia") {
 			snapper.trigger(e.PID, e.Path)
 		}
 	})
 	started := time.Now()
+	status.start()
 	res, err := runBackend(ctx, backend, o.backend == "auto", spec, sink, func() bool { return rec.Seen == 0 }, stderr)
+	status.stop()
 	if err != nil {
 		return traceError(err, o)
 	}
