@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"os/user"
 	"strconv"
 	"strings"
 	"sync"
@@ -148,28 +147,6 @@ func checkFormat(f string) error {
 		return nil
 	}
 	return fail(exitUsage, "unknown format %q: use text, json or markdown", f)
-}
-
-func lookupUser(name string) (*tracer.Cred, error) {
-	u, err := user.Lookup(name)
-	if err != nil {
-		if u2, err2 := user.LookupId(name); err2 == nil {
-			u = u2
-		} else {
-			return nil, fmt.Errorf("unknown user %q", name)
-		}
-	}
-	uid, _ := strconv.ParseUint(u.Uid, 10, 32)
-	gid, _ := strconv.ParseUint(u.Gid, 10, 32)
-	cred := &tracer.Cred{UID: uint32(uid), GID: uint32(gid), User: u.Username}
-	if gids, err := u.GroupIds(); err == nil {
-		for _, g := range gids {
-			if n, err := strconv.ParseUint(g, 10, 32); err == nil {
-				cred.Groups = append(cred.Groups, uint32(n))
-			}
-		}
-	}
-	return cred, nil
 }
 
 // nvidiaMajors picks the majors whose fds count as NVIDIA devices. 195 is
