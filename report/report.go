@@ -124,6 +124,9 @@ func Load(r io.Reader) (*Report, error) {
 	if len(data) == 0 {
 		return nil, ErrEmpty
 	}
+	if data[0] != '{' {
+		return nil, fmt.Errorf("%w: a report is a JSON object, this file starts with %q", ErrCorrupt, firstToken(data))
+	}
 	var probe struct {
 		Schema *int `json:"schema"`
 		Tool   Tool `json:"tool"`
@@ -136,7 +139,7 @@ func Load(r io.Reader) (*Report, error) {
 		if errors.Is(err, io.ErrUnexpectedEOF) {
 			return nil, fmt.Errorf("%w: truncated JSON (the file ends early)", ErrCorrupt)
 		}
-		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, jsonError(err))
 	}
 	if probe.Schema == nil || probe.Tool.Name != "cudatrace" {
 		return nil, fmt.Errorf("%w: no cudatrace schema field", ErrCorrupt)
@@ -149,9 +152,27 @@ func Load(r io.Reader) (*Report, error) {
 	}
 	var rep Report
 	if err := json.Unmarshal(data, &rep); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, jsonError(err))
 	}
 	return &rep, nil
+}
+
+// jsonError words a decoding error without Go type names.
+func jsonError(err error) error {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		if te.Field != "" {
+			return fmt.Errorf("field %q holds a JSON %s, not what a report has there", te.Field, te.Value)
+		}
+		return fmt.Errorf("a JSON %s where a report has something else", te.Value)
+	}
+	return err
+}
+
+// firstToken is the start of data, for an error message.
+func firstToken(data []byte) string {
+	n := min(len(data), 16)
+	return string(data[:n])
 }
 
 // LoadFile is Load on a path.

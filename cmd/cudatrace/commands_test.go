@@ -156,3 +156,22 @@ func TestManPage(t *testing.T) {
 		}
 	}
 }
+
+// no-color.org: NO_COLOR set and not empty turns colour off; empty does
+// not. TERM=dumb turns it off too.
+func TestWantColor(t *testing.T) {
+	for _, tc := range []struct {
+		env  map[string]string
+		want bool
+	}{
+		{map[string]string{}, true},
+		{map[string]string{"NO_COLOR": ""}, true},
+		{map[string]string{"NO_COLOR": "1"}, false},
+		{map[string]string{"TERM": "dumb"}, false},
+		{map[string]string{"TERM": "xterm-256color"}, true},
+	} {
+		if got := wantColor(func(k string) string { return tc.env[k] }); got != tc.want {
+			t.Errorf("%v: colour %v, want %v", tc.env, got, tc.want)
+		}
+	}
+}
