@@ -181,7 +181,7 @@ func LoadFile(path string) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only: nothing to lose
 	return Load(f)
 }
 
