@@ -15,11 +15,13 @@ import (
 // Analyze finds the call that makes CUDA initialisation fail, explains it
 // with the snapshot, and adds what else the trace shows. It is a pure
 // function: the same inputs give the same Analysis, byte for byte.
-func Analyze(events []tracer.Event, snap *snapshot.Snapshot) Analysis {
+// unstored are the calls a recorder counted without storing them in events,
+// so that counts in findings are true counts.
+func Analyze(events []tracer.Event, snap *snapshot.Snapshot, unstored ...Unstored) Analysis {
 	if snap == nil {
 		snap = &snapshot.Snapshot{}
 	}
-	a := &analyzer{ev: events, s: snap, fail: -1, retry: -1, byID: map[string]bool{}}
+	a := &analyzer{ev: events, s: snap, fail: -1, retry: -1, byID: map[string]bool{}, unstored: unstored}
 	a.pinpoint()
 	if a.fail >= 0 {
 		a.explaining = true
@@ -73,6 +75,8 @@ type analyzer struct {
 	byID       map[string]bool
 	explaining bool
 	cause      string // the verdict's "because" phrase
+
+	unstored []Unstored // calls counted but not in ev
 }
 
 // add appends f unless a finding with its ID exists (the first, most

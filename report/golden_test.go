@@ -31,7 +31,7 @@ func replay(t *testing.T, rep *Report) (loaded *Report, reanalysed annotate.Anal
 	if err != nil {
 		t.Fatalf("load what Save wrote: %v", err)
 	}
-	return loaded, annotate.Analyze(loaded.Events, loaded.Snapshot)
+	return loaded, annotate.Analyze(loaded.Events, loaded.Snapshot, loaded.Unstored()...)
 }
 
 func TestGolden(t *testing.T) {

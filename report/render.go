@@ -193,8 +193,8 @@ func traceSummary(rep *Report) string {
 // timelineRow is one line of the timeline, before layout.
 type timelineRow struct {
 	time, proc, call, result, dev string
-	repeat                        int  // events folded into this row, when more than one
-	failing                       bool // the analysis's failing call
+	repeat                        uint64 // calls this row stands for, when more than one
+	failing                       bool   // the analysis's failing call
 }
 
 // callCell is the call with its repeat count: `stat("/dev/nvidiactl") ×2`.
@@ -209,15 +209,22 @@ func (r timelineRow) cells() []string {
 	return []string{r.time, r.proc, r.callCell(), r.result, r.dev}
 }
 
-// timelineRows lists the events for the timeline. Condensed, runs of
-// successful ioctls by one thread on one fd fold into one row, and so do
-// repeats of the same call with the same result (libcuda stats each node
-// twice), so the rows that matter fit on a screen.
+// timelineRows lists the events for the timeline. Condensed, a call site
+// the recorder folded is one row with its true count, at its first call;
+// runs of successful ioctls by one thread on one fd fold into one row, and
+// so do repeats of the same call with the same result (libcuda stats each
+// node twice), so the rows that matter fit on a screen. The failing call
+// always has a row of its own.
 func timelineRows(rep *Report, all bool) []timelineRow {
 	var failSeq uint64
 	if f := rep.Analysis.Failing; f != nil {
 		failSeq = f.Seq
 	}
+	folded := make(map[siteKey]uint64, len(rep.Folded))
+	for i := range rep.Folded {
+		folded[rep.Folded[i].site()] = rep.Folded[i].Calls
+	}
+	shown := map[siteKey]bool{}
 	row := func(e *tracer.Event) timelineRow {
 		r := timelineRow{time: "+" + fmtDur(e.Time), proc: proc(e), call: timelineCall(e), result: resultCell(e), dev: devCell(rep, e)}
 		if failSeq != 0 && e.Seq == failSeq {
@@ -233,6 +240,14 @@ func timelineRows(rep *Report, all bool) []timelineRow {
 		r := row(e)
 		if all || r.failing {
 			rows = append(rows, r)
+			continue
+		}
+		if k, ok := siteOf(e); ok && folded[k] > 0 {
+			if !shown[k] {
+				shown[k] = true
+				r.repeat = folded[k]
+				rows = append(rows, r)
+			}
 			continue
 		}
 		j := i
@@ -254,7 +269,7 @@ func timelineRows(rep *Report, all bool) []timelineRow {
 			}
 		}
 		if j > i {
-			r.repeat = j - i + 1
+			r.repeat = uint64(j - i + 1)
 			i = j
 		}
 		rows = append(rows, r)

@@ -84,13 +84,30 @@ type IoctlSummary struct {
 	Failed  uint64     `json:"failed"`
 }
 
-// FoldedSummary counts the successful calls of one process on one path
-// (opens, stats, ...) when there were too many to store them all.
+// FoldedSummary counts the calls of one site when there were more than the
+// report stores: the successful calls of one process on one path (opens,
+// stats, ...) past the first SamplePerSite, and the failures of one
+// process, call, path or device and request, and errno past the first
+// FailSamplePerSite and the last FailTailPerSite.
 type FoldedSummary struct {
-	PID   int         `json:"pid"`
-	Kind  tracer.Kind `json:"kind"`
-	Path  string      `json:"path"`
-	Calls uint64      `json:"calls"` // in all; the first few are in events
+	PID     int         `json:"pid"`
+	Kind    tracer.Kind `json:"kind"`
+	Path    string      `json:"path"`
+	Dev     *tracer.Dev `json:"dev,omitempty"`     // ioctls
+	Request uint32      `json:"request,omitempty"` // ioctls
+	Errno   int         `json:"errno,omitempty"`   // failures: the error; absent for successful calls
+	Calls   uint64      `json:"calls"`             // in all; the first (and last) few are in events
+}
+
+func (f *FoldedSummary) site() siteKey {
+	k := siteKey{pid: f.PID, kind: f.Kind, path: f.Path, request: f.Request, errno: f.Errno}
+	if f.Kind == tracer.KindIoctl {
+		k.path = ""
+		if f.Dev != nil {
+			k.dev = *f.Dev
+		}
+	}
+	return k
 }
 
 // Errors from Load. Each is a one-line reason the CLI prints as is.

@@ -37,7 +37,7 @@ func reportCommand(args []string, o *options, stdout, stderr io.Writer) error {
 	if snap == nil {
 		snap = &snapshot.Snapshot{}
 	}
-	rep.Analysis = annotate.Analyze(rep.Events, snap)
+	rep.Analysis = annotate.Analyze(rep.Events, snap, rep.Unstored()...)
 	if changed := verdictChange(stored, rep.Analysis); changed != "" && !o.quiet {
 		fmt.Fprintf(stderr, "cudatrace: note: this version's analysis differs from the stored one (%s)\n", changed)
 	}
