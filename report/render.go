@@ -372,45 +372,59 @@ func writeTimelineTable(w io.Writer, rows []timelineRow, width int, p palette) e
 
 // wrapCall breaks a formatted call into lines of at most width runes,
 // after ", " where it can, hard where a single argument is longer.
-// Continuation lines are indented by two spaces.
+// Continuation lines are indented by two spaces. It works on one line's
+// worth of text at a time, so a path of a megabyte (the target controls
+// paths) takes linear time.
 func wrapCall(s string, width int) []string {
 	if utf8.RuneCountInString(s) <= width || width < 8 {
 		return []string{s}
 	}
-	var pieces []string // each ends after ", " or at the end of s
-	for s != "" {
-		i := strings.Index(s, ", ")
-		if i < 0 {
-			pieces = append(pieces, s)
-			break
-		}
-		pieces = append(pieces, s[:i+2])
-		s = s[i+2:]
-	}
 	var lines []string
-	cur := ""
-	for _, pc := range pieces {
-		if cur != "" && utf8.RuneCountInString(cur+pc) > width {
-			lines = append(lines, strings.TrimRight(cur, " "))
-			cur = "  "
+	cur, curN := "", 0 // the line being built, and its length in runes
+	for s != "" {
+		// The next piece: up to and including ", ", or the rest.
+		pc := s
+		if i := strings.Index(s, ", "); i >= 0 {
+			pc = s[:i+2]
 		}
-		cur += pc
-		for utf8.RuneCountInString(cur) > width {
+		s = s[len(pc):]
+		n := utf8.RuneCountInString(pc)
+		if cur != "" && curN+n > width {
+			lines = append(lines, strings.TrimRight(cur, " "))
+			cur, curN = "  ", 2
+		}
+		for curN+n > width {
 			// Too long for one line even alone: break a path after a
 			// slash if there is one, else anywhere.
-			r := []rune(cur)
-			cut := width
-			if i := strings.LastIndex(string(r[:width]), "/"); i > 2 {
-				cut = utf8.RuneCountInString(string(r[:width])[:i+1])
+			k := width - curN
+			take := runePrefixLen(pc, k)
+			line := cur + pc[:take]
+			cut := len(line)
+			if i := strings.LastIndex(line, "/"); i > 2 {
+				cut = i + 1
 			}
-			lines = append(lines, string(r[:cut]))
-			cur = "  " + string(r[cut:])
+			lines = append(lines, line[:cut])
+			cur = "  " + line[cut:]
+			curN = 2 + utf8.RuneCountInString(line[cut:])
+			pc, n = pc[take:], n-k
 		}
+		cur += pc
+		curN += n
 	}
 	if strings.TrimSpace(cur) != "" {
 		lines = append(lines, strings.TrimRight(cur, " "))
 	}
 	return lines
+}
+
+// runePrefixLen is the length in bytes of s's first n runes.
+func runePrefixLen(s string, n int) int {
+	i := 0
+	for ; n > 0 && i < len(s); n-- {
+		_, size := utf8.DecodeRuneInString(s[i:])
+		i += size
+	}
+	return i
 }
 
 func proc(e *tracer.Event) string {
