@@ -5,7 +5,6 @@
 package report
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -127,49 +126,188 @@ func (e *VersionError) Error() string {
 // bytes each fit many times over.
 const maxReportSize = 1 << 30
 
+var errTooLarge = fmt.Errorf("%w: larger than %d MiB", ErrCorrupt, maxReportSize>>20)
+
 // Load reads a report, checking that it is one and that its version is
-// readable.
+// readable. It decodes the events one at a time as they stream in, so
+// that the file's bytes and the decoded report are never both in memory:
+// a report of the stored-events cap loads in little more than its own
+// size (BenchmarkLoadMemory).
 func Load(r io.Reader) (*Report, error) {
-	data, err := io.ReadAll(io.LimitReader(r, maxReportSize+1))
+	rep, err := load(r)
+	if err == nil {
+		return rep, nil
+	}
+	var syn *json.SyntaxError
+	var ve *VersionError
+	switch {
+	case errors.As(err, &ve), errors.Is(err, ErrEmpty), errors.Is(err, ErrCorrupt):
+		return nil, err
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return nil, fmt.Errorf("%w: truncated JSON (the file ends early)", ErrCorrupt)
+	case errors.As(err, &syn):
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	var typ *json.UnmarshalTypeError
+	if errors.As(err, &typ) {
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	return nil, err // reading the file failed
+}
+
+func load(r io.Reader) (*Report, error) {
+	dec := json.NewDecoder(&limitReader{r: r, left: maxReportSize})
+	tok, err := dec.Token()
+	if err == io.EOF {
+		return nil, ErrEmpty
+	}
 	if err != nil {
 		return nil, err
 	}
-	if len(data) > maxReportSize {
-		// Cutting it would only make a misleading "truncated" error.
-		return nil, fmt.Errorf("%w: larger than %d MiB", ErrCorrupt, maxReportSize>>20)
+	if tok != json.Delim('{') {
+		return nil, fmt.Errorf("%w: not a JSON object", ErrCorrupt)
 	}
-	data = bytes.TrimSpace(data)
-	if len(data) == 0 {
-		return nil, ErrEmpty
-	}
-	var probe struct {
-		Schema *int `json:"schema"`
-		Tool   Tool `json:"tool"`
-	}
-	if err := json.Unmarshal(data, &probe); err != nil {
-		var syn *json.SyntaxError
-		if errors.As(err, &syn) && int(syn.Offset) >= len(data) {
-			return nil, fmt.Errorf("%w: truncated JSON (the file ends early)", ErrCorrupt)
+	// Every member but the events is kept raw (they are small) and decoded
+	// once the header is checked; the events are decoded as they come.
+	rest := map[string]json.RawMessage{}
+	var events []tracer.Event
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, err
 		}
-		if errors.Is(err, io.ErrUnexpectedEOF) {
-			return nil, fmt.Errorf("%w: truncated JSON (the file ends early)", ErrCorrupt)
+		key := tok.(string) // object keys are strings
+		if key != "events" {
+			var v json.RawMessage
+			if err := dec.Decode(&v); err != nil {
+				return nil, err
+			}
+			rest[key] = v
+			continue
 		}
+		// The writer puts the header first: a newer report is said to be
+		// newer before its events are read with this version's types.
+		if h, err := header(rest); err == nil && h.Schema != nil && *h.Schema > SchemaVersion {
+			return nil, &VersionError{*h.Schema}
+		}
+		if events, err = decodeEvents(dec, storedHint(rest)); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		if err == nil {
+			err = fmt.Errorf("%w: data after the report", ErrCorrupt)
+		}
+		return nil, err
+	}
+
+	h, err := header(rest)
+	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
-	if probe.Schema == nil || probe.Tool.Name != "cudatrace" {
+	if h.Schema == nil || h.Tool.Name != "cudatrace" {
 		return nil, fmt.Errorf("%w: no cudatrace schema field", ErrCorrupt)
 	}
-	if *probe.Schema < 1 {
-		return nil, fmt.Errorf("%w: schema %d", ErrCorrupt, *probe.Schema)
+	if *h.Schema < 1 {
+		return nil, fmt.Errorf("%w: schema %d", ErrCorrupt, *h.Schema)
 	}
-	if *probe.Schema > SchemaVersion {
-		return nil, &VersionError{*probe.Schema}
+	if *h.Schema > SchemaVersion {
+		return nil, &VersionError{*h.Schema}
 	}
 	var rep Report
-	if err := json.Unmarshal(data, &rep); err != nil {
+	if err := json.Unmarshal(rawObject(rest), &rep); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
+	if events != nil {
+		rep.Events = events
+	}
 	return &rep, nil
+}
+
+type reportHeader struct {
+	Schema *int `json:"schema"`
+	Tool   Tool `json:"tool"`
+}
+
+// header decodes the schema and tool among the members read so far.
+func header(members map[string]json.RawMessage) (reportHeader, error) {
+	var h reportHeader
+	err := json.Unmarshal(rawObject(members), &h)
+	return h, err
+}
+
+// rawObject puts members back into one JSON object.
+func rawObject(members map[string]json.RawMessage) []byte {
+	b, _ := json.Marshal(members) // RawMessages from the decoder are valid JSON
+	return b
+}
+
+// storedHint is trace.stored when it came before the events, bounded so
+// that a crafted number cannot make Load allocate much ahead of the data.
+func storedHint(members map[string]json.RawMessage) int {
+	var t struct {
+		Trace struct {
+			Stored int `json:"stored"`
+		} `json:"trace"`
+	}
+	if json.Unmarshal(rawObject(members), &t) != nil {
+		return 0
+	}
+	return min(max(t.Trace.Stored, 0), maxStored+maxReserved)
+}
+
+// decodeEvents reads the events array (or null) one event at a time.
+func decodeEvents(dec *json.Decoder, hint int) ([]tracer.Event, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	if tok == nil {
+		return []tracer.Event{}, nil
+	}
+	if tok != json.Delim('[') {
+		return nil, fmt.Errorf("%w: events: not an array", ErrCorrupt)
+	}
+	events := make([]tracer.Event, 0, hint)
+	for dec.More() {
+		events = append(events, tracer.Event{})
+		if err := dec.Decode(&events[len(events)-1]); err != nil {
+			var typ *json.UnmarshalTypeError
+			if errors.As(err, &typ) {
+				return nil, fmt.Errorf("%w: events[%d]: %v", ErrCorrupt, len(events)-1, err)
+			}
+			return nil, err
+		}
+	}
+	_, err = dec.Token() // ]
+	return events, err
+}
+
+// limitReader fails with errTooLarge past left bytes: a cut report would
+// only give a misleading "truncated" error.
+type limitReader struct {
+	r    io.Reader
+	left int64
+}
+
+func (l *limitReader) Read(p []byte) (int, error) {
+	if l.left <= 0 {
+		var one [1]byte
+		n, err := l.r.Read(one[:])
+		if n > 0 {
+			return 0, errTooLarge
+		}
+		return 0, err // EOF or the reader's error
+	}
+	if int64(len(p)) > l.left {
+		p = p[:l.left]
+	}
+	n, err := l.r.Read(p)
+	l.left -= int64(n)
+	return n, err
 }
 
 // LoadFile is Load on a path.
