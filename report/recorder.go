@@ -37,9 +37,10 @@ const (
 	maxReserved = 20_000
 )
 
-// maxSites bounds the call sites followed. Past it, a new site's events are
-// stored (within maxStored) but not folded.
-const maxSites = 100_000
+// maxSites bounds the call sites followed, and the ioctl sites counted
+// (the target chooses paths and request numbers). Past it, a new site's
+// events are stored (within maxStored) but neither folded nor counted.
+const maxSites = 20_000
 
 // siteKey is what makes two calls repeats of each other.
 type siteKey struct {
@@ -136,10 +137,11 @@ func (r *Recorder) Event(e *tracer.Event) {
 		if e.Dev != nil {
 			dev = *e.Dev
 		}
-		s := r.ioctlSummary(ioctlSite{e.PID, dev, e.Request})
-		s.Count++
-		if e.Failed() {
-			s.Failed++
+		if s := r.ioctlSummary(ioctlSite{e.PID, dev, e.Request}); s != nil {
+			s.Count++
+			if e.Failed() {
+				s.Failed++
+			}
 		}
 	}
 	k, ok := siteOf(e)
@@ -278,7 +280,9 @@ func (r *Recorder) AddFolded(folded []tracer.Folded) {
 		r.Seen += f.Count
 		k := siteKey{pid: f.PID, kind: f.Kind, path: f.Path}
 		if f.Kind == tracer.KindIoctl {
-			r.ioctlSummary(ioctlSite{f.PID, f.Dev, f.Request}).Count += f.Count
+			if s := r.ioctlSummary(ioctlSite{f.PID, f.Dev, f.Request}); s != nil {
+				s.Count += f.Count
+			}
 			k = siteKey{pid: f.PID, kind: f.Kind, dev: f.Dev, request: f.Request}
 		}
 		if s := r.site(k); s != nil {
@@ -297,10 +301,14 @@ func (r *Recorder) Ioctls() []IoctlSummary {
 	return out
 }
 
-// ioctlSummary returns site's summary, adding it (in first-seen order) if new.
+// ioctlSummary returns site's summary, adding it (in first-seen order) if
+// new, or nil when maxSites are counted already.
 func (r *Recorder) ioctlSummary(site ioctlSite) *IoctlSummary {
 	s := r.ioctls[site]
 	if s == nil {
+		if len(r.ioctls) >= maxSites {
+			return nil
+		}
 		s = &IoctlSummary{PID: site.pid, Dev: site.dev, Request: site.request}
 		r.ioctls[site] = s
 		r.ioctlSeq = append(r.ioctlSeq, site)

@@ -115,8 +115,8 @@ func TestRecorderOverflowIsCounted(t *testing.T) {
 	r := NewRecorder()
 	const extra = 7
 	for i := range maxStored + extra {
-		// 20,000 sites (fewer than maxSites), 10 stats each: all stored.
-		r.Event(&tracer.Event{Seq: uint64(i + 1), PID: 1, Kind: tracer.KindStat, Path: "/dev/nvidia" + strconv.Itoa(i%20_000)})
+		// 10,000 sites (fewer than maxSites), 20 stats each: all stored.
+		r.Event(&tracer.Event{Seq: uint64(i + 1), PID: 1, Kind: tracer.KindStat, Path: "/dev/nvidia" + strconv.Itoa(i%10_000)})
 	}
 	// Beyond the cap, ioctls are still summarised exactly, and the first
 	// failure of a new site is still stored.
@@ -173,6 +173,22 @@ func TestRecorderKeepsDecisiveCallsPastTheCap(t *testing.T) {
 	}
 	if r.Overflow != 1+13 {
 		t.Errorf("Overflow = %d, want %d", r.Overflow, 1+13)
+	}
+}
+
+// A target choosing a new ioctl request number (or path) for every call
+// cannot grow the recorder's per-site state without bound.
+func TestRecorderSitesAreBounded(t *testing.T) {
+	r := NewRecorder()
+	for i := range 3 * maxSites {
+		r.Event(ioctlEv(uint64(i+1), 4, 8, tracer.Dev{Major: 195, Minor: 255}, uint32(i), -25))
+		r.Event(&tracer.Event{Seq: uint64(i + 1), PID: 4, Kind: tracer.KindStat, Path: "/dev/nvidia-x" + strconv.Itoa(i)})
+	}
+	if len(r.ioctls) != maxSites || len(r.sites) != maxSites {
+		t.Errorf("following %d ioctl sites and %d call sites, want at most %d", len(r.ioctls), len(r.sites), maxSites)
+	}
+	if n := len(r.Events()); n != 6*maxSites {
+		t.Errorf("stored %d events, want all %d (under the cap)", n, 6*maxSites)
 	}
 }
 
