@@ -60,8 +60,8 @@ type Trace struct {
 	Started  time.Time     `json:"started"`
 	Duration time.Duration `json:"duration_ns"`
 	// Events counts every event the tracer delivered; Stored those kept in
-	// Events (successful ioctls beyond a per-call-site sample are folded
-	// into Ioctls).
+	// Events (repeats of a call site beyond its first and last few are
+	// counted in Ioctls and Folded instead).
 	Events  uint64 `json:"events"`
 	Stored  int    `json:"stored"`
 	Dropped uint64 `json:"dropped"`
