@@ -25,7 +25,7 @@ func AnalyzeFacts(events []tracer.Event, snap *snapshot.Snapshot, facts Facts) A
 	if snap == nil {
 		snap = &snapshot.Snapshot{}
 	}
-	a := &analyzer{ev: events, s: snap, fail: -1, retry: -1, byID: map[string]bool{}, facts: facts}
+	a := &analyzer{ev: events, s: snap, fail: -1, retry: -1, byID: map[string]bool{}, facts: facts, unstored: facts.Unstored}
 	a.cudaOutcome()
 	a.pinpoint()
 	if a.fail >= 0 {
@@ -88,7 +88,8 @@ type analyzer struct {
 	explaining bool
 	cause      string // the verdict's "because" phrase
 
-	facts   Facts
+	facts    Facts
+	unstored []Unstored // calls counted but not in ev
 	cuda    *CUDAResult // CUDA's own verdict
 	cudaIdx int         // index of the failing api event, -1 when none
 }

@@ -379,7 +379,7 @@ func orNotSet(v string, set bool) string {
 // checkCallsOK lists the device calls that worked: the contrast with the
 // failing one is evidence.
 func (a *analyzer) checkCallsOK() {
-	st := Summarize(a.ev)
+	st := Summarize(a.ev, a.unstored)
 	var d []string
 	var paths []string
 	var events []uint64

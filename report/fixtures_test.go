@@ -70,14 +70,15 @@ func buildFixture(t testing.TB, fx fixture) *Report {
 			Started:  fixedStart,
 			Duration: dur,
 			Events:   rec.Seen,
-			Stored:   len(rec.Events),
+			Stored:   len(rec.Events()),
 			Complete: true,
 		},
-		Events:   rec.Events,
+		Events:   rec.Events(),
 		Ioctls:   rec.Ioctls(),
+		Folded:   rec.Folded(),
 		Snapshot: snap,
 	}
-	rep.Analysis = annotate.Analyze(rep.Events, snap)
+	rep.Analysis = annotate.AnalyzeFacts(rep.Events, snap, rep.Facts())
 	return rep
 }
 

@@ -40,7 +40,7 @@ func reportCommand(args []string, o *options, stdout, stderr io.Writer) error {
 	if snap == nil {
 		snap = &snapshot.Snapshot{}
 	}
-	rep.Analysis = annotate.AnalyzeFacts(rep.Events, snap, rep.Trace.Facts())
+	rep.Analysis = annotate.AnalyzeFacts(rep.Events, snap, rep.Facts())
 	if changed := verdictChange(stored, rep.Analysis); changed != "" && !o.quiet {
 		fmt.Fprintf(stderr, "cudatrace: note: this version's analysis differs from the stored one (%s)\n", changed)
 	}

@@ -117,8 +117,8 @@ func traceCommand(argv []string, o *options, stdout, stderr io.Writer) error {
 	}
 	rec.AddFolded(res.Folded)
 	snapOpts := snapper.opts
-	snapOpts.PID = firstPID(spec, rec.Events)
-	snapOpts.ExtraPaths = touchedPaths(rec.Events)
+	snapOpts.PID = firstPID(spec, rec.Events())
+	snapOpts.ExtraPaths = touchedPaths(rec.Events())
 	snap := snapper.wait()
 	if snap == nil {
 		snap = snapshot.Collect(snapOpts)
@@ -346,7 +346,7 @@ func buildReport(spec tracer.Spec, res *tracer.Result, rec *report.Recorder, sna
 			Started:  res.Started,
 			Duration: res.Ended.Sub(res.Started),
 			Events:   rec.Seen,
-			Stored:   len(rec.Events),
+			Stored:   len(rec.Events()),
 			Dropped:  res.Dropped,
 			Complete: res.Dropped == 0,
 			Notes:    res.Notes,
@@ -354,7 +354,7 @@ func buildReport(spec tracer.Spec, res *tracer.Result, rec *report.Recorder, sna
 			APIReturns:   res.APIReturns,
 			APILibraries: res.APILibraries,
 		},
-		Events:   rec.Events,
+		Events:   rec.Events(),
 		Ioctls:   rec.Ioctls(),
 		Folded:   rec.Folded(),
 		Snapshot: snap,
@@ -368,11 +368,11 @@ func buildReport(spec tracer.Spec, res *tracer.Result, rec *report.Recorder, sna
 	if rec.Overflow > 0 {
 		// The failing call may be among them: as incomplete as a drop.
 		rep.Trace.Complete = false
-		rep.Trace.Notes = append(rep.Trace.Notes, fmt.Sprintf("%d events beyond the first %d were counted but not stored: the trace is incomplete", rec.Overflow, len(rec.Events)))
+		rep.Trace.Notes = append(rep.Trace.Notes, fmt.Sprintf("%d events were counted but not stored, past the %d kept: the trace is incomplete", rec.Overflow, len(rec.Events())))
 	}
 	if rep.Trace.Started.IsZero() {
 		rep.Trace.Started = started
 	}
-	rep.Analysis = annotate.AnalyzeFacts(rep.Events, snap, rep.Trace.Facts())
+	rep.Analysis = annotate.AnalyzeFacts(rep.Events, snap, rep.Facts())
 	return rep
 }
