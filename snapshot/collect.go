@@ -44,6 +44,7 @@ type collector struct {
 	proc     string // "/proc"
 	sys      string // "/sys"
 	kmsgPath string // "/dev/kmsg"
+	hostRoot string // "/": prefixes /lib/firmware and /boot (tests)
 	// selfMountinfo is cudatrace's own mount table, which locates the
 	// cgroup hierarchies it can read.
 	selfMountinfo func() (string, error)
@@ -58,6 +59,7 @@ func newCollector(opts Options) *collector {
 		proc:          "/proc",
 		sys:           "/sys",
 		kmsgPath:      "/dev/kmsg",
+		hostRoot:      "/",
 		selfMountinfo: func() (string, error) { return readString("/proc/self/mountinfo") },
 		mountCgroup2:  mountCgroup2,
 		now:           time.Now,

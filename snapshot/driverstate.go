@@ -104,7 +104,7 @@ func (c *collector) collectDriverState() {
 		for _, d := range dirs {
 			d = filepath.Join(d, "nvidia", ver)
 			sv.Firmware.Searched = append(sv.Firmware.Searched, d)
-			if names, err := os.ReadDir(d); err == nil {
+			if names, err := os.ReadDir(filepath.Join(c.hostRoot, d)); err == nil {
 				for _, n := range names {
 					if strings.HasPrefix(n.Name(), "gsp") && strings.HasSuffix(n.Name(), ".bin") {
 						sv.Firmware.Files = append(sv.Firmware.Files, filepath.Join(d, n.Name()))
@@ -131,7 +131,7 @@ func (sv *DriverState) collectKernelConfig(c *collector, release string) {
 		f.Close()
 	}
 	if text == nil {
-		text, _ = os.ReadFile(filepath.Join("/boot", "config-"+release))
+		text, _ = os.ReadFile(filepath.Join(c.hostRoot, "boot", "config-"+release))
 	}
 	if text == nil {
 		return
