@@ -33,7 +33,7 @@ var xidCodeRE = regexp.MustCompile(`Xid \([^)]*\): (\d+)`)
 // XidMeaning names an Xid code, "" when it is not among the common ones.
 func XidMeaning(code int) string { return xidMeanings[code] }
 
-var apiMismatchRE = regexp.MustCompile(`API mismatch: the client has the version ([^,\s]+), but\s+this kernel module has the version ([^.\s]+(?:\.[0-9]+)*)`)
+var apiMismatchRE = regexp.MustCompile(`API mismatch: the client has the version ([^,\s]+), but\s+(?:NVRM:\s*)?this kernel module has the version ([^.\s]+(?:\.[0-9]+)*)`)
 
 // KernelLineMeaning names a known NVRM/Xid/nvidia-uvm kernel message, ""
 // for the rest (the driver's ordinary notices).
@@ -54,8 +54,8 @@ func KernelLineMeaning(t string) string {
 	case containsAPIMismatch(t):
 		return "API mismatch: the user-space driver and the kernel module differ (CUDA 803)"
 	case strings.Contains(t, "GSP") && (strings.Contains(t, "firmware") || strings.Contains(t, "Firmware")) && isRMInitLine(t),
-		strings.Contains(t, "request_firmware") || strings.Contains(t, "Direct firmware load") && strings.Contains(t, "gsp"):
-		return "GSP firmware load failed"
+		strings.Contains(t, "gsp_") && strings.Contains(t, "firmware") && strings.Contains(t, "fail"):
+		return "GSP firmware could not be loaded or started"
 	case isRMInitLine(t):
 		return "RmInitAdapter failed: the driver could not initialise the GPU"
 	}
