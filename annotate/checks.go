@@ -39,6 +39,7 @@ func (a *analyzer) checkAll() {
 	a.checkModprobe()
 	a.checkUVMInit()
 	a.checkInband()
+	a.checkDriverState()
 	a.checkCallsOK()
 }
 

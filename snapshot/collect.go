@@ -23,8 +23,13 @@ type Options struct {
 	ExtraPaths []string
 	// ProcDevicesPath replaces /proc/devices (tests, fake setups).
 	ProcDevicesPath string
-	// KmsgSince starts the kernel log window; zero skips the kernel log.
+	// KmsgSince starts the kernel log window, and is the origin of the
+	// kernel lines' times (the trace's start); zero skips the kernel log.
 	KmsgSince time.Time
+	// NvidiaSMI is the nvidia-smi to ask for persistence and compute mode
+	// (only NVML knows them): "" asks nothing, "auto" looks on PATH and in
+	// /usr/local/nvidia/bin.
+	NvidiaSMI string
 	// QueryCgroupPrograms lists the effective BPF_CGROUP_DEVICE programs of
 	// cgroupDir (a directory under the cgroup2 mount cgroupRoot). Injected
 	// (cgroupdev.QueryEffective) because cgroupdev imports this package.
@@ -39,6 +44,7 @@ type collector struct {
 	proc     string // "/proc"
 	sys      string // "/sys"
 	kmsgPath string // "/dev/kmsg"
+	hostRoot string // "/": prefixes /lib/firmware and /boot (tests)
 	// selfMountinfo is cudatrace's own mount table, which locates the
 	// cgroup hierarchies it can read.
 	selfMountinfo func() (string, error)
@@ -53,6 +59,7 @@ func newCollector(opts Options) *collector {
 		proc:          "/proc",
 		sys:           "/sys",
 		kmsgPath:      "/dev/kmsg",
+		hostRoot:      "/",
 		selfMountinfo: func() (string, error) { return readString("/proc/self/mountinfo") },
 		mountCgroup2:  mountCgroup2,
 		now:           time.Now,
@@ -114,6 +121,7 @@ func (c *collector) run() *Snapshot {
 	}
 
 	c.collectDriver()
+	c.collectDriverState()
 	c.collectKernelLog()
 	if alive {
 		c.collectEnv(pidDir)

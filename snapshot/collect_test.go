@@ -75,7 +75,13 @@ func TestCollectFakeProc(t *testing.T) {
 		"sys/module/nvidia_uvm/parameters/uvm_perf_prefetch_enable": "1\n",
 		"cgroup/devices/lxc/200/devices.list":                       "c 195:* rwm\nc 509:* rwm\n",
 		"cgroup/unified/lxc/200/ns/user.slice/":                     "",
+		// The GSP firmware as the driver package installs it (file names
+		// from open-gpu-kernel-modules' README, "GSP firmware").
+		"lib/firmware/nvidia/580.159.04/gsp_ga10x.bin": "x",
+		"lib/firmware/nvidia/580.159.04/gsp_tu10x.bin": "x",
+		"sys/module/nvidia/version":                    "580.159.04\n",
 		"kmsg": "6,100,1000000,-;usb 1-1: new device\n" +
+			"3,99,3000000,-;NVRM: RmInitAdapter failed! (0x62:0x65:1792)\n" +
 			"4,101,2000000,-;NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  580.159.04\n SUBSYSTEM=module\n" +
 			"3,102,50000000,-;NVRM: Xid (PCI:0000:00:06): 79, GPU has fallen off the bus.\n",
 	})
@@ -90,7 +96,7 @@ func TestCollectFakeProc(t *testing.T) {
 			return []DeviceProgram{{ID: 7, AttachedTo: "/lxc/200"}}, nil
 		},
 	})
-	c.proc, c.sys, c.kmsgPath = proc, sys, filepath.Join(dir, "kmsg")
+	c.proc, c.sys, c.kmsgPath, c.hostRoot = proc, sys, filepath.Join(dir, "kmsg"), dir
 	c.selfMountinfo = func() (string, error) {
 		return "36 31 0:33 / " + cg + "/devices rw - cgroup cgroup rw,devices\n" +
 			"41 31 0:38 / " + cg + "/unified rw - cgroup2 cgroup2 rw\n", nil
@@ -154,9 +160,20 @@ func TestCollectFakeProc(t *testing.T) {
 		!reflect.DeepEqual(d.Modules, []string{"nvidia_uvm", "nvidia"}) || !reflect.DeepEqual(d.GPUs, []string{"0000:00:06.0"}) {
 		t.Errorf("driver = %+v", d)
 	}
-	// Boot at t=1000s, window from 1040s (less 1s slack): only the Xid at 1050s.
-	if len(s.KernelLog) != 1 || s.KernelLog[0].Seq != 102 || !strings.Contains(s.KernelLog[0].Text, "Xid") {
+	// Boot at t=1000s, window from 1040s (less 1s slack): the Xid at
+	// 1050s, 10s into the trace, and the error at 1003s as older; the
+	// older notice at 1002s is not an error.
+	if len(s.KernelLog) != 2 || s.KernelLog[1].Seq != 102 || !strings.Contains(s.KernelLog[1].Text, "Xid") ||
+		s.KernelLog[1].Older || s.KernelLog[1].T == nil || *s.KernelLog[1].T != 10*time.Second {
 		t.Errorf("kernel log = %+v", s.KernelLog)
+	}
+	if l := s.KernelLog[0]; l.Seq != 99 || !l.Older || l.T == nil || *l.T != -37*time.Second {
+		t.Errorf("older line = %+v", l)
+	}
+	ds := s.DriverState
+	if ds == nil || ds.ModuleVersion != "580.159.04" || ds.Firmware.Version != "580.159.04" ||
+		!reflect.DeepEqual(ds.Firmware.Files, []string{"/lib/firmware/nvidia/580.159.04/gsp_ga10x.bin", "/lib/firmware/nvidia/580.159.04/gsp_tu10x.bin"}) {
+		t.Errorf("driver state = %+v", ds)
 	}
 	if !reflect.DeepEqual(s.Env, map[string]string{"CUDA_VISIBLE_DEVICES": "0"}) {
 		t.Errorf("env = %v", s.Env)

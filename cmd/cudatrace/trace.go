@@ -288,6 +288,7 @@ func snapshotOptions(o *options) snapshot.Options {
 	return snapshot.Options{
 		ProcDevicesPath:     o.procDevices,
 		KmsgSince:           time.Now(),
+		NvidiaSMI:           "auto", // compute and persistence mode; nvidia-smi is not a traced child
 		QueryCgroupPrograms: cgroupdev.QueryEffective,
 	}
 }
