@@ -115,7 +115,7 @@ func TestCollectFakeProc(t *testing.T) {
 		t.Errorf("proc devices = %v", s.ProcDevices)
 	}
 	wantProc := Process{PID: 4242, Comm: "python3", UID: 65534, GID: 65534, Groups: []uint32{44, 65534},
-		User: "nobody", CapEff: 1 << 27, CapBnd: 0x1ffffffffff, NoNewPrivs: true, Seccomp: 2, UserNS: true}
+		User: "nobody", CapEff: 1 << 27, CapBnd: 0x1ffffffffff, NoNewPrivs: true, Seccomp: 2, SeccompFilters: 1, UserNS: true}
 	if !reflect.DeepEqual(s.Process, wantProc) {
 		t.Errorf("process = %+v\nwant      %+v", s.Process, wantProc)
 	}
