@@ -12,8 +12,8 @@ import (
 
 // nonDevice is what an /dev/nvidia* path holds when it is not a device node.
 type nonDevice struct {
-	kind   string // "a regular file", "a directory", "a symlink loop"
-	seq    uint64 // the stat or open that showed it (0: the snapshot)
+	kind string // "a regular file", "a directory", "a symlink loop"
+	seq  uint64 // the stat or open that showed it (0: the snapshot)
 }
 
 // fileKindWord names an st_mode's file type.

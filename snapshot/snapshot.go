@@ -152,8 +152,8 @@ type Container struct {
 	Manager string `json:"manager,omitempty"`
 	// Config is the container's config file on the host, when found.
 	Config string `json:"config,omitempty"`
-	Unit        string `json:"unit,omitempty"` // systemd unit or scope
-	PodUID      string `json:"pod_uid,omitempty"`
+	Unit   string `json:"unit,omitempty"` // systemd unit or scope
+	PodUID string `json:"pod_uid,omitempty"`
 }
 
 // MajorName returns the /proc/devices name for a character major, or "".
