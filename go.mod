@@ -7,8 +7,11 @@ require (
 	github.com/creack/pty v1.1.24
 	github.com/olekukonko/tablewriter v1.1.5
 	github.com/opencontainers/cgroups v0.1.0
+	github.com/opencontainers/runtime-spec v1.2.0
 	github.com/spf13/pflag v1.1.0
 	golang.org/x/sys v0.50.0
+	sigs.k8s.io/yaml v1.6.0
+	tags.cncf.io/container-device-interface/specs-go v1.1.1
 )
 
 require (
@@ -29,8 +32,6 @@ require (
 	github.com/olekukonko/ll v0.1.6 // indirect
 	github.com/sirupsen/logrus v1.9.4 // indirect
 	go.yaml.in/yaml/v2 v2.4.2 // indirect
-	sigs.k8s.io/yaml v1.6.0 // indirect
-	tags.cncf.io/container-device-interface/specs-go v1.1.1 // indirect
 )
 
 tool github.com/cilium/ebpf/cmd/bpf2go

@@ -31,6 +31,7 @@ func (a *analyzer) checkAll() {
 		a.gpuLost(-1, SeverityError)
 	}
 	a.checkNodevNodes()
+	a.checkNotCharDevice()
 	a.checkLibcuda()
 	a.checkVisibleDevices()
 	a.checkStaleNodes()
@@ -200,6 +201,11 @@ func (a *analyzer) checkRepaired() {
 	for i := range a.ev {
 		e := &a.ev[i]
 		if (e.Kind != tracer.KindMknod && e.Kind != tracer.KindUnlink) || e.Failed() || !isNvidiaNode(e.Path) {
+			continue
+		}
+		// LXC's mknodat(S_IFREG) of a bind-mount target, and whatever a
+		// runtime does before it execs the program, are not libcuda's.
+		if (e.Kind == tracer.KindMknod && !isDeviceMknod(e)) || a.beforeOwnExec(i) {
 			continue
 		}
 		r := byPath[e.Path]
@@ -391,8 +397,8 @@ func (a *analyzer) checkCallsOK() {
 	}
 	ioctlFailures := 0
 	for _, n := range st.Nodes {
-		if n.Opens == 0 {
-			continue
+		if _, nd := nonDeviceAt(a.s, a.ev, n.Path); n.Opens == 0 || nd {
+			continue // not a device: node-not-device says what it is
 		}
 		line := n.Path
 		if n.Dev != nil {

@@ -99,12 +99,7 @@ func (v containerView) usesGPU(h *host) bool {
 	return false
 }
 
-func (v containerView) sep() string {
-	if v.cc.Manager == "proxmox" {
-		return ": "
-	}
-	return " = "
-}
+func (v containerView) sep() string { return snapshot.ConfigSeparator(v.cc.Manager) }
 
 func (v containerView) subject() string {
 	return fmt.Sprintf("%s container %s", v.cc.Manager, v.cc.Name)

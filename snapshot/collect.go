@@ -44,7 +44,9 @@ type collector struct {
 	proc     string // "/proc"
 	sys      string // "/sys"
 	kmsgPath string // "/dev/kmsg"
-	hostRoot string // "/": prefixes /lib/firmware and /boot (tests)
+	// hostRoot ("/") prefixes the host files read: /lib/firmware, /boot,
+	// the container configs (/etc/pve, /var/lib/lxc); tests point it away.
+	hostRoot string
 	// selfMountinfo is cudatrace's own mount table, which locates the
 	// cgroup hierarchies it can read.
 	selfMountinfo func() (string, error)
@@ -118,6 +120,12 @@ func (c *collector) run() *Snapshot {
 		c.collectCgroupV1(lines, self)
 		c.collectCgroupV2(lines, self)
 		s.Container = DetectContainer(text, c.initEnv(pidDir, targetMounts))
+		if s.Container.Runtime == "" || s.Container.Runtime == "systemd" {
+			if r := RuntimeFromAncestors(c.ancestorComms(pidDir)); r != "" {
+				s.Container.Runtime = r
+			}
+		}
+		placeLXC(&s.Container, c.hostExists)
 	}
 
 	c.collectDriver()
@@ -346,4 +354,61 @@ func (c *collector) readOptional(what, path string) (string, bool) {
 		return "", false
 	}
 	return text, true
+}
+
+// maxAncestors bounds the walk up the parent chain.
+const maxAncestors = 16
+
+// ancestorComms are the comms of the target's ancestors, nearest first,
+// up to cudatrace itself or PID 1.
+func (c *collector) ancestorComms(pidDir string) []string {
+	var out []string
+	self := os.Getpid()
+	dir := pidDir
+	for i := 0; i <= maxAncestors; i++ {
+		text, err := readString(filepath.Join(dir, "stat"))
+		if err != nil {
+			break
+		}
+		comm, ppid, ok := parseStatPPID(text)
+		if !ok {
+			break
+		}
+		if i > 0 {
+			out = append(out, comm)
+		}
+		if ppid <= 1 || ppid == self {
+			break
+		}
+		dir = filepath.Join(c.proc, strconv.Itoa(ppid))
+	}
+	return out
+}
+
+// parseStatPPID reads comm and the parent PID from /proc/PID/stat, whose
+// comm is in parentheses and may itself hold ") ".
+func parseStatPPID(text string) (comm string, ppid int, ok bool) {
+	open, end := strings.IndexByte(text, '('), strings.LastIndexByte(text, ')')
+	if open < 0 || end < open {
+		return "", 0, false
+	}
+	f := strings.Fields(text[end+1:])
+	if len(f) < 2 {
+		return "", 0, false
+	}
+	ppid, err := strconv.Atoi(f[1])
+	return text[open+1 : end], ppid, err == nil
+}
+
+// hostExists is whether a host path exists: a directory when p ends in
+// "/", else a regular file.
+func (c *collector) hostExists(p string) bool {
+	st, err := os.Stat(filepath.Join(c.hostRoot, p))
+	if err != nil {
+		return false
+	}
+	if strings.HasSuffix(p, "/") {
+		return st.IsDir()
+	}
+	return st.Mode().IsRegular()
 }

@@ -97,6 +97,7 @@ func TestCollectFakeProc(t *testing.T) {
 		},
 	})
 	c.proc, c.sys, c.kmsgPath, c.hostRoot = proc, sys, filepath.Join(dir, "kmsg"), dir
+	fakeTree(t, c.hostRoot, map[string]string{"etc/pve/lxc/200.conf": "arch: amd64\n"})
 	c.selfMountinfo = func() (string, error) {
 		return "36 31 0:33 / " + cg + "/devices rw - cgroup cgroup rw,devices\n" +
 			"41 31 0:38 / " + cg + "/unified rw - cgroup2 cgroup2 rw\n", nil
@@ -151,7 +152,7 @@ func TestCollectFakeProc(t *testing.T) {
 	if s.CgroupV2 == nil || s.CgroupV2.Path != "/lxc/200/ns/user.slice" || len(s.CgroupV2.Programs) != 1 || s.CgroupV2.MountPoint != cg+"/unified" {
 		t.Errorf("cgroup v2 = %+v", s.CgroupV2)
 	}
-	if s.Container != (Container{Runtime: "lxc", ID: "200", ProxmoxCTID: "200"}) {
+	if s.Container != (Container{Runtime: "lxc", ID: "200", ProxmoxCTID: "200", Manager: "proxmox", Config: "/etc/pve/lxc/200.conf"}) {
 		t.Errorf("container = %+v", s.Container)
 	}
 

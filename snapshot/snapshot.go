@@ -157,8 +157,14 @@ type Container struct {
 	Runtime     string `json:"runtime,omitempty"` // lxc, docker, podman, containerd, kubernetes, systemd, "" for none
 	ID          string `json:"id,omitempty"`
 	ProxmoxCTID string `json:"proxmox_ctid,omitempty"`
-	Unit        string `json:"unit,omitempty"` // systemd unit or scope
-	PodUID      string `json:"pod_uid,omitempty"`
+	// Manager is, for LXC, whose config holds the container: "proxmox"
+	// (/etc/pve/lxc/ID.conf) or "lxc" (LXC's own, e.g. /var/lib/lxc/NAME/config);
+	// "" when unknown (traced from inside, where the host is not visible).
+	Manager string `json:"manager,omitempty"`
+	// Config is the container's config file on the host, when found.
+	Config string `json:"config,omitempty"`
+	Unit   string `json:"unit,omitempty"` // systemd unit or scope
+	PodUID string `json:"pod_uid,omitempty"`
 }
 
 // MajorName returns the /proc/devices name for a character major, or "".

@@ -304,11 +304,20 @@ func (sv *Survey) collectContainers(r *rootFS) {
 				cc.ReadError = shortErr(err)
 			} else {
 				cc.Truncated = trunc
-				cc.Lines = ParseContainerConfig(string(data), cd.manager == "proxmox")
+				cc.Lines = ParseContainerConfig(string(data), ConfigSeparator(cd.manager) == ": ")
 			}
 			sv.Containers = append(sv.Containers, cc)
 		}
 	}
+}
+
+// ConfigSeparator is how a manager's config writes "key SEP value":
+// Proxmox's /etc/pve/lxc/ID.conf uses ": ", LXC's own config " = ".
+func ConfigSeparator(manager string) string {
+	if manager == "proxmox" {
+		return ": "
+	}
+	return " = "
 }
 
 // ParseContainerConfig keeps the lines of an LXC config ("key = value") or

@@ -103,6 +103,11 @@ func traceCommand(argv []string, o *options, stdout, stderr io.Writer) error {
 		// The snapshot is taken while the failing process still exists.
 		switch {
 		case e.Failed() && e.Kind == tracer.KindOpen && strings.HasPrefix(e.Path, "/dev/nvidia"):
+			snapper.triggerAs(e.PID, e.Path, true)
+		case e.Kind == tracer.KindOpen && !e.Failed() && e.Dev == nil && strings.HasPrefix(e.Path, "/dev/nvidia"):
+			// The live backends read the new fd's inode: no device number
+			// means it is not a device (LXC's placeholder file). Snapshot
+			// it in the target's view, which the exit snapshot may lose.
 			snapper.trigger(e.PID, e.Path)
 		case e.APIFailed() || (e.Failed() && (e.NoEntry || e.Kind == tracer.KindIoctl)):
 			snapper.trigger(e.PID, "")
@@ -227,37 +232,55 @@ func traceError(err error, o *options) error {
 	return fail(exitFailure, "%s", msg)
 }
 
-// failureSnapshot takes the system snapshot once, at the first failed
-// device open, while the failing process still exists. It runs beside the
-// event stream so the tracer never stalls.
+// failureSnapshot takes the system snapshot at the first failed device
+// open, while the failing process still exists. It runs beside the event
+// stream so the tracer never stalls. An earlier, weaker trigger (a failed
+// ioctl, a non-device open: a container runtime's setup can make those
+// before the target's cgroup is in place) is replaced by the first failed
+// open of an NVIDIA node.
 type failureSnapshot struct {
-	opts snapshot.Options
-	once sync.Once
-	done chan struct{}
-	snap *snapshot.Snapshot
+	opts   snapshot.Options
+	mu     sync.Mutex
+	closed bool
+	strong bool // a failed NVIDIA open triggered it
+	wg     sync.WaitGroup
+	snap   *snapshot.Snapshot
+	gen    int
 }
 
-func (f *failureSnapshot) trigger(pid int, path string) {
-	f.once.Do(func() {
-		f.done = make(chan struct{})
-		opts := f.opts
-		opts.PID = pid
-		if path != "" {
-			opts.ExtraPaths = []string{path} // described even if it is missing
+func (f *failureSnapshot) trigger(pid int, path string) { f.triggerAs(pid, path, false) }
+
+func (f *failureSnapshot) triggerAs(pid int, path string, strong bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed || f.strong || (f.gen > 0 && !strong) {
+		return
+	}
+	f.strong = strong
+	f.gen++
+	gen := f.gen
+	opts := f.opts
+	opts.PID = pid
+	if path != "" {
+		opts.ExtraPaths = []string{path} // described even if it is missing
+	}
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		snap := snapshot.Collect(opts)
+		// A target that exited while it was being read leaves a snapshot
+		// that is part its view, part cudatrace's (mounts or cgroups
+		// lost on the way): drop it, and the exit snapshot is taken
+		// instead.
+		if exited(pid) {
+			snap = nil
 		}
-		go func() {
-			defer close(f.done)
-			snap := snapshot.Collect(opts)
-			// A target that exited while it was being read leaves a snapshot
-			// that is part its view, part cudatrace's (mounts or cgroups
-			// lost on the way): drop it, and the exit snapshot is taken
-			// instead.
-			if exited(pid) {
-				snap = nil
-			}
+		f.mu.Lock()
+		if gen == f.gen {
 			f.snap = snap
-		}()
-	})
+		}
+		f.mu.Unlock()
+	}()
 }
 
 // exited reports whether pid is a zombie or gone.
@@ -272,15 +295,10 @@ func exited(pid int) bool {
 }
 
 func (f *failureSnapshot) wait() *snapshot.Snapshot {
-	triggered := false
-	f.once.Do(func() {}) // no trigger after this point
-	if f.done != nil {
-		triggered = true
-		<-f.done
-	}
-	if !triggered {
-		return nil
-	}
+	f.mu.Lock()
+	f.closed = true // no trigger after this point
+	f.mu.Unlock()
+	f.wg.Wait()
 	return f.snap
 }
 
