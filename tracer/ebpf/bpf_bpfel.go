@@ -83,6 +83,31 @@ type bpfIoctlSite struct {
 	Request uint32
 }
 
+type bpfLimits uint32
+
+const (
+	bpfLimitsPATH_LEN  bpfLimits = 256
+	bpfLimitsAUX_LEN   bpfLimits = 256
+	bpfLimitsARGV_SLOT bpfLimits = 64
+	bpfLimitsARGV_MAX  bpfLimits = 4
+	bpfLimitsARG_LEN   bpfLimits = 64
+	bpfLimitsNR_TABLE  bpfLimits = 512
+)
+
+type bpfOpenFlags uint32
+
+const (
+	bpfOpenFlagsCREAT_FLAGS bpfOpenFlags = 577
+)
+
+type bpfStatxLayout uint32
+
+const (
+	bpfStatxLayoutSTX_MODE_OFF       bpfStatxLayout = 28
+	bpfStatxLayoutSTX_RDEV_MAJOR_OFF bpfStatxLayout = 128
+	bpfStatxLayoutSTX_RDEV_MINOR_OFF bpfStatxLayout = 132
+)
+
 type bpfSyscallId uint32
 
 const (
@@ -140,6 +165,9 @@ const (
 	bpfVarUnusedDrop         = "unused_drop"
 	bpfVarUnusedIoctlSite    = "unused_ioctl_site"
 	bpfVarUnusedKind         = "unused_kind"
+	bpfVarUnusedLimits       = "unused_limits"
+	bpfVarUnusedOpenFlags    = "unused_open_flags"
+	bpfVarUnusedStatxLayout  = "unused_statx_layout"
 	bpfVarUnusedSyscall      = "unused_syscall"
 	bpfVarUseRdonlyCast      = "use_rdonly_cast"
 	bpfVarWakeupBytes        = "wakeup_bytes"
@@ -222,6 +250,9 @@ type bpfVariableSpecs struct {
 	UnusedDrop         *ebpf.VariableSpec `ebpf:"unused_drop"`
 	UnusedIoctlSite    *ebpf.VariableSpec `ebpf:"unused_ioctl_site"`
 	UnusedKind         *ebpf.VariableSpec `ebpf:"unused_kind"`
+	UnusedLimits       *ebpf.VariableSpec `ebpf:"unused_limits"`
+	UnusedOpenFlags    *ebpf.VariableSpec `ebpf:"unused_open_flags"`
+	UnusedStatxLayout  *ebpf.VariableSpec `ebpf:"unused_statx_layout"`
 	UnusedSyscall      *ebpf.VariableSpec `ebpf:"unused_syscall"`
 	UseRdonlyCast      *ebpf.VariableSpec `ebpf:"use_rdonly_cast"`
 	WakeupBytes        *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
@@ -284,6 +315,9 @@ type bpfVariables struct {
 	UnusedDrop         *ebpf.Variable `ebpf:"unused_drop"`
 	UnusedIoctlSite    *ebpf.Variable `ebpf:"unused_ioctl_site"`
 	UnusedKind         *ebpf.Variable `ebpf:"unused_kind"`
+	UnusedLimits       *ebpf.Variable `ebpf:"unused_limits"`
+	UnusedOpenFlags    *ebpf.Variable `ebpf:"unused_open_flags"`
+	UnusedStatxLayout  *ebpf.Variable `ebpf:"unused_statx_layout"`
 	UnusedSyscall      *ebpf.Variable `ebpf:"unused_syscall"`
 	UseRdonlyCast      *ebpf.Variable `ebpf:"use_rdonly_cast"`
 	WakeupBytes        *ebpf.Variable `ebpf:"wakeup_bytes"`
