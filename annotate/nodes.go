@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
 )
@@ -19,7 +20,7 @@ var (
 
 // isNvidiaNode is whether p is an NVIDIA device node path (not a /dev/char
 // link, which libcuda creates best-effort and whose failures are noise).
-func isNvidiaNode(p string) bool { return strings.HasPrefix(p, "/dev/nvidia") }
+var isNvidiaNode = nvdev.IsNodePath
 
 func isGPUNode(p string) bool { return gpuNodeRe.MatchString(p) }
 
@@ -87,7 +88,7 @@ func driverName(s *snapshot.Snapshot, major, minor uint32) string {
 	if len(names) <= 1 {
 		return strings.Join(names, "")
 	}
-	if major == nvidiaCtlMajor {
+	if major == nvdev.Major {
 		want := "nvidia"
 		switch minor {
 		case 255:

@@ -19,6 +19,7 @@ import (
 
 	"github.com/cudatrace/cudatrace/annotate"
 	"github.com/cudatrace/cudatrace/cgroupdev"
+	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
@@ -100,7 +101,7 @@ func traceCommand(argv []string, o *options, stdout, stderr io.Writer) error {
 	snapper := &failureSnapshot{opts: snapshotOptions(o)}
 	sink := tracer.SinkFunc(func(e *tracer.Event) {
 		rec.Event(e)
-		if e.Failed() && e.Kind == tracer.KindOpen && strings.HasPrefix(e.Path, "/dev/nvidia") {
+		if e.Failed() && e.Kind == tracer.KindOpen && nvdev.IsNodePath(e.Path) {
 			snapper.trigger(e.PID, e.Path)
 		}
 	})
@@ -168,8 +169,8 @@ func lookupUser(name string) (*tracer.Cred, error) {
 // nvidiaMajors picks the majors whose fds count as NVIDIA devices. 195 is
 // fixed by the driver, so it is included even when nothing is registered.
 func nvidiaMajors(devs []snapshot.DriverMajor, extra []uint) []uint32 {
-	seen := map[uint32]bool{195: true}
-	out := []uint32{195}
+	seen := map[uint32]bool{nvdev.Major: true}
+	out := []uint32{nvdev.Major}
 	add := func(m uint32) {
 		if !seen[m] {
 			seen[m] = true
