@@ -27,8 +27,8 @@ func isGPUNode(p string) bool { return gpuNodeRe.MatchString(p) }
 func isCapsNode(p string) bool { return strings.HasPrefix(p, "/dev/nvidia-caps") }
 
 // expectedNode says which /proc/devices name should own a node path and
-// which minor it should have, from the driver's fixed naming (nvidia-abi.md
-// section a). names lists acceptable names, newest first.
+// which minor it should have, from the driver's fixed naming (device_nodes in
+// internal/gentables/nvidia-abi.json). names lists acceptable names, newest first.
 type expectedNode struct {
 	names    []string
 	minor    uint32
