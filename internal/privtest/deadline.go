@@ -64,6 +64,10 @@ func alone(t testing.TB) bool {
 // stops the binary with all goroutine stacks: go test's own -timeout would
 // otherwise stall the suite for its full length. Calling it again in the
 // same test returns the same context.
+//
+// The clock runs while a test waits in t.Parallel, and a parent's covers
+// its subtests: arm it (or RequireRoot) after t.Parallel, and in the
+// subtests that do the work rather than in a parent that only runs them.
 func Deadline(t testing.TB) context.Context {
 	t.Helper()
 	watchdogs.Lock()

@@ -4,6 +4,8 @@ import (
 	"os"
 	"strconv"
 	"testing"
+
+	"github.com/cudatrace/cudatrace/internal/privtest"
 )
 
 func TestMain(m *testing.M) {
@@ -12,6 +14,7 @@ func TestMain(m *testing.M) {
 }
 
 func TestTargetWaitsForRelease(t *testing.T) {
+	privtest.Deadline(t) // a loader that never execs would hang Wait
 	c, err := Start(Options{Argv: []string{"/bin/sh", "-c", "exit 7"}})
 	if err != nil {
 		t.Fatal(err)
@@ -37,6 +40,7 @@ func TestTargetWaitsForRelease(t *testing.T) {
 }
 
 func TestSignalledTarget(t *testing.T) {
+	privtest.Deadline(t)
 	c, err := Start(Options{Argv: []string{"/bin/sh", "-c", "kill -9 $$"}})
 	if err != nil {
 		t.Fatal(err)
@@ -49,6 +53,7 @@ func TestSignalledTarget(t *testing.T) {
 }
 
 func TestExecFailure(t *testing.T) {
+	privtest.Deadline(t)
 	c, err := Start(Options{Argv: []string{"/nonexistent/cmd"}})
 	if err != nil {
 		t.Fatal(err)
@@ -61,6 +66,7 @@ func TestExecFailure(t *testing.T) {
 }
 
 func TestAbortBeforeRelease(t *testing.T) {
+	privtest.Deadline(t)
 	c, err := Start(Options{Argv: []string{"/bin/true"}})
 	if err != nil {
 		t.Fatal(err)
