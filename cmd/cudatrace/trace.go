@@ -23,8 +23,8 @@ import (
 	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
-	ebpftrace "github.com/cudatrace/cudatrace/tracer/ebpf"
-	ptracetrace "github.com/cudatrace/cudatrace/tracer/ptrace"
+	"github.com/cudatrace/cudatrace/tracer/ebpf"
+	"github.com/cudatrace/cudatrace/tracer/ptrace"
 )
 
 // traceCommand runs or attaches, then reports.
@@ -193,25 +193,25 @@ func nvidiaMajors(devs []snapshot.DriverMajor, extra []uint) []uint32 {
 func chooseBackend(name string, stderr io.Writer) (tracer.Backend, error) {
 	switch name {
 	case "ebpf":
-		if err := ebpftrace.Probe(); err != nil {
+		if err := ebpf.Probe(); err != nil {
 			return nil, fail(exitFailure, "eBPF backend unavailable: %v", err)
 		}
-		return ebpftrace.New(), nil
+		return ebpf.New(), nil
 	case "ptrace":
-		if err := ptracetrace.Probe(); err != nil {
+		if err := ptrace.Probe(); err != nil {
 			return nil, fail(exitFailure, "ptrace backend unavailable: %v", err)
 		}
-		return ptracetrace.New(), nil
+		return ptrace.New(), nil
 	case "auto":
-		ebpfErr := ebpftrace.Probe()
+		ebpfErr := ebpf.Probe()
 		if ebpfErr == nil {
-			return ebpftrace.New(), nil
+			return ebpf.New(), nil
 		}
-		if err := ptracetrace.Probe(); err != nil {
+		if err := ptrace.Probe(); err != nil {
 			return nil, fail(exitFailure, "cannot trace: eBPF: %v; ptrace: %v", ebpfErr, err)
 		}
 		fmt.Fprintf(stderr, "cudatrace: eBPF unavailable (%v); using ptrace\n", ebpfErr)
-		return ptracetrace.New(), nil
+		return ptrace.New(), nil
 	}
 	return nil, fail(exitUsage, "unknown backend %q: use auto, ebpf or ptrace", name)
 }
@@ -225,11 +225,11 @@ func runBackend(ctx context.Context, backend tracer.Backend, fallback bool, spec
 	if err == nil || !fallback || backend.Name() != "ebpf" || !errors.Is(err, tracer.ErrUnavailable) || !untouched() {
 		return res, err
 	}
-	if perr := ptracetrace.Probe(); perr != nil {
+	if perr := ptrace.Probe(); perr != nil {
 		return nil, err
 	}
 	fmt.Fprintf(stderr, "cudatrace: eBPF unavailable (%v); using ptrace\n", err)
-	return ptracetrace.New().Run(ctx, spec, sink)
+	return ptrace.New().Run(ctx, spec, sink)
 }
 
 func traceError(err error, o *options) error {

@@ -1,6 +1,6 @@
 //go:build !amd64 && !arm64
 
-package ptracetrace
+package ptrace
 
 // Other architectures: no table, and Probe reports the backend unavailable.
 const nativeArch = 0
