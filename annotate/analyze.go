@@ -17,10 +17,17 @@ import (
 // with the snapshot, and adds what else the trace shows. It is a pure
 // function: the same inputs give the same Analysis, byte for byte.
 func Analyze(events []tracer.Event, snap *snapshot.Snapshot) Analysis {
+	return AnalyzeFacts(events, snap, Facts{})
+}
+
+// AnalyzeFacts is Analyze with what the tracer knew of its own view
+// (whether CUDA's return codes were traced).
+func AnalyzeFacts(events []tracer.Event, snap *snapshot.Snapshot, facts Facts) Analysis {
 	if snap == nil {
 		snap = &snapshot.Snapshot{}
 	}
-	a := &analyzer{ev: events, s: snap, fail: -1, retry: -1, byID: map[string]bool{}}
+	a := &analyzer{ev: events, s: snap, fail: -1, retry: -1, byID: map[string]bool{}, facts: facts}
+	a.cudaOutcome()
 	a.pinpoint()
 	if a.fail >= 0 {
 		a.explaining = true
@@ -28,10 +35,17 @@ func Analyze(events []tracer.Event, snap *snapshot.Snapshot) Analysis {
 		a.explaining = false
 	}
 	a.checkAll()
+	if f := a.cudaFailed(); f != nil && a.fail < 0 && !a.hasError() {
+		a.cudaUnexplained(f)
+	}
+	a.noteIgnored()
 	sort.SliceStable(a.out, func(i, j int) bool {
 		return severityRank(a.out[i].Severity) < severityRank(a.out[j].Severity)
 	})
 	res := Analysis{Findings: a.out, Verdict: a.verdict()}
+	if a.cuda.Status != "unknown" {
+		res.CUDA = a.cuda
+	}
 	if res.Findings == nil {
 		res.Findings = []Finding{}
 	}
@@ -74,6 +88,20 @@ type analyzer struct {
 	byID       map[string]bool
 	explaining bool
 	cause      string // the verdict's "because" phrase
+
+	facts   Facts
+	cuda    *CUDAResult // CUDA's own verdict
+	cudaIdx int         // index of the failing api event, -1 when none
+}
+
+// hasError is whether any finding explains a failure.
+func (a *analyzer) hasError() bool {
+	for _, f := range a.out {
+		if f.Severity == SeverityError {
+			return true
+		}
+	}
+	return false
 }
 
 // add appends f unless a finding with its ID exists (the first, most
@@ -91,9 +119,14 @@ func (a *analyzer) add(f Finding, cause string) {
 	}
 }
 
+// fatalOpenErrnos are the open errors libcuda cannot get past, so they
+// count even when CUDA's own return code is unknown; with a known CUDA
+// failure every errno counts.
 var fatalOpenErrnos = map[syscall.Errno]bool{
 	unix.EPERM: true, unix.EACCES: true, unix.ENOENT: true, unix.ENXIO: true,
 	unix.ENODEV: true, unix.EIO: true, unix.EBUSY: true,
+	unix.EMFILE: true, unix.ENFILE: true, unix.EISDIR: true, unix.ENOTDIR: true,
+	unix.ELOOP: true, unix.ENOMEM: true,
 }
 
 // pinpoint picks the failing call, in order of how directly it stops
@@ -105,10 +138,13 @@ func (a *analyzer) pinpoint() {
 	for pass := 0; pass < 2; pass++ {
 		for i := range a.ev {
 			e := &a.ev[i]
-			if e.Kind != tracer.KindOpen || !isNvidiaNode(e.Path) || !e.Failed() || !fatalOpenErrnos[e.Errno()] {
+			if e.Kind != tracer.KindOpen || !isNvidiaNode(e.Path) || !e.Failed() || !a.beforeCUDAFailure(i) {
 				continue
 			}
-			if isCapsNode(e.Path) != (pass == 1) || a.recovered(i) {
+			if !fatalOpenErrnos[e.Errno()] && !e.NoEntry && a.cudaFailed() == nil {
+				continue // without CUDA's verdict, only the errnos libcuda cannot get past
+			}
+			if _, ok := a.ignorable(i); ok || isCapsNode(e.Path) != (pass == 1) {
 				continue
 			}
 			a.fail, a.retry = i, a.findRetry(i)
@@ -123,6 +159,9 @@ func (a *analyzer) pinpoint() {
 	}
 	for i := range a.ev {
 		e := &a.ev[i]
+		if _, ok := a.ignorable(i); ok || !a.beforeCUDAFailure(i) {
+			continue
+		}
 		if (e.Kind == tracer.KindMknod || e.Kind == tracer.KindUnlink) && isNvidiaNode(e.Path) && e.Failed() &&
 			(e.Errno() == unix.EACCES || e.Errno() == unix.EPERM || e.Errno() == unix.EROFS) && !a.recovered(i) {
 			a.fail = i
@@ -130,6 +169,11 @@ func (a *analyzer) pinpoint() {
 		}
 	}
 	ioctlTiers := []func(e *tracer.Event) bool{
+		// Refused before the driver saw it: a seccomp filter. NVIDIA's
+		// driver answers its own refusals in-band, so an EPERM/EACCES
+		// ioctl is a filter's or an LSM's too.
+		func(e *tracer.Event) bool { return e.NoEntry && e.Failed() },
+		func(e *tracer.Event) bool { return e.Errno() == unix.EPERM || e.Errno() == unix.EACCES },
 		func(e *tracer.Event) bool { return isRMRequest(e, escCheckVersionStr) && e.Errno() == unix.EINVAL },
 		func(e *tracer.Event) bool { return e.Errno() == unix.EIO || e.Errno() == unix.ENODEV },
 		func(e *tracer.Event) bool { rc, _, ok := waitOpenResult(e); return ok && rc != 0 },
@@ -138,28 +182,45 @@ func (a *analyzer) pinpoint() {
 			return e.Request == uvmInitialize && (e.Failed() || ok && st != 0)
 		},
 	}
-	for _, tier := range ioctlTiers {
+	if a.cudaFailed() != nil {
+		// CUDA failed: any failed ioctl on an NVIDIA fd before it is a
+		// suspect, the last one first (libcuda stops at the fatal one).
+		ioctlTiers = append(ioctlTiers, func(e *tracer.Event) bool { return e.Failed() })
+	}
+	for t, tier := range ioctlTiers {
+		last := t == len(ioctlTiers)-1 && a.cudaFailed() != nil
+		found := -1
 		for i := range a.ev {
 			e := &a.ev[i]
-			if e.Kind == tracer.KindIoctl && e.FD >= 0 && tier(e) {
-				a.fail = i
-				return
+			if e.Kind == tracer.KindIoctl && e.FD >= 0 && a.beforeCUDAFailure(i) && tier(e) {
+				found = i
+				if !last {
+					break
+				}
 			}
+		}
+		if found >= 0 {
+			a.fail = found
+			return
 		}
 	}
 	for i := range a.ev {
 		e := &a.ev[i]
+		if !a.beforeCUDAFailure(i) {
+			continue
+		}
 		if e.Kind == tracer.KindMemfd && e.Errno() == unix.EPERM {
 			a.fail = i
 			return
 		}
 	}
 	for i := range a.ev {
-		if libcudaKind(&a.ev[i]) == "stub" {
+		if libcudaKind(&a.ev[i]) == "stub" && a.beforeCUDAFailure(i) {
 			a.fail = i
 			return
 		}
 	}
+	a.fail = a.inbandSuspect()
 }
 
 // recovered is whether the same process later did the same thing to the
@@ -234,6 +295,9 @@ func (a *analyzer) headLines(i int, f nodeFacts) []string {
 
 func (a *analyzer) explainFailing() {
 	e := &a.ev[a.fail]
+	if e.NoEntry {
+		a.seccompDenied(a.fail, false)
+	}
 	switch e.Kind {
 	case tracer.KindOpen:
 		switch e.Errno() {
@@ -249,11 +313,16 @@ func (a *analyzer) explainFailing() {
 			a.gpuLost(a.fail, SeverityError)
 		case unix.EIO:
 			a.rmInitFailed(a.fail, SeverityError)
+		default:
+			a.explainOtherErrno(a.fail)
 		}
 	case tracer.KindMknod, tracer.KindUnlink:
 		a.explainRepairFailed(a.fail)
 	case tracer.KindIoctl:
 		a.explainIoctl(a.fail)
+		if a.cause == "" {
+			a.explainOtherErrno(a.fail)
+		}
 	case tracer.KindMemfd:
 		a.seccompMemfd(a.fail)
 	}
@@ -487,6 +556,8 @@ func (a *analyzer) explainIoctl(i int) {
 		}
 		a.add(Finding{ID: "call-failed", Severity: SeverityError,
 			Summary: "UVM_INITIALIZE on /dev/nvidia-uvm failed", Detail: d, Events: []uint64{e.Seq}}, cause)
+	default:
+		a.explainInband(i)
 	}
 }
 

@@ -615,7 +615,8 @@ func TestCleanRunNoise(t *testing.T) {
 	if a.Failing != nil {
 		t.Fatalf("failing %+v", a.Failing)
 	}
-	if a.Verdict != "No NVIDIA device call failed." {
+	// Without CUDA's return code the headline must not claim CUDA started.
+	if a.Verdict != "No NVIDIA device call failed. CUDA's own return code is unknown (this trace did not record it), so this does not show that CUDA started." {
 		t.Errorf("verdict %q", a.Verdict)
 	}
 	if len(a.Findings) != 1 || a.Findings[0].ID != "calls-ok" {
@@ -677,7 +678,8 @@ func TestStaleNodeInSnapshotOnly(t *testing.T) {
 	}
 	mustContain(t, "summary", f.Summary, "/dev/nvidia-uvm-tools is c 238:1, but nvidia-uvm is now 509")
 	mustContain(t, "fix", f.Fix, "mknod -m 666 /dev/nvidia-uvm-tools c 509 1")
-	if a.Verdict != "No NVIDIA device call failed." {
+	// Without CUDA's return code the headline must not claim CUDA started.
+	if a.Verdict != "No NVIDIA device call failed. CUDA's own return code is unknown (this trace did not record it), so this does not show that CUDA started." {
 		t.Errorf("verdict %q", a.Verdict)
 	}
 }

@@ -22,7 +22,7 @@ func (a *analyzer) checkAll() {
 			a.driverNotLoadedSev("nvidia-uvm", nil, nil, SeverityWarning)
 		}
 	}
-	if l := a.kernelLines(func(t string) bool { return strings.Contains(t, "API mismatch") }); len(l) > 0 {
+	if l := a.kernelLines(containsAPIMismatch); len(l) > 0 {
 		a.versionMismatch(-1)
 	}
 	if l := a.kernelLines(isRMInitLine); len(l) > 0 {
@@ -39,6 +39,7 @@ func (a *analyzer) checkAll() {
 	a.checkMIGCaps()
 	a.checkModprobe()
 	a.checkUVMInit()
+	a.checkInband()
 	a.checkCallsOK()
 }
 
@@ -76,13 +77,21 @@ func (a *analyzer) openedOK(path string) bool {
 
 // libcudaKind classifies an open of libcuda: "stub", "compat", or "".
 func libcudaKind(e *tracer.Event) string {
-	if e.Kind != tracer.KindOpen || e.Failed() || !strings.HasPrefix(baseName(e.Path), "libcuda.so") {
+	if e.Kind != tracer.KindOpen || e.Failed() {
+		return ""
+	}
+	return libcudaPathKind(e.Path)
+}
+
+// libcudaPathKind classifies a libcuda path: "stub", "compat", or "".
+func libcudaPathKind(p string) string {
+	if !strings.HasPrefix(baseName(p), "libcuda.so") {
 		return ""
 	}
 	switch {
-	case strings.Contains(e.Path, "/stubs/"):
+	case strings.Contains(p, "/stubs/"):
 		return "stub"
-	case strings.Contains(e.Path, "/compat/"):
+	case strings.Contains(p, "/compat/"):
 		return "compat"
 	}
 	return ""
@@ -406,8 +415,12 @@ func (a *analyzer) checkCallsOK() {
 		Detail:  d, Events: events}, "")
 }
 
-// verdict is the report's headline.
+// verdict is the report's headline. It starts from CUDA's own return code
+// when that was traced; without it, it never claims that CUDA started.
 func (a *analyzer) verdict() string {
+	if v, ok := a.cudaVerdict(); ok {
+		return v
+	}
 	if a.fail >= 0 {
 		e := &a.ev[a.fail]
 		head := "cuInit cannot succeed: "
@@ -417,6 +430,8 @@ func (a *analyzer) verdict() string {
 		s := head + FormatCall(e) + " by " + who(e)
 		if e.Failed() {
 			s += " → " + e.ErrnoName()
+		} else if st := a.inbandText(e); st != "" {
+			s += " → " + st
 		}
 		if a.cause != "" {
 			s += ": " + a.cause
@@ -440,6 +455,12 @@ func (a *analyzer) verdict() string {
 		}
 	}
 	s := "No NVIDIA device call failed."
+	if why := a.inbandVerdict(); why != "" {
+		s = why
+	}
+	if a.cuda.Status != "unknown" || touched {
+		s += a.apiUnseen()
+	}
 	if a.byID["node-repaired"] {
 		s += " libcuda recreated a device node during the run, so the setup is not clean (see node-repaired)."
 	}

@@ -40,6 +40,8 @@ type Analysis struct {
 	// Failing is the call that makes CUDA init fail, or nil if none did.
 	Failing *tracer.Event `json:"failing,omitempty"`
 	// Verdict is the report's headline, one sentence.
-	Verdict  string    `json:"verdict"`
-	Findings []Finding `json:"findings"`
+	Verdict string `json:"verdict"`
+	// CUDA is what CUDA or NVML itself returned, when the trace saw it.
+	CUDA     *CUDAResult `json:"cuda,omitempty"`
+	Findings []Finding   `json:"findings"`
 }

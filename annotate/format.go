@@ -250,6 +250,9 @@ func FormatCall(e *tracer.Event) string {
 				req += "(" + n + ")"
 			}
 		}
+		if obj := rmObject(req, e.Arg); obj != "" {
+			req += " " + obj
+		}
 		return fmt.Sprintf("%s(%d, %s)", name, e.FD, req)
 	case tracer.KindStat, tracer.KindUnlink:
 		return fmt.Sprintf("%s(%s)", name, q(e.Path))
@@ -271,6 +274,8 @@ func FormatCall(e *tracer.Event) string {
 		return fmt.Sprintf("%s(%s, %#o)", name, q(e.Path), e.Mode&0o7777)
 	case tracer.KindMemfd:
 		return fmt.Sprintf("%s(%s, %#x)", name, q(e.Path), e.Flags)
+	case tracer.KindSeccomp:
+		return seccompCallString(name, e)
 	case tracer.KindExec:
 		args := make([]string, len(e.Argv))
 		for i, a := range e.Argv {
@@ -282,6 +287,8 @@ func FormatCall(e *tracer.Event) string {
 			return fmt.Sprintf("killed by %s", unix.SignalName(unix.Signal(e.Signal)))
 		}
 		return fmt.Sprintf("exit(%d)", e.ExitCode)
+	case tracer.KindAPI:
+		return e.Func + "()"
 	}
 	if e.Path != "" {
 		return fmt.Sprintf("%s(%s)", name, q(e.Path))
@@ -294,10 +301,23 @@ func FormatResult(e *tracer.Event) string {
 	if e.Kind == tracer.KindExit {
 		return ""
 	}
+	if e.Kind == tracer.KindAPI {
+		return "→ " + APIResult(e)
+	}
 	if e.Failed() {
 		return "→ " + e.ErrnoName()
 	}
 	return fmt.Sprintf("→ %d", e.Ret)
+}
+
+// APIResult renders what a CUDA/NVML entry point returned: "999
+// CUDA_ERROR_UNKNOWN", "0 CUDA_SUCCESS, count 1".
+func APIResult(e *tracer.Event) string {
+	s := fmt.Sprintf("%d %s", e.Ret, apiCodeName(e.Func, e.Ret))
+	if e.Out != nil {
+		s += fmt.Sprintf(", count %d", *e.Out)
+	}
+	return s
 }
 
 // who renders the process that made a call: python3[4242].

@@ -47,6 +47,7 @@ const enum statx_layout *unused_statx_layout __attribute__((unused));
 #define S_IFCHR 0020000
 #define S_IFBLK 0060000
 #define SIGNAL_GROUP_EXIT 0x00000004
+#define SIGSTOP 19
 
 /* Runtime settings, fixed at load time (the verifier prunes dead branches). */
 const volatile bool follow_children = true;
@@ -62,6 +63,10 @@ const volatile __u32 stat_rdev_off = 40;
  * calls per (process, kind, path); exec never. 0: send everything. */
 const volatile __u32 fold_ioctls_after = 0;
 const volatile __u32 fold_calls_after = 0;
+/* Stop a traced process whose open of a CUDA/NVML library returns a file
+ * no uretprobe is on yet (not in probed_libs): user space attaches the
+ * probes, then sends SIGCONT, before the library's code can run. */
+const volatile bool hold_unprobed_libs = false;
 /* Wake the reader once this many bytes wait in the ring (user space sets a
  * quarter of it); below that it finds them on its own short timer. */
 const volatile __u64 wakeup_bytes = 2 << 20;
@@ -84,6 +89,7 @@ enum event_kind {
 	KIND_MEMFD,
 	KIND_EXEC,
 	KIND_EXIT,
+	KIND_API, /* a CUDA/NVML entry point returned (uretprobe) */
 };
 
 /* The order is shared with user space through the generated Go twin. */
@@ -113,6 +119,7 @@ enum syscall_id {
 	SC_EXECVE,
 	SC_EXECVEAT,
 	SC_EXIT, /* not a syscall: the thread group died */
+	SC_API,  /* not a syscall: a library call returned */
 };
 
 enum drop_reason {
@@ -144,7 +151,14 @@ struct event {
 	__u8 matched;    /* the path passed the filter (open: else decided at exit) */
 	__u8 retry;      /* the path could not be read at enter */
 	__u16 path_len;  /* bytes of path read, with its NUL */
-	__u8 pad[6];
+	/* The call's entry was never seen: something answered it before the
+	 * kernel ran it (a seccomp filter's RET_ERRNO, KILL or USER_NOTIF). */
+	__u8 no_entry;
+	/* open of a library not yet probed: the process was sent SIGSTOP;
+	 * request and uptr hold the file's s_dev and i_ino. */
+	__u8 held;
+	__u8 has_count; /* api: flags holds the count an out-argument returned */
+	__u8 pad[3];
 	char comm[16];
 	/* The record sent is cut after what its kind uses: an exit ends
 	 * before arg, an ioctl after it, a path call after the path's NUL;
@@ -172,6 +186,13 @@ struct call_site {
 	char path[FOLD_PATH_LEN]; /* NUL-padded */
 };
 
+/* A library file, as the kernel names it: the opened file's inode. */
+struct lib_id {
+	__u64 ino;
+	__u32 dev; /* kernel dev_t of its superblock */
+	__u32 pad;
+};
+
 #define EVENT_HEADER_SIZE __builtin_offsetof(struct event, arg)
 #define EVENT_PATH_OFF __builtin_offsetof(struct event, path)
 
@@ -181,6 +202,7 @@ const enum syscall_id *unused_syscall __attribute__((unused));
 const enum drop_reason *unused_drop __attribute__((unused));
 const struct ioctl_site *unused_ioctl_site __attribute__((unused));
 const struct call_site *unused_call_site __attribute__((unused));
+const struct lib_id *unused_lib_id __attribute__((unused));
 
 /* Not preallocated: 65536 slots took 8 ms to create at every start, and
  * entries come only from forks. */
@@ -227,6 +249,22 @@ struct {
 	__type(key, struct call_site);
 	__type(value, __u64);
 } call_sites SEC(".maps");
+
+/* Library files with uretprobes on them (filled by user space). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 256);
+	__type(key, struct lib_id);
+	__type(value, __u8);
+} probed_libs SEC(".maps");
+
+/* cuDeviceGetCount's int *count, from its entry to its return. */
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, __u64);
+} api_out_arg SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -299,6 +337,26 @@ static __always_inline bool fd_inode(int fd, umode_t *mode, dev_t *rdev)
 	return true;
 }
 
+/* The identity of the file behind fd (a library just opened). */
+static __always_inline bool fd_file_id(int fd, struct lib_id *id)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct fdtable *fdt = task->files->fdt;
+	if (!fdt || fd < 0 || (__u32)fd >= fdt->max_fds)
+		return false;
+	struct file **fds = fdt->fd;
+	struct file *slot = NULL;
+	if (bpf_probe_read_kernel(&slot, sizeof(slot), &fds[fd]) || !slot)
+		return false;
+	struct inode *ino = BPF_CORE_READ(slot, f_inode);
+	if (!ino)
+		return false;
+	id->ino = BPF_CORE_READ(ino, i_ino);
+	id->dev = BPF_CORE_READ(ino, i_sb, s_dev);
+	id->pad = 0;
+	return (BPF_CORE_READ(ino, i_mode) & S_IFMT) == 0100000; /* S_IFREG */
+}
+
 /* Kernel-internal dev_t: 12-bit major above a 20-bit minor. */
 static __always_inline void set_kdev(struct event *e, dev_t rdev)
 {
@@ -356,6 +414,8 @@ static __always_inline struct event *begin(__u16 sc, __u8 kind)
 	e->arg_len = 0;
 	e->argc = 0;
 	e->matched = 0;
+	e->no_entry = 0;
+	e->held = 0;
 	e->path[0] = 0;
 	e->aux[0] = 0;
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
@@ -366,6 +426,16 @@ static __always_inline struct event *begin(__u16 sc, __u8 kind)
 static __always_inline void discard(struct event *e)
 {
 	e->kind = 0;
+	e->no_entry = 0;
+}
+
+/* Entered, and not one to record: its exit must not take it for a call
+ * whose entry was never seen (no_entry 2 is this mark). */
+static __always_inline void skip(struct event *e, __u16 sc)
+{
+	e->kind = 0;
+	e->syscall = sc;
+	e->no_entry = 2;
 }
 
 /* Read the path at e->path_uptr into e; an unreadable one leaves it empty. */
@@ -518,9 +588,10 @@ static __always_inline int ioctl_enter(int fd, __u32 request, unsigned long uptr
 			/* The only traced call that begins nothing: a slot left
 			 * by a call whose exit was missed must not pair with
 			 * this exit. */
-			struct event *stale = bpf_task_storage_get(&pending, bpf_get_current_task_btf(), 0, 0);
-			if (stale)
-				discard(stale);
+			struct event *slot = bpf_task_storage_get(&pending, bpf_get_current_task_btf(), 0,
+								  BPF_LOCAL_STORAGE_GET_F_CREATE);
+			if (slot)
+				skip(slot, SC_IOCTL);
 			return 0;
 		}
 	}
@@ -583,7 +654,7 @@ static __always_inline int node_enter(__u16 sc, unsigned long *a)
 		return 0;
 	if (read_path(e, path)) {
 		if (!node_kind_matches(kind, e->path)) {
-			discard(e);
+			skip(e, sc);
 			return 0;
 		}
 		e->matched = 1;
@@ -710,17 +781,11 @@ static __always_inline void read_args(struct pt_regs *regs, struct sys_args *arg
 	}
 }
 
-/* Every syscall's entry: (struct pt_regs *regs, long id). */
-SEC("tp_btf/sys_enter")
-int ct_sys_enter(__u64 *ctx)
+/* Begin recording a traced call of a traced process from its registers. */
+static __always_inline int enter(__u8 sc, struct pt_regs *regs)
 {
-	__u8 sc = traced_syscall((long)ctx[1]);
-	if (sc == SC_NONE)
-		return 0;
-	if (!is_traced(bpf_get_current_pid_tgid() >> 32) || in_compat_syscall())
-		return 0;
 	struct sys_args args;
-	read_args((struct pt_regs *)ctx[0], &args);
+	read_args(regs, &args);
 	unsigned long *a = args.a;
 	unsigned long path;
 	__u64 flags;
@@ -753,6 +818,18 @@ int ct_sys_enter(__u64 *ctx)
 		return node_enter(sc, a);
 	}
 	return open_enter(sc, path, flags, mode);
+}
+
+/* Every syscall's entry: (struct pt_regs *regs, long id). */
+SEC("tp_btf/sys_enter")
+int ct_sys_enter(__u64 *ctx)
+{
+	__u8 sc = traced_syscall((long)ctx[1]);
+	if (sc == SC_NONE)
+		return 0;
+	if (!is_traced(bpf_get_current_pid_tgid() >> 32) || in_compat_syscall())
+		return 0;
+	return enter(sc, (struct pt_regs *)ctx[0]);
 }
 
 /* ---- the one exit path ---- */
@@ -833,6 +910,14 @@ static __always_inline int finish(struct event *e, long ret)
 		}
 		if (have_inode)
 			set_kdev(e, rdev);
+		if (hold_unprobed_libs && ret >= 0 && !have_inode && names_nvidia_lib(e->path)) {
+			struct lib_id id;
+			if (fd_file_id((int)ret, &id) && !bpf_map_lookup_elem(&probed_libs, &id)) {
+				e->held = 1;
+				e->request = id.dev;
+				e->uptr = id.ino;
+			}
+		}
 	} else if (e->kind == KIND_IOCTL) {
 		e->arg_len = 0;
 		if (capture_ioctl_args && e->uptr >= 4096) {
@@ -878,8 +963,14 @@ static __always_inline int finish(struct event *e, long ret)
 			n = PATH_LEN;
 		size = EVENT_PATH_OFF + n;
 	}
-	if (bpf_ringbuf_output(&events, e, size, wakeup_flags(e->kind == KIND_EXEC)))
+	if (bpf_ringbuf_output(&events, e, size, wakeup_flags(e->kind == KIND_EXEC || e->held))) {
 		count_drop(DROP_RINGBUF);
+	} else if (e->held) {
+		/* Stops the process on its way back to user space, before it
+		 * can map the library; user space continues it once the probes
+		 * are on. Only sent when the event that asks for SIGCONT is. */
+		bpf_send_signal_thread(SIGSTOP);
+	}
 	discard(e);
 	return 0;
 }
@@ -895,9 +986,28 @@ int ct_sys_exit(__u64 *ctx)
 	/* A 32-bit call's number means another syscall (enter skips them). */
 	if (in_compat_syscall())
 		return 0;
+	long ret = (long)ctx[1];
 	struct event *e = bpf_task_storage_get(&pending, bpf_get_current_task_btf(), 0, 0);
-	if (!e || e->kind == 0)
+	if (e && e->kind == 0 && e->no_entry == 2 && e->syscall == sc) {
+		e->no_entry = 0; /* entered and skipped */
 		return 0;
+	}
+	if (!e || e->kind == 0) {
+		/* A failed call whose entry no program saw: a seccomp filter
+		 * answered it (RET_ERRNO, USER_NOTIF) before the kernel ran it.
+		 * Its arguments are still in the registers. */
+		if (ret >= 0 || ret < -4095 || !is_traced(bpf_get_current_pid_tgid() >> 32))
+			return 0;
+		enter(sc, (struct pt_regs *)ctx[0]);
+		e = bpf_task_storage_get(&pending, bpf_get_current_task_btf(), 0, 0);
+		if (!e)
+			return 0;
+		if (e->kind == 0) {
+			e->no_entry = 0; /* not one to record; no later exit's business */
+			return 0;
+		}
+		e->no_entry = 1;
+	}
 	if (e->syscall != sc) {
 		/* Left by a call whose exit was not seen; not this one. */
 		discard(e);
@@ -914,7 +1024,7 @@ int ct_sys_exit(__u64 *ctx)
 		}
 		e->matched = 1;
 	}
-	return finish(e, (long)ctx[1]);
+	return finish(e, ret);
 }
 
 /* ---- process lifecycle ---- */
@@ -980,7 +1090,82 @@ int ct_exit(__u64 *ctx)
 	e->argc = 0;
 	e->matched = 1;
 	e->path_len = 0;
+	e->no_entry = 0;
+	e->held = 0;
+	e->has_count = 0;
 	__builtin_memset(e->pad, 0, sizeof(e->pad));
+	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	bpf_ringbuf_submit(e, wakeup_flags(true));
+	return 0;
+}
+
+/* ---- CUDA and NVML entry points (uprobes on the libraries) ---- */
+
+/* The return register, in either arch's pt_regs. */
+/* A uprobe's ctx may only be loaded at fixed offsets; CO-RE relocated
+ * fields are read through a probe read instead (as bpf_tracing.h's
+ * PT_REGS_*_CORE do). */
+static __always_inline __u64 regs_ret(struct pt_regs *regs)
+{
+	if (is_arm64())
+		return BPF_CORE_READ((struct pt_regs___arm64 *)regs, regs[0]);
+	return BPF_CORE_READ((struct pt_regs___x86 *)regs, ax);
+}
+
+static __always_inline __u64 regs_arg0(struct pt_regs *regs)
+{
+	if (is_arm64())
+		return BPF_CORE_READ((struct pt_regs___arm64 *)regs, regs[0]);
+	return BPF_CORE_READ((struct pt_regs___x86 *)regs, di);
+}
+
+/* Entry of an entry point that returns a count through its first argument
+ * (cuDeviceGetCount(int *count)): keep the pointer for the return. */
+SEC("uprobe")
+int ct_api_enter(struct pt_regs *ctx)
+{
+	if (!is_traced(bpf_get_current_pid_tgid() >> 32))
+		return 0;
+	__u64 *slot = bpf_task_storage_get(&api_out_arg, bpf_get_current_task_btf(), 0,
+					   BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (slot)
+		*slot = regs_arg0(ctx);
+	return 0;
+}
+
+/* Return of a probed entry point. The attach cookie says which one (user
+ * space's table); ret is the CUresult / nvmlReturn_t. flags holds the
+ * count an out-argument returned, when the entry kept one. */
+SEC("uretprobe")
+int ct_api_ret(struct pt_regs *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32;
+	if (!is_traced(tgid))
+		return 0;
+	struct event *e = bpf_ringbuf_reserve(&events, EVENT_HEADER_SIZE, 0);
+	if (!e) {
+		count_drop(DROP_RINGBUF);
+		return 0;
+	}
+	__builtin_memset(e, 0, EVENT_HEADER_SIZE);
+	e->ktime = bpf_ktime_get_ns();
+	e->ret = (__s64)(__u32)regs_ret(ctx);
+	e->request = (__u32)bpf_get_attach_cookie(ctx);
+	e->tgid = tgid;
+	e->tid = (__u32)id;
+	e->syscall = SC_API;
+	e->kind = KIND_API;
+	e->matched = 1;
+	__u64 *slot = bpf_task_storage_get(&api_out_arg, bpf_get_current_task_btf(), 0, 0);
+	if (slot && *slot) {
+		__s32 n = 0;
+		if (!bpf_probe_read_user(&n, sizeof(n), (const void *)*slot)) {
+			e->flags = (__u32)n;
+			e->has_count = 1;
+		}
+		*slot = 0;
+	}
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 	bpf_ringbuf_submit(e, wakeup_flags(true));
 	return 0;

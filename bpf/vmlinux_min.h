@@ -70,9 +70,15 @@ struct signal_struct {
 	int group_exit_code;
 } __attribute__((preserve_access_index));
 
+struct super_block {
+	dev_t s_dev;
+} __attribute__((preserve_access_index));
+
 struct inode {
 	umode_t i_mode;
 	dev_t i_rdev;
+	unsigned long i_ino;
+	struct super_block *i_sb;
 } __attribute__((preserve_access_index));
 
 struct file {
@@ -109,6 +115,7 @@ struct pt_regs___x86 {
 	unsigned long r10;
 	unsigned long r8;
 	unsigned long r9;
+	unsigned long ax;
 	unsigned long orig_ax;
 } __attribute__((preserve_access_index));
 

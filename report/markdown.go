@@ -21,7 +21,7 @@ func renderMarkdown(w io.Writer, rep *Report, o RenderOptions) error {
 	}
 	if a.Failing != nil {
 		e := a.Failing
-		fmt.Fprintf(&b, "**Failing call:** `%s %s` by `%s[%d]` at +%s\n\n", annotate.FormatCall(e), FormatErrno(e), e.Comm, e.PID, fmtDur(e.Time))
+		fmt.Fprintf(&b, "**Failing call:** `%s %s` by `%s[%d]` at +%s\n\n", annotate.FormatCall(e), formatOutcome(rep, e), e.Comm, e.PID, fmtDur(e.Time))
 	}
 	for _, f := range a.Findings {
 		if f.Severity == annotate.SeverityInfo {

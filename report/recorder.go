@@ -1,6 +1,7 @@
 package report
 
 import (
+	"github.com/cudatrace/cudatrace/annotate"
 	"github.com/cudatrace/cudatrace/tracer"
 )
 
@@ -64,8 +65,10 @@ func (r *Recorder) Event(e *tracer.Event) {
 		s.Count++
 		if e.Failed() {
 			s.Failed++ // failures are the evidence: always stored
-		} else if s.Count-s.Failed > IoctlSamplePerSite {
-			return // counted, not stored
+		} else if s.Count-s.Failed > IoctlSamplePerSite && !annotate.InbandMayHaveFailed(e) {
+			// Counted, not stored; an in-band failure (ioctl 0, an error
+			// in the params' status) is evidence and is stored.
+			return
 		}
 	} else if !e.Failed() && e.Kind != tracer.KindExec && e.Kind != tracer.KindExit {
 		s := r.callSummary(callSite{e.PID, e.Kind, e.Path})

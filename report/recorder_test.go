@@ -324,3 +324,22 @@ func BenchmarkRenderText(b *testing.B) {
 		}
 	}
 }
+
+// TestRecorderKeepsInbandFailures: past the sample per site, a call whose
+// params carry a failed status is stored; plain successes are counted.
+func TestRecorderKeepsInbandFailures(t *testing.T) {
+	r := NewRecorder()
+	ctl := &tracer.Dev{Major: 195, Minor: 255}
+	for i := 0; i < IoctlSamplePerSite+5; i++ {
+		r.Event(&tracer.Event{Kind: tracer.KindIoctl, FD: 8, Request: 0xc020462a, Dev: ctl, Arg: make([]byte, 64)})
+	}
+	bad := make([]byte, 64)
+	bad[28] = 0x22 // NVOS54 status @28: NV_ERR_INVALID_CLASS
+	r.Event(&tracer.Event{Kind: tracer.KindIoctl, FD: 8, Request: 0xc020462a, Dev: ctl, Arg: bad, Seq: 99})
+	if len(r.Events) != IoctlSamplePerSite+1 || r.Events[len(r.Events)-1].Seq != 99 {
+		t.Fatalf("stored %d events, last seq %d; want %d with the in-band failure last", len(r.Events), r.Events[len(r.Events)-1].Seq, IoctlSamplePerSite+1)
+	}
+	if s := r.Ioctls()[0]; s.Count != IoctlSamplePerSite+6 {
+		t.Errorf("count %d", s.Count)
+	}
+}

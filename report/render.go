@@ -102,7 +102,7 @@ func renderText(w io.Writer, rep *Report, o RenderOptions) error {
 	}
 	if a.Failing != nil {
 		e := a.Failing
-		fmt.Fprintf(&b, "\nFailing call  %s %s\n", annotate.FormatCall(e), p.red(FormatErrno(e)))
+		fmt.Fprintf(&b, "\nFailing call  %s %s\n", annotate.FormatCall(e), p.red(formatOutcome(rep, e)))
 		fmt.Fprintf(&b, "              by %s[%d] (tid %d) at +%s\n", e.Comm, e.PID, e.TID, fmtDur(e.Time))
 	}
 	for _, f := range a.Findings {
@@ -152,6 +152,27 @@ func renderText(w io.Writer, rep *Report, o RenderOptions) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// formatOutcome is FormatErrno plus what the params block reports for an
+// ioctl that returned 0: "= 0, status NV_ERR_INVALID_CLASS".
+func formatOutcome(rep *Report, e *tracer.Event) string {
+	if st := inbandResult(rep, e); st != "" {
+		return FormatErrno(e) + ", " + st
+	}
+	return FormatErrno(e)
+}
+
+// inbandResult is the in-band failure of an ioctl, "" when none.
+func inbandResult(rep *Report, e *tracer.Event) string {
+	if e.Kind != tracer.KindIoctl {
+		return ""
+	}
+	ver := ""
+	if rep.Snapshot != nil {
+		ver = rep.Snapshot.Host.DriverVersion
+	}
+	return annotate.InbandResult(e, ver)
 }
 
 // FormatErrno renders a result for the failing-call line: "= -1 EPERM
@@ -219,7 +240,7 @@ func timelineRows(rep *Report, all bool) []timelineRow {
 		failSeq = f.Seq
 	}
 	row := func(e *tracer.Event) timelineRow {
-		r := timelineRow{time: "+" + fmtDur(e.Time), proc: proc(e), call: timelineCall(e), result: resultCell(e), dev: devCell(rep, e)}
+		r := timelineRow{time: "+" + fmtDur(e.Time), proc: proc(e), call: timelineCall(e), result: resultCell(rep, e), dev: devCell(rep, e)}
 		if failSeq != 0 && e.Seq == failSeq {
 			r.failing = true
 			r.result += " ◀"
@@ -236,8 +257,8 @@ func timelineRows(rep *Report, all bool) []timelineRow {
 			continue
 		}
 		j := i
-		if e.Kind == tracer.KindIoctl && !e.Failed() {
-			for j+1 < len(evs) && evs[j+1].Kind == tracer.KindIoctl && !evs[j+1].Failed() &&
+		if e.Kind == tracer.KindIoctl && !e.Failed() && inbandResult(rep, e) == "" {
+			for j+1 < len(evs) && evs[j+1].Kind == tracer.KindIoctl && !evs[j+1].Failed() && inbandResult(rep, &evs[j+1]) == "" &&
 				evs[j+1].TID == e.TID && evs[j+1].FD == e.FD && evs[j+1].Seq != failSeq {
 				j++
 			}
@@ -405,10 +426,15 @@ func proc(e *tracer.Event) string {
 	return fmt.Sprintf("%s[%d]", e.Comm, e.PID)
 }
 
-func resultCell(e *tracer.Event) string {
+func resultCell(rep *Report, e *tracer.Event) string {
+	if st := inbandResult(rep, e); st != "" {
+		return fmt.Sprintf("%d, %s", e.Ret, st)
+	}
 	switch {
 	case e.Kind == tracer.KindExit:
 		return ""
+	case e.Kind == tracer.KindAPI:
+		return annotate.APIResult(e)
 	case e.Failed():
 		return e.ErrnoName()
 	case e.Kind == tracer.KindOpen:

@@ -73,6 +73,27 @@ type Trace struct {
 	// Limits lists what this kind of trace cannot tell (strace logs have no
 	// cgroup programs, for example).
 	Limits []string `json:"limits,omitempty"`
+	// APIReturns: the return codes of CUDA/NVML entry points were traced
+	// (uprobes on APILibraries), so their absence means they did not return.
+	APIReturns   bool     `json:"api_returns,omitempty"`
+	APILibraries []string `json:"api_libraries,omitempty"`
+	// OwnSeccompFilters are the tracer's filters on the target (ptrace).
+	OwnSeccompFilters int `json:"own_seccomp_filters,omitempty"`
+}
+
+// Facts is what the analysis needs to know about the trace itself.
+func (t Trace) Facts() annotate.Facts {
+	f := annotate.Facts{APIReturns: t.APIReturns, OwnSeccompFilters: t.OwnSeccompFilters}
+	switch {
+	case t.APIReturns:
+	case t.Source == "strace-log":
+		f.APIWhyNot = "strace logs hold no library calls"
+	case t.Backend == "ptrace":
+		f.APIWhyNot = "the ptrace backend could not probe the CUDA libraries"
+	default:
+		f.APIWhyNot = "this trace did not record it"
+	}
+	return f
 }
 
 // IoctlSummary counts ioctls per process, device and request.

@@ -4,6 +4,7 @@
 # bin/cudatrace and bin/scenario (static) are built elsewhere and carried:
 #
 #   make build && CGO_ENABLED=0 go build -o bin/scenario ./scripts/scenario
+#   CGO_ENABLED=0 go build -o bin/rmprobe ./scripts/rmprobe   # optional: states 9-rmprobe-*
 #   sudo scripts/gpu-acceptance.sh OUTDIR [--overhead N]
 #
 # Each state gets OUTDIR/<state>/{report.json,stdout,stderr,rc} for the traced
@@ -73,7 +74,24 @@ traced() {
     fi
   done
   record "$name-untraced" "${wrap[@]}" "${asuser[@]}" "${target[@]}"
-  record "$name" "${wrap[@]}" "$CT" "${ct[@]}" -o "$out/$name/report.json" -- "${target[@]}"
+  # Seccomp filters and fd limits go on the traced run's target, not on
+  # cudatrace (the untraced run has them on the target directly).
+  local twrap=("${wrap[@]}")
+  [ ${#wrap[@]} -gt 0 ] && twrap=("$SC" --faults-on-target "${wrap[@]:1}")
+  record "$name" "${twrap[@]}" "$CT" "${ct[@]}" -o "$out/$name/report.json" -- "${target[@]}"
+}
+
+# nofile_limit: the largest RLIMIT_NOFILE (of 6..40) under which python3
+# starts and prints a cuInit result but cuInit fails, found on this host
+# untraced; the sweep is kept in OUTDIR/nofile-sweep.txt.
+nofile_limit() {
+  local n res best=
+  for n in 6 8 10 12 14 16 18 20 24 28 32 40; do
+    res=$("$SC" faultexec --nofile "$n" -- python3 -c "$CUINIT" 2>&1 | tail -1)
+    echo "$n $res" >>"$out/nofile-sweep.txt"
+    case $res in "cuInit 0") ;; cuInit*) best=$n ;; esac
+  done
+  echo "${best:-16}"
 }
 
 states() {
@@ -100,6 +118,28 @@ traced 8-ptrace-deny-uvm-torch --deny-v2 "c $uvm:* rwm" -- --backend ptrace -- p
 traced 8-ptrace-deny-uvm-cuinit --deny-v2 "c $uvm:* rwm" -- --backend ptrace -- python3 -c "$CUINIT"
 traced 8-ptrace-uvm-missing-nobody-cuinit --drop nvidia-uvm --drop nvidia-uvm-tools -- --backend ptrace -u nobody -- python3 -c "$CUINIT"
 traced 8-ptrace-healthy-torch none -- --backend ptrace -- python3 -c "$TORCH"
+# 12: real in-band failures (bad class, bad control command, wrong version
+# string) from bin/rmprobe, on /dev/nvidiactl only, under both backends.
+if [ -x "$PWD/bin/rmprobe" ]; then
+traced 12-rmprobe-ebpf   none -- --backend ebpf   -- "$PWD/bin/rmprobe"
+traced 12-rmprobe-ptrace none -- --backend ptrace -- "$PWD/bin/rmprobe"
+else
+echo "bin/rmprobe missing: states 12-rmprobe-* skipped" >&2
+fi
+# Faults that are neither a cgroup nor a node (issue 11): a seccomp filter
+# that refuses every ioctl, an fd limit too low for libcuda, and
+# CUDA_VISIBLE_DEVICES naming no GPU or hiding all of them.
+: >"$out/nofile-sweep.txt"
+nofile=$(nofile_limit)
+cvd_bad=GPU-00000000-0000-0000-0000-000000000000
+for be in ebpf ptrace; do
+  sfx=; [ $be = ptrace ] && sfx=-ptrace
+  traced 9-seccomp-ioctl-cuinit$sfx --seccomp-deny ioctl -- --backend $be -- python3 -c "$CUINIT"
+  traced 9-seccomp-ioctl-notify-cuinit$sfx --seccomp-deny ioctl --seccomp-notify -- --backend $be -- python3 -c "$CUINIT"
+  traced 10-nofile-cuinit$sfx --nofile "$nofile" -- --backend $be -- python3 -c "$CUINIT"
+  traced 11-cvd-invalid-cuinit$sfx none -- --backend $be -- env CUDA_VISIBLE_DEVICES=$cvd_bad python3 -c "$CUINIT"
+  traced 11-cvd-none-cuinit$sfx none -- --backend $be -- env CUDA_VISIBLE_DEVICES=-1 python3 -c "$CUINIT"
+done
 
 echo "== leftovers"
 {

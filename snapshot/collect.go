@@ -184,7 +184,8 @@ func (c *collector) collectProcess(pidDir, root string) {
 	st := parseStatus(text)
 	p.UID, p.GID, p.Groups = st.UID, st.GID, st.Groups
 	p.CapEff, p.CapBnd = st.CapEff, st.CapBnd
-	p.NoNewPrivs, p.Seccomp = st.NoNewPrivs, st.Seccomp
+	p.NoNewPrivs, p.Seccomp, p.SeccompFilters = st.NoNewPrivs, st.Seccomp, st.SeccompFilters
+	c.collectLimits(pidDir)
 	p.Comm = st.Name
 	if comm, err := readString(filepath.Join(pidDir, "comm")); err == nil {
 		p.Comm = strings.TrimSpace(comm)

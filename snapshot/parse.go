@@ -153,6 +153,8 @@ type procStatus struct {
 	CapBnd     uint64
 	NoNewPrivs bool
 	Seccomp    int
+	// SeccompFilters counts the filters installed (Seccomp_filters, 5.9+).
+	SeccompFilters int
 }
 
 // parseStatus parses /proc/PID/status. Missing keys keep their zero value.
@@ -194,6 +196,8 @@ func parseStatus(text string) procStatus {
 			st.NoNewPrivs = val == "1"
 		case "Seccomp":
 			st.Seccomp, _ = strconv.Atoi(val)
+		case "Seccomp_filters":
+			st.SeccompFilters, _ = strconv.Atoi(val)
 		}
 	}
 	return st

@@ -72,6 +72,12 @@ type Process struct {
 	CapBnd     uint64   `json:"cap_bnd"`
 	NoNewPrivs bool     `json:"no_new_privs"`
 	Seccomp    int      `json:"seccomp"` // 0 off, 1 strict, 2 filter
+	// SeccompFilters is how many filters are installed, the tracer's own
+	// included (the ptrace backend adds one).
+	SeccompFilters int `json:"seccomp_filters,omitempty"`
+	// NoFile is RLIMIT_NOFILE (soft, hard) and OpenFDs the fds in use, when read.
+	NoFile  *[2]uint64 `json:"nofile,omitempty"`
+	OpenFDs int        `json:"open_fds,omitempty"`
 	// UserNS is true when the target runs in a user namespace other than the
 	// initial one (mknod and many device operations are then refused).
 	UserNS bool `json:"user_ns"`

@@ -50,6 +50,7 @@ type Cred struct {
 	GID    uint32
 	Groups []uint32
 	User   string
+	Home   string // the passwd entry's home directory: the target's HOME
 }
 
 // Result is what a backend knows once tracing has ended. Events themselves
@@ -63,6 +64,10 @@ type Result struct {
 	Folded   []Folded
 	Dropped  uint64 // events the kernel (or the tracer) lost; non-zero means incomplete
 	Launched bool
+	// APIReturns: the backend saw the return codes of the CUDA and NVML
+	// entry points (uprobes); APILibraries are the library files probed.
+	APIReturns   bool
+	APILibraries []string
 	// Exit is the launched target's exit (nil when attaching, or when the
 	// target outlived the trace).
 	Exit *ExitStatus
@@ -71,7 +76,10 @@ type Result struct {
 	Notes []string
 
 	// Finish, when set (Spec.DeferRelease), blocks until the backend has
-	// released everything it holds, and reports a failure to do so.
+	// released everything it holds, and reports a failure to do so. After
+	// a ptrace launch that Duration ended, that is until the target's
+	// processes exit (it must stay traced: see tracer/ptrace); Exit is set
+	// then.
 	Finish func() error `json:"-"`
 }
 

@@ -29,6 +29,15 @@ const (
 	KindMemfd   Kind = "memfd"   // memfd_create (seccomp denials show here)
 	KindExec    Kind = "exec"    // execve, execveat
 	KindExit    Kind = "exit"    // a process (thread group) exited
+	// KindSeccomp is a process putting itself under seccomp: seccomp(2)
+	// SECCOMP_SET_MODE_FILTER/STRICT or prctl(PR_SET_SECCOMP). Mode is the
+	// SECCOMP_MODE_* it set (1 strict, 2 filter: /proc/PID/status
+	// "Seccomp:"), Flags the SECCOMP_FILTER_FLAG_* bits (8, NEW_LISTENER: a
+	// supervisor answers through SECCOMP_RET_USER_NOTIF), Ret the result
+	// (a listener fd, or 0). From then on the kernel may refuse this
+	// process's calls, and those of children it forks later, before they
+	// reach a driver. Only the strace-log importer produces it so far.
+	KindSeccomp Kind = "seccomp"
 	// KindAPI is a return from a CUDA driver or NVML entry point (cuInit,
 	// nvmlInit_v2, ...), caught by a uretprobe: Func names it, Path is the
 	// library, Ret is the CUresult or nvmlReturn_t it returned.
@@ -67,6 +76,12 @@ type Event struct {
 	Arg     []byte `json:"arg,omitempty"`     // ioctl: leading bytes of the params block after the call
 	Ret     int64  `json:"ret"`               // return value, -errno on failure; api: the library's return code
 	Func    string `json:"func,omitempty"`    // api: the entry point that returned
+	// Out is what an api call returned through its out-argument, when
+	// read (cuDeviceGetCount: the number of devices).
+	Out *int64 `json:"out,omitempty"`
+	// NoEntry: the call never reached the kernel's syscall code; something
+	// answered it first (a seccomp filter's RET_ERRNO or USER_NOTIF).
+	NoEntry bool `json:"no_entry,omitempty"`
 	// Exit events only.
 	ExitCode int `json:"exit_code,omitempty"`
 	Signal   int `json:"signal,omitempty"`
@@ -81,6 +96,10 @@ func (e *Event) Copy() Event {
 	if e.Dev != nil {
 		d := *e.Dev
 		c.Dev = &d
+	}
+	if e.Out != nil {
+		o := *e.Out
+		c.Out = &o
 	}
 	return c
 }

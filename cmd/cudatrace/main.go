@@ -54,6 +54,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	err := fs.Parse(args)
 	if err == nil && !o.help && !o.version && fs.NArg() > 0 && fs.ArgsLenAtDash() != 0 {
 		switch sub := fs.Arg(0); sub {
+		case "doctor": // its own flags: --cgroup, and --pid taking one PID
+			return doctorCommand(append(append([]string{}, args[:len(args)-fs.NArg()]...), fs.Args()[1:]...), stdout, stderr)
 		case "report", "explain", "version":
 			// Subcommands take flags anywhere: re-parse without the word.
 			leading := args[:len(args)-fs.NArg()]

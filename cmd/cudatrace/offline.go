@@ -37,7 +37,7 @@ func reportCommand(args []string, o *options, stdout, stderr io.Writer) error {
 	if snap == nil {
 		snap = &snapshot.Snapshot{}
 	}
-	rep.Analysis = annotate.Analyze(rep.Events, snap)
+	rep.Analysis = annotate.AnalyzeFacts(rep.Events, snap, rep.Trace.Facts())
 	if changed := verdictChange(stored, rep.Analysis); changed != "" && !o.quiet {
 		fmt.Fprintf(stderr, "cudatrace: note: this version's analysis differs from the stored one (%s)\n", changed)
 	}
@@ -117,7 +117,7 @@ func explainCommand(args []string, o *options, stdout, stderr io.Writer) error {
 	if n := len(log.Events); n > 0 {
 		rep.Trace.Duration = log.Events[n-1].Time
 	}
-	rep.Analysis = annotate.Analyze(rep.Events, snap)
+	rep.Analysis = annotate.AnalyzeFacts(rep.Events, snap, rep.Trace.Facts())
 	return emit(rep, o, stdout, stderr, false)
 }
 

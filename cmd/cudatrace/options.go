@@ -28,6 +28,7 @@ Usage:
   cudatrace [flags] -p PID[,PID...]        attach to running processes until Ctrl-C or --duration
   cudatrace report FILE [--format F]       re-render and re-analyse a saved JSON report (no root needed)
   cudatrace explain LOG [LOG...]           analyse 'strace -f -o LOG' output (several files for -ff)
+  cudatrace doctor [-u USER] [--pid PID | --cgroup PATH]   check, without a target, whether CUDA can start
   cudatrace version
 
 Tracing needs root (or CAP_BPF and CAP_PERFMON) for eBPF; without it the ptrace
@@ -42,6 +43,7 @@ Exit status:
   2    usage error
   3    report/explain/attach: a failing NVIDIA call was found
   4    input is not a report or strace log, or holds nothing NVIDIA-related
+  doctor: 0 all checks pass, 3 a check FAILed, 5 a WARN but no FAIL (see 'cudatrace doctor --help')
   126  COMMAND is not executable
   127  COMMAND not found
 

@@ -7,15 +7,11 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"os/signal"
 	"os/user"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/cudatrace/cudatrace/annotate"
 	"github.com/cudatrace/cudatrace/cgroupdev"
@@ -101,8 +97,12 @@ func traceCommand(argv []string, o *options, stdout, stderr io.Writer) error {
 	snapper := &failureSnapshot{opts: snapshotOptions(o)}
 	sink := tracer.SinkFunc(func(e *tracer.Event) {
 		rec.Event(e)
-		if e.Failed() && e.Kind == tracer.KindOpen && nvdev.IsNodePath(e.Path) {
+		// The snapshot is taken while the failing process still exists.
+		switch {
+		case e.Failed() && e.Kind == tracer.KindOpen && nvdev.IsNodePath(e.Path):
 			snapper.trigger(e.PID, e.Path)
+		case e.APIFailed() || (e.Failed() && (e.NoEntry || e.Kind == tracer.KindIoctl)):
+			snapper.trigger(e.PID, "")
 		}
 	})
 	started := time.Now()
@@ -155,7 +155,7 @@ func lookupUser(name string) (*tracer.Cred, error) {
 	}
 	uid, _ := strconv.ParseUint(u.Uid, 10, 32)
 	gid, _ := strconv.ParseUint(u.Gid, 10, 32)
-	cred := &tracer.Cred{UID: uint32(uid), GID: uint32(gid), User: u.Username}
+	cred := &tracer.Cred{UID: uint32(uid), GID: uint32(gid), User: u.Username, Home: u.HomeDir}
 	if gids, err := u.GroupIds(); err == nil {
 		for _, g := range gids {
 			if n, err := strconv.ParseUint(g, 10, 32); err == nil {
@@ -244,78 +244,6 @@ func traceError(err error, o *options) error {
 	return fail(exitFailure, "%s", msg)
 }
 
-// handleSignals keeps cudatrace alive on Ctrl-C so the report still
-// prints. A launched command gets the signal from the terminal itself (same
-// process group); a signal sent to cudatrace alone is forwarded to its
-// children. An attach is stopped (detached) instead.
-func handleSignals(launched bool, cancel context.CancelFunc) func() {
-	ch := make(chan os.Signal, 4)
-	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
-	done := make(chan struct{})
-	go func() {
-		interrupts := 0
-		for {
-			select {
-			case <-done:
-				return
-			case sig := <-ch:
-				if !launched {
-					cancel()
-					continue
-				}
-				s := sig.(syscall.Signal)
-				if s == syscall.SIGINT {
-					interrupts++
-					if interrupts >= 3 {
-						s = syscall.SIGKILL // the target ignores Ctrl-C
-					} else if terminalDelivered() {
-						continue
-					}
-				}
-				for _, pid := range childPIDs() {
-					syscall.Kill(pid, s)
-				}
-			}
-		}
-	}()
-	return func() { signal.Stop(ch); close(done) }
-}
-
-// terminalDelivered reports whether a SIGINT came from our controlling
-// terminal to our whole foreground process group (the target got it too).
-func terminalDelivered() bool {
-	pgrp, err := unix.IoctlGetInt(0, unix.TIOCGPGRP)
-	return err == nil && pgrp == syscall.Getpgrp()
-}
-
-// childPIDs lists cudatrace's direct children (the launched target).
-func childPIDs() []int {
-	self := os.Getpid()
-	entries, _ := os.ReadDir("/proc")
-	var out []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...; comm may hold spaces and parens.
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(s[i+1:])
-		if len(f) > 1 && f[1] == strconv.Itoa(self) {
-			out = append(out, pid)
-		}
-	}
-	return out
-}
-
 // failureSnapshot takes the system snapshot once, at the first failed
 // device open, while the failing process still exists. It runs beside the
 // event stream so the tracer never stalls.
@@ -331,7 +259,9 @@ func (f *failureSnapshot) trigger(pid int, path string) {
 		f.done = make(chan struct{})
 		opts := f.opts
 		opts.PID = pid
-		opts.ExtraPaths = []string{path} // described even if it is missing
+		if path != "" {
+			opts.ExtraPaths = []string{path} // described even if it is missing
+		}
 		go func() {
 			defer close(f.done)
 			snap := snapshot.Collect(opts)
@@ -437,6 +367,9 @@ func buildReport(spec tracer.Spec, res *tracer.Result, rec *report.Recorder, sna
 			Dropped:  res.Dropped,
 			Complete: res.Dropped == 0,
 			Notes:    res.Notes,
+
+			APIReturns:   res.APIReturns,
+			APILibraries: res.APILibraries,
 		},
 		Events:   rec.Events,
 		Ioctls:   rec.Ioctls(),
@@ -446,6 +379,9 @@ func buildReport(spec tracer.Spec, res *tracer.Result, rec *report.Recorder, sna
 	if spec.Cred != nil {
 		rep.Target.UID = int(spec.Cred.UID)
 	}
+	if res.Backend == "ptrace" && res.Launched {
+		rep.Trace.OwnSeccompFilters = 1 // its SECCOMP_RET_TRACE filter
+	}
 	if rec.Overflow > 0 {
 		// The failing call may be among them: as incomplete as a drop.
 		rep.Trace.Complete = false
@@ -454,6 +390,6 @@ func buildReport(spec tracer.Spec, res *tracer.Result, rec *report.Recorder, sna
 	if rep.Trace.Started.IsZero() {
 		rep.Trace.Started = started
 	}
-	rep.Analysis = annotate.Analyze(rep.Events, snap)
+	rep.Analysis = annotate.AnalyzeFacts(rep.Events, snap, rep.Trace.Facts())
 	return rep
 }

@@ -12,16 +12,19 @@ import (
 // FakeCUDAPackage is fakecuda's import path relative to the module root.
 const FakeCUDAPackage = "./testdata/fakecuda"
 
+// FaultExecPackage is the fault helper's import path relative to the module root.
+const FaultExecPackage = "./internal/scenario/faults/faultexec"
+
 var shared struct {
 	sync.Mutex
-	enabled bool   // RunMain is in charge of removing dir
-	dir     string // where the per-process build lives
-	path    string
+	enabled bool              // RunMain is in charge of removing dir
+	dir     string            // where the per-process builds live
+	paths   map[string]string // package → binary
 }
 
-// RunMain runs the tests and then removes the fakecuda binary that FakeCUDA
-// built for the whole test binary. Call it from TestMain; without it,
-// FakeCUDA builds once per test instead.
+// RunMain runs the tests and then removes the binaries that FakeCUDA and
+// the fault helper built for the whole test binary. Call it from TestMain;
+// without it, they are built once per test instead.
 func RunMain(m *testing.M) {
 	shared.Lock()
 	shared.enabled = true
@@ -40,13 +43,29 @@ func RunMain(m *testing.M) {
 // Env.User can run it.
 func FakeCUDA(t testing.TB) string {
 	t.Helper()
+	return buildShared(t, FakeCUDAPackage, "fakecuda")
+}
+
+// faultExec builds the helper that sets an Env's seccomp filter and rlimit.
+func faultExec(t testing.TB) string {
+	t.Helper()
+	return buildShared(t, FaultExecPackage, "faultexec")
+}
+
+// buildShared builds pkg once per test binary (under RunMain) into a
+// directory every user can read.
+func buildShared(t testing.TB, pkg, name string) string {
+	t.Helper()
 	shared.Lock()
 	defer shared.Unlock()
-	if shared.path != "" {
-		return shared.path
+	if p, ok := shared.paths[pkg]; ok {
+		return p
 	}
 	var dir string
-	if shared.enabled {
+	switch {
+	case shared.enabled && shared.dir != "":
+		dir = shared.dir
+	case shared.enabled:
 		var err error
 		if dir, err = os.MkdirTemp("", "cudatrace-fakecuda-"); err != nil {
 			t.Fatalf("scenario: %v", err)
@@ -55,18 +74,21 @@ func FakeCUDA(t testing.TB) string {
 			t.Fatalf("scenario: %v", err)
 		}
 		shared.dir = dir
-	} else {
+	default:
 		dir = sharedTempDir(t, "cudatrace-fakecuda-")
 	}
-	bin := filepath.Join(dir, "fakecuda")
-	cmd := exec.Command("go", "build", "-o", bin, FakeCUDAPackage)
+	bin := filepath.Join(dir, name)
+	cmd := exec.Command("go", "build", "-o", bin, pkg)
 	cmd.Dir = ModuleRoot(t)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("scenario: build fakecuda: %v\n%s", err, out)
+		t.Fatalf("scenario: build %s: %v\n%s", name, err, out)
 	}
 	if shared.enabled {
-		shared.path = bin
+		if shared.paths == nil {
+			shared.paths = map[string]string{}
+		}
+		shared.paths[pkg] = bin
 	}
 	return bin
 }

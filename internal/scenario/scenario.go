@@ -11,7 +11,10 @@
 // urandom, the fd symlinks and the Env's nodes, moves itself into the scratch
 // cgroups, drops to Env.User if set (setpriv), and execs ARGV. All of that
 // happens before ARGV starts, so a tracer run as ARGV never sees the setup's
-// own calls. A setup failure exits with SetupFailed (125) and a line on
+// own calls. Faults that are neither cgroups nor nodes (a seccomp filter
+// refusing chosen syscalls, a low RLIMIT_NOFILE) are set last by a helper
+// that then execs ARGV in the same process; FaultsOnTarget puts them on a
+// tracer's target instead of on the tracer (see Env.SeccompDeny). A setup failure exits with SetupFailed (125) and a line on
 // stderr that starts with "scenario setup:".
 //
 // Fake nodes are backed by real drivers whose ioctls fail with ENOTTY (see
@@ -48,11 +51,13 @@ import (
 	"os/user"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/cudatrace/cudatrace/internal/privtest"
+	"github.com/cudatrace/cudatrace/internal/scenario/faults"
 )
 
 // SetupFailed is the exit status of a Command whose setup failed.
@@ -159,12 +164,46 @@ type Env struct {
 	// when ARGV is a tracer that must stay root and drops privileges itself.
 	User string
 
+	// Faults, set on ARGV just before it runs (after the cgroups and the
+	// user drop) by a helper that then execs ARGV in the same process, so
+	// ARGV's PID is the one that set them (internal/scenario/faults).
+	//
+	// SeccompDeny names the syscalls a seccomp filter refuses with EPERM:
+	// "ioctl", "ioctl:nvidia" (requests of type 'F' only), "openat", "open",
+	// "memfd_create", "mknodat", "mknod".
+	SeccompDeny []string
+	// SeccompNotify refuses them through SECCOMP_RET_USER_NOTIF instead: a
+	// supervisor in this process answers each call with EPERM
+	// (SeccompNotified counts them).
+	SeccompNotify bool
+	// NoFile, when non-zero, is ARGV's RLIMIT_NOFILE (soft and hard).
+	NoFile uint64
+	// FaultsOnTarget moves the faults from ARGV to the command after ARGV's
+	// first "--" (a tracer's target): the tracer runs without them, and
+	// traces the helper setting them up and exec'ing the target.
+	FaultsOnTarget bool
+	// FaultHelper is the helper's command (faults.Main's command line);
+	// empty: internal/scenario/faults/faultexec, built on first use.
+	FaultHelper []string
+
 	t               testing.TB
 	prepared        bool
 	procDevicesPath string
 	v2              *cgroupV2
 	v1Path          string
+	supervisor      *faults.Supervisor
+	notifySocket    string
 }
+
+// SeccompNotified is how many calls the SeccompNotify supervisor refused.
+func (e *Env) SeccompNotified() int {
+	if e.supervisor == nil {
+		return 0
+	}
+	return e.supervisor.Answered()
+}
+
+func (e *Env) hasFaults() bool { return len(e.SeccompDeny) > 0 || e.NoFile > 0 }
 
 // ProcDevicesPath is the fake /proc/devices file, or "" if ProcDevices is
 // empty. Valid after Prepare.
@@ -211,8 +250,31 @@ func (e *Env) Prepare(t testing.TB) {
 			t.Fatalf("scenario: %v", err)
 		}
 	}
+	if _, err := faults.ParseDenies(e.SeccompDeny); err != nil {
+		t.Fatalf("scenario: %v", err)
+	}
+	if e.SeccompNotify && len(e.SeccompDeny) == 0 {
+		t.Fatal("scenario: SeccompNotify needs SeccompDeny")
+	}
 	e.t = t
 	e.prepared = true
+	if e.hasFaults() && len(e.FaultHelper) == 0 {
+		e.FaultHelper = []string{faultExec(t)}
+	}
+	if e.SeccompNotify {
+		e.notifySocket = filepath.Join(sharedTempDir(t, "cudatrace-seccomp-"), "notify.sock")
+		sup, err := faults.NewSupervisor(e.notifySocket)
+		if err != nil {
+			t.Fatalf("scenario: seccomp supervisor: %v", err)
+		}
+		e.supervisor = sup
+		// Registered after the temp dir, so it runs first.
+		t.Cleanup(func() {
+			if err := sup.Close(); err != nil {
+				t.Errorf("scenario: %v", err)
+			}
+		})
+	}
 
 	if e.ProcDevices != "" {
 		dir := sharedTempDir(t, "cudatrace-scenario-")
@@ -243,6 +305,13 @@ func (e *Env) Command(t testing.TB, argv ...string) *exec.Cmd {
 	script, err := e.script()
 	if err != nil {
 		t.Fatalf("scenario: %v", err)
+	}
+	if e.FaultsOnTarget && e.hasFaults() {
+		i := slices.Index(argv, "--")
+		if i < 0 {
+			t.Fatal("scenario: FaultsOnTarget needs a \"--\" before the target in ARGV")
+		}
+		argv = slices.Concat(argv[:i+1], e.faultPrefix(), argv[i+1:])
 	}
 	args := append([]string{"--mount", "--propagation", "private", "--", "/bin/sh", "-c", script, "scenario"}, argv...)
 	cmd := exec.Command("unshare", args...)
@@ -302,7 +371,15 @@ func (e *Env) script() (string, error) {
 	if e.v1Path != "" {
 		line("echo $$ > "+quote(filepath.Join(e.v1Path, "cgroup.procs")), "join cgroup v1 "+e.v1Path)
 	}
-	exec := `exec "$@"`
+	run := `"$@"`
+	if e.hasFaults() && !e.FaultsOnTarget {
+		var q []string
+		for _, a := range e.faultPrefix() {
+			q = append(q, quote(a))
+		}
+		run = strings.Join(q, " ") + " " + run
+	}
+	exec := "exec " + run
 	if e.User != "" {
 		u, err := user.Lookup(e.User)
 		if err != nil {
@@ -311,10 +388,15 @@ func (e *Env) script() (string, error) {
 		if _, err := strconv.Atoi(u.Uid); err != nil {
 			return "", fmt.Errorf("user %s: uid %q", e.User, u.Uid)
 		}
-		exec = fmt.Sprintf(`exec setpriv --reuid=%s --regid=%s --clear-groups -- "$@"`, u.Uid, u.Gid)
+		exec = fmt.Sprintf(`exec setpriv --reuid=%s --regid=%s --clear-groups -- %s`, u.Uid, u.Gid, run)
 	}
 	b.WriteString(exec + "\n")
 	return b.String(), nil
+}
+
+// faultPrefix is the helper's command line up to the "--" before ARGV.
+func (e *Env) faultPrefix() []string {
+	return slices.Concat(e.FaultHelper, faults.Args(e.SeccompDeny, e.notifySocket, e.NoFile))
 }
 
 func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }

@@ -17,7 +17,12 @@ import (
 	"github.com/cudatrace/cudatrace/internal/privtest"
 )
 
-func TestMain(m *testing.M) { RunMain(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(probeEnv) != "" {
+		probeMain()
+	}
+	RunMain(m)
+}
 
 type outcome struct {
 	stdout, stderr string

@@ -4,8 +4,12 @@
 // the environments they show are the ones the end-to-end tests assert.
 //
 //	scenario [flags] -- COMMAND [ARGS...]
+//	scenario faultexec [--seccomp-deny SYSCALL]... [--nofile N] -- COMMAND [ARGS...]
 //
-// It exits with COMMAND's status, or 125 when the setup fails.
+// It exits with COMMAND's status, or 125 when the setup fails. The
+// faultexec form is the helper that sets --seccomp-deny and --nofile on a
+// command and execs it (internal/scenario/faults); the scenario runs itself
+// that way, so no other binary has to be carried to a GPU host.
 package main
 
 import (
@@ -22,9 +26,13 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/cudatrace/cudatrace/internal/scenario"
+	"github.com/cudatrace/cudatrace/internal/scenario/faults"
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "faultexec" {
+		os.Exit(faults.Main(os.Args[2:], os.Stderr))
+	}
 	var (
 		nodes       = pflag.String("nodes", "standin", "node set: standin (fake nodes on harmless drivers) or host (copies of this host's /dev/nvidia* nodes)")
 		drop        = pflag.StringSlice("drop", nil, "leave out this node (e.g. nvidia-uvm)")
@@ -36,6 +44,10 @@ func main() {
 		denyV1      = pflag.StringArray("deny-v1", nil, "cgroup v1 devices.deny line (repeatable)")
 		user        = pflag.String("user", "", "run COMMAND as this user (setpriv)")
 		printPath   = pflag.Bool("print-proc-devices", false, "print the fake /proc/devices path on stderr first")
+		deny        = pflag.StringArray("seccomp-deny", nil, "a seccomp filter refuses this syscall with EPERM (repeatable): "+strings.Join(faults.Specs(), ", "))
+		notify      = pflag.Bool("seccomp-notify", false, "refuse through SECCOMP_RET_USER_NOTIF, answered EPERM by this process")
+		nofile      = pflag.Uint64("nofile", 0, "RLIMIT_NOFILE of COMMAND (soft and hard)")
+		onTarget    = pflag.Bool("faults-on-target", false, "set --seccomp-deny/--nofile on the command after COMMAND's first -- (a tracer's target), not on COMMAND")
 	)
 	pflag.Parse()
 	if pflag.NArg() == 0 {
@@ -44,7 +56,14 @@ func main() {
 	}
 	t := &runner{}
 	defer t.cleanup()
-	env := &scenario.Env{NoDev: *noDev, User: *user}
+	env := &scenario.Env{NoDev: *noDev, User: *user, SeccompDeny: *deny, SeccompNotify: *notify, NoFile: *nofile, FaultsOnTarget: *onTarget}
+	if len(env.SeccompDeny) > 0 || env.NoFile > 0 {
+		self, err := os.Executable()
+		if err != nil {
+			t.Fatalf("%v", err)
+		}
+		env.FaultHelper = []string{self, "faultexec"}
+	}
 	var err error
 	if env.Nodes, err = nodeSet(*nodes); err != nil {
 		t.Fatalf("%v", err)
@@ -194,17 +213,21 @@ type runner struct {
 	cleanups []func()
 }
 
-func (r *runner) Helper()           {}
-func (r *runner) Cleanup(f func())  { r.cleanups = append(r.cleanups, f) }
-func (r *runner) Fatal(args ...any) { r.Fatalf("%s", fmt.Sprint(args...)) }
-func (r *runner) Skip(args ...any)  { r.Fatalf("%s", fmt.Sprint(args...)) }
-func (r *runner) Errorf(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "scenario: "+format+"\n", args...)
-}
+func (r *runner) Helper()                           {}
+func (r *runner) Cleanup(f func())                  { r.cleanups = append(r.cleanups, f) }
+func (r *runner) Fatal(args ...any)                 { r.Fatalf("%s", fmt.Sprint(args...)) }
+func (r *runner) Skip(args ...any)                  { r.Fatalf("%s", fmt.Sprint(args...)) }
+func (r *runner) Errorf(format string, args ...any) { say(format, args...) }
 func (r *runner) Fatalf(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "scenario: "+format+"\n", args...)
+	say(format, args...)
 	r.cleanup()
 	os.Exit(scenario.SetupFailed)
+}
+
+// say prints one line; internal/scenario's messages already start with
+// "scenario: ".
+func say(format string, args ...any) {
+	fmt.Fprintln(os.Stderr, "scenario: "+strings.TrimPrefix(fmt.Sprintf(format, args...), "scenario: "))
 }
 
 // cleanup runs the registered cleanups, last first, once.

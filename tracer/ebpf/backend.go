@@ -21,6 +21,7 @@ import (
 	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
 
+	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
 	"github.com/cudatrace/cudatrace/tracer/launch"
 )
@@ -94,7 +95,10 @@ func (backend) Run(ctx context.Context, spec tracer.Spec, sink tracer.Sink) (res
 	res = &tracer.Result{Backend: "ebpf", Launched: launching}
 	startKtime := monotonicNow()
 	res.Started = time.Now()
-	p := newPump(s.rd, newDecoder(startKtime), sink, s.exits)
+	dec := newDecoder(startKtime)
+	dec.api = s.api
+	p := newPump(s.rd, dec, sink, s.exits)
+	p.hold = s.api.release
 	go p.run()
 
 	if launching {
@@ -131,6 +135,9 @@ func (backend) Run(ctx context.Context, spec tracer.Spec, sink tracer.Sink) (res
 		err = ferr
 	}
 	res.Folded = folded
+	res.APIReturns = true
+	res.APILibraries = s.api.probedLibs()
+	res.Notes = append(res.Notes, s.api.notes...)
 	res.Dropped = byReason[bpfDropReasonDROP_RINGBUF] + byReason[bpfDropReasonDROP_PENDING] + p.undecodable
 	if res.Dropped > 0 {
 		res.Notes = append(res.Notes, fmt.Sprintf(
@@ -190,6 +197,9 @@ func resolvePIDs(pids []int) ([]int, error) {
 		if tgid == self {
 			return nil, fmt.Errorf("cannot attach to cudatrace itself (PID %d)", pid)
 		}
+		if err := tracer.CheckAttachable(tgid); err != nil {
+			return nil, err
+		}
 		tgids = append(tgids, tgid)
 	}
 	return tgids, nil
@@ -210,20 +220,6 @@ func tgidOf(pid int) (int, error) {
 	return 0, fmt.Errorf("no such process: %d", pid)
 }
 
-// processAlive is false for a process that is gone or a zombie.
-func processAlive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	// The state follows the parenthesised comm, which may hold anything.
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 || i+2 >= len(b) {
-		return false
-	}
-	return b[i+2] != 'Z' && b[i+2] != 'X'
-}
-
 func monotonicNow() uint64 {
 	var ts unix.Timespec
 	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) // the clock of bpf_ktime_get_ns
@@ -242,6 +238,7 @@ type session struct {
 	phases *phaseLog
 	exits  chan struct{} // a traced process exited (attach: is any left?)
 	fold   foldAfter
+	api    *apiProbes
 }
 
 func load(spec tracer.Spec, ringBytes int) (*session, error) {
@@ -277,7 +274,7 @@ func load(spec tracer.Spec, ringBytes int) (*session, error) {
 	if onLoad != nil {
 		onLoad(coll)
 	}
-	s := &session{coll: coll, debug: spec.Debug, fold: fold, exits: make(chan struct{}, 1)}
+	s := &session{coll: coll, debug: spec.Debug, fold: fold, exits: make(chan struct{}, 1), api: newAPIProbes(coll)}
 	majors := coll.Maps[bpfMapNvidiaMajors]
 	if len(spec.DeviceMajors) > int(majors.MaxEntries()) {
 		s.close()
@@ -343,6 +340,7 @@ func (s *session) detach() {
 
 func (s *session) close() {
 	s.detach()
+	s.api.close()
 	if s.rd != nil {
 		s.rd.Close()
 	}
@@ -392,6 +390,9 @@ func (s *session) runLaunch(spec tracer.Spec, child *launch.Child, res *tracer.R
 		child.Abort()
 		return err
 	}
+	// The libraries the target's loader would pick are probed before it
+	// runs; one opened from anywhere else is held at its open (hold_unprobed_libs).
+	s.api.attachLibs(snapshot.OpenCUDALibraries(fmt.Sprintf("/proc/%d/root", child.PID), os.Environ()))
 	s.phases.mark("attached")
 	waitc := make(chan waitResult, 1)
 	if err := child.Release(); err != nil {
@@ -416,10 +417,60 @@ func (s *session) runLaunch(spec tracer.Spec, child *launch.Child, res *tracer.R
 			return fmt.Errorf("wait for target: %w", w.err)
 		}
 		res.Exit = &w.st
+		s.followDescendants(timeout, spec.Duration, res)
 	case <-timeout:
 		res.Notes = append(res.Notes, fmt.Sprintf("trace stopped after %v; the target (PID %d) was still running", spec.Duration, child.PID))
 	}
 	return nil
+}
+
+// followDescendants keeps tracing once the launched process has exited,
+// while processes it started (a daemon, workers that outlive it) are still
+// in the filter: until they exit too, or the duration ends. The ptrace
+// backend does the same.
+func (s *session) followDescendants(timeout <-chan time.Time, d time.Duration, res *tracer.Result) {
+	if !s.tracing() {
+		return
+	}
+	left := s.tracedPIDs()
+	recheck := time.NewTicker(time.Second) // an exit lost to a full ring still left the filter
+	defer recheck.Stop()
+	for s.tracing() {
+		select {
+		case <-timeout:
+			res.Notes = append(res.Notes, fmt.Sprintf("trace stopped after %v; the target had exited, its descendants %s were still running", d, describePIDs(s.tracedPIDs())))
+			return
+		case <-s.exits:
+		case <-recheck.C:
+		}
+	}
+	res.Notes = append(res.Notes, fmt.Sprintf("the target exited before its descendants %s; they were traced until they exited", describePIDs(left)))
+}
+
+// tracedPIDs lists (some of) the thread groups still in the filter.
+func (s *session) tracedPIDs() []int {
+	var out []int
+	var key uint32
+	it := s.coll.Maps[bpfMapTraced].Iterate()
+	var v uint8
+	for it.Next(&key, &v) && len(out) < 8 {
+		out = append(out, int(key))
+	}
+	return out
+}
+
+// describePIDs renders PIDs as comm[pid], from /proc while they live.
+func describePIDs(pids []int) string {
+	parts := make([]string, 0, len(pids))
+	for _, p := range pids {
+		comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", p))
+		name := strings.TrimSpace(string(comm))
+		if err != nil || name == "" {
+			name = "pid"
+		}
+		parts = append(parts, fmt.Sprintf("%s[%d]", name, p)) // the renderer escapes notes
+	}
+	return strings.Join(parts, ", ")
 }
 
 // runAttach traces running processes until they are all gone, the duration
@@ -438,12 +489,17 @@ func (s *session) runAttach(ctx context.Context, spec tracer.Spec, tgids []int, 
 	}
 	s.phases.mark("attached")
 	// A process that died before it was in the filter sent no exit event
-	// and would stay there.
+	// and would stay there. One whose main thread exited before (a zombie
+	// leader) is traced while any of its threads runs.
 	for _, t := range tgids {
 		var v uint8
-		if !processAlive(t) && s.coll.Maps[bpfMapTraced].Lookup(uint32(t), &v) == nil {
+		if !tracer.LiveThreads(t) && s.coll.Maps[bpfMapTraced].Lookup(uint32(t), &v) == nil {
 			return fmt.Errorf("process %d exited during attach", t)
 		}
+	}
+	for _, t := range tgids {
+		s.api.attachLibs(snapshot.OpenMappedLibraries(t))
+		s.api.attachLibs(snapshot.OpenCUDALibraries(fmt.Sprintf("/proc/%d/root", t), snapshot.ReadEnviron(t)))
 	}
 	res.Notes = append(res.Notes, "attached to running processes: calls made before the attach are not in this trace")
 	for _, t := range tgids {

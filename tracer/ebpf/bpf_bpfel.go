@@ -52,7 +52,10 @@ type bpfEvent struct {
 	Matched  uint8
 	Retry    uint8
 	PathLen  uint16
-	Pad      [6]uint8
+	NoEntry  uint8
+	Held     uint8
+	HasCount uint8
+	Pad      [3]uint8
 	Comm     [16]int8
 	Arg      [64]uint8
 	Path     [256]int8
@@ -73,6 +76,7 @@ const (
 	bpfEventKindKIND_MEMFD   bpfEventKind = 9
 	bpfEventKindKIND_EXEC    bpfEventKind = 10
 	bpfEventKindKIND_EXIT    bpfEventKind = 11
+	bpfEventKindKIND_API     bpfEventKind = 12
 )
 
 type bpfIoctlSite struct {
@@ -81,6 +85,13 @@ type bpfIoctlSite struct {
 	Major   uint32
 	Minor   uint32
 	Request uint32
+}
+
+type bpfLibId struct {
+	_   structs.HostLayout
+	Ino uint64
+	Dev uint32
+	Pad uint32
 }
 
 type bpfLimits uint32
@@ -136,19 +147,24 @@ const (
 	bpfSyscallIdSC_EXECVE       bpfSyscallId = 22
 	bpfSyscallIdSC_EXECVEAT     bpfSyscallId = 23
 	bpfSyscallIdSC_EXIT         bpfSyscallId = 24
+	bpfSyscallIdSC_API          bpfSyscallId = 25
 )
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	bpfMapApiOutArg          = "api_out_arg"
 	bpfMapCallSites          = "call_sites"
 	bpfMapDrops              = "drops"
 	bpfMapEvents             = "events"
 	bpfMapIoctlSites         = "ioctl_sites"
 	bpfMapNvidiaMajors       = "nvidia_majors"
 	bpfMapPending            = "pending"
+	bpfMapProbedLibs         = "probed_libs"
 	bpfMapTraced             = "traced"
+	bpfProgCtApiEnter        = "ct_api_enter"
+	bpfProgCtApiRet          = "ct_api_ret"
 	bpfProgCtExit            = "ct_exit"
 	bpfProgCtFork            = "ct_fork"
 	bpfProgCtSysEnter        = "ct_sys_enter"
@@ -158,6 +174,7 @@ const (
 	bpfVarFoldCallsAfter     = "fold_calls_after"
 	bpfVarFoldIoctlsAfter    = "fold_ioctls_after"
 	bpfVarFollowChildren     = "follow_children"
+	bpfVarHoldUnprobedLibs   = "hold_unprobed_libs"
 	bpfVarNrToSc             = "nr_to_sc"
 	bpfVarStatModeOff        = "stat_mode_off"
 	bpfVarStatRdevOff        = "stat_rdev_off"
@@ -165,6 +182,7 @@ const (
 	bpfVarUnusedDrop         = "unused_drop"
 	bpfVarUnusedIoctlSite    = "unused_ioctl_site"
 	bpfVarUnusedKind         = "unused_kind"
+	bpfVarUnusedLibId        = "unused_lib_id"
 	bpfVarUnusedLimits       = "unused_limits"
 	bpfVarUnusedOpenFlags    = "unused_open_flags"
 	bpfVarUnusedStatxLayout  = "unused_statx_layout"
@@ -215,6 +233,8 @@ type bpfSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type bpfProgramSpecs struct {
+	CtApiEnter *ebpf.ProgramSpec `ebpf:"ct_api_enter"`
+	CtApiRet   *ebpf.ProgramSpec `ebpf:"ct_api_ret"`
 	CtExit     *ebpf.ProgramSpec `ebpf:"ct_exit"`
 	CtFork     *ebpf.ProgramSpec `ebpf:"ct_fork"`
 	CtSysEnter *ebpf.ProgramSpec `ebpf:"ct_sys_enter"`
@@ -225,12 +245,14 @@ type bpfProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type bpfMapSpecs struct {
+	ApiOutArg    *ebpf.MapSpec `ebpf:"api_out_arg"`
 	CallSites    *ebpf.MapSpec `ebpf:"call_sites"`
 	Drops        *ebpf.MapSpec `ebpf:"drops"`
 	Events       *ebpf.MapSpec `ebpf:"events"`
 	IoctlSites   *ebpf.MapSpec `ebpf:"ioctl_sites"`
 	NvidiaMajors *ebpf.MapSpec `ebpf:"nvidia_majors"`
 	Pending      *ebpf.MapSpec `ebpf:"pending"`
+	ProbedLibs   *ebpf.MapSpec `ebpf:"probed_libs"`
 	Traced       *ebpf.MapSpec `ebpf:"traced"`
 }
 
@@ -243,6 +265,7 @@ type bpfVariableSpecs struct {
 	FoldCallsAfter     *ebpf.VariableSpec `ebpf:"fold_calls_after"`
 	FoldIoctlsAfter    *ebpf.VariableSpec `ebpf:"fold_ioctls_after"`
 	FollowChildren     *ebpf.VariableSpec `ebpf:"follow_children"`
+	HoldUnprobedLibs   *ebpf.VariableSpec `ebpf:"hold_unprobed_libs"`
 	NrToSc             *ebpf.VariableSpec `ebpf:"nr_to_sc"`
 	StatModeOff        *ebpf.VariableSpec `ebpf:"stat_mode_off"`
 	StatRdevOff        *ebpf.VariableSpec `ebpf:"stat_rdev_off"`
@@ -250,6 +273,7 @@ type bpfVariableSpecs struct {
 	UnusedDrop         *ebpf.VariableSpec `ebpf:"unused_drop"`
 	UnusedIoctlSite    *ebpf.VariableSpec `ebpf:"unused_ioctl_site"`
 	UnusedKind         *ebpf.VariableSpec `ebpf:"unused_kind"`
+	UnusedLibId        *ebpf.VariableSpec `ebpf:"unused_lib_id"`
 	UnusedLimits       *ebpf.VariableSpec `ebpf:"unused_limits"`
 	UnusedOpenFlags    *ebpf.VariableSpec `ebpf:"unused_open_flags"`
 	UnusedStatxLayout  *ebpf.VariableSpec `ebpf:"unused_statx_layout"`
@@ -278,23 +302,27 @@ func (o *bpfObjects) Close() error {
 //
 // It can be passed to loadBpfObjects or ebpf.CollectionSpec.LoadAndAssign.
 type bpfMaps struct {
+	ApiOutArg    *ebpf.Map `ebpf:"api_out_arg"`
 	CallSites    *ebpf.Map `ebpf:"call_sites"`
 	Drops        *ebpf.Map `ebpf:"drops"`
 	Events       *ebpf.Map `ebpf:"events"`
 	IoctlSites   *ebpf.Map `ebpf:"ioctl_sites"`
 	NvidiaMajors *ebpf.Map `ebpf:"nvidia_majors"`
 	Pending      *ebpf.Map `ebpf:"pending"`
+	ProbedLibs   *ebpf.Map `ebpf:"probed_libs"`
 	Traced       *ebpf.Map `ebpf:"traced"`
 }
 
 func (m *bpfMaps) Close() error {
 	return _BpfClose(
+		m.ApiOutArg,
 		m.CallSites,
 		m.Drops,
 		m.Events,
 		m.IoctlSites,
 		m.NvidiaMajors,
 		m.Pending,
+		m.ProbedLibs,
 		m.Traced,
 	)
 }
@@ -308,6 +336,7 @@ type bpfVariables struct {
 	FoldCallsAfter     *ebpf.Variable `ebpf:"fold_calls_after"`
 	FoldIoctlsAfter    *ebpf.Variable `ebpf:"fold_ioctls_after"`
 	FollowChildren     *ebpf.Variable `ebpf:"follow_children"`
+	HoldUnprobedLibs   *ebpf.Variable `ebpf:"hold_unprobed_libs"`
 	NrToSc             *ebpf.Variable `ebpf:"nr_to_sc"`
 	StatModeOff        *ebpf.Variable `ebpf:"stat_mode_off"`
 	StatRdevOff        *ebpf.Variable `ebpf:"stat_rdev_off"`
@@ -315,6 +344,7 @@ type bpfVariables struct {
 	UnusedDrop         *ebpf.Variable `ebpf:"unused_drop"`
 	UnusedIoctlSite    *ebpf.Variable `ebpf:"unused_ioctl_site"`
 	UnusedKind         *ebpf.Variable `ebpf:"unused_kind"`
+	UnusedLibId        *ebpf.Variable `ebpf:"unused_lib_id"`
 	UnusedLimits       *ebpf.Variable `ebpf:"unused_limits"`
 	UnusedOpenFlags    *ebpf.Variable `ebpf:"unused_open_flags"`
 	UnusedStatxLayout  *ebpf.Variable `ebpf:"unused_statx_layout"`
@@ -327,6 +357,8 @@ type bpfVariables struct {
 //
 // It can be passed to loadBpfObjects or ebpf.CollectionSpec.LoadAndAssign.
 type bpfPrograms struct {
+	CtApiEnter *ebpf.Program `ebpf:"ct_api_enter"`
+	CtApiRet   *ebpf.Program `ebpf:"ct_api_ret"`
 	CtExit     *ebpf.Program `ebpf:"ct_exit"`
 	CtFork     *ebpf.Program `ebpf:"ct_fork"`
 	CtSysEnter *ebpf.Program `ebpf:"ct_sys_enter"`
@@ -335,6 +367,8 @@ type bpfPrograms struct {
 
 func (p *bpfPrograms) Close() error {
 	return _BpfClose(
+		p.CtApiEnter,
+		p.CtApiRet,
 		p.CtExit,
 		p.CtFork,
 		p.CtSysEnter,

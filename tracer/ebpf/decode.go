@@ -49,6 +49,7 @@ var kinds = [...]tracer.Kind{
 	bpfEventKindKIND_MEMFD:   tracer.KindMemfd,
 	bpfEventKindKIND_EXEC:    tracer.KindExec,
 	bpfEventKindKIND_EXIT:    tracer.KindExit,
+	bpfEventKindKIND_API:     tracer.KindAPI,
 }
 
 const (
@@ -66,6 +67,7 @@ type eventBox struct {
 	ev  tracer.Event
 	dev tracer.Dev
 	arg [len(bpfEvent{}.Arg)]byte
+	out int64
 }
 
 // decoder turns ring-buffer samples into tracer.Events. Comms and paths
@@ -80,6 +82,12 @@ type decoder struct {
 	lastPath   string
 	box        eventBox
 	full       bpfEvent // a cut record, zero-filled to full size
+	// api names the probes behind api events (nil: none attached).
+	api *apiProbes
+	// held is the last event's hold, when the kernel stopped its process
+	// at the open of an unprobed library (heldOK).
+	held   heldOpen
+	heldOK bool
 }
 
 func newDecoder(startKtime uint64) *decoder {
@@ -102,6 +110,10 @@ func (d *decoder) decode(raw []byte) (*tracer.Event, error) {
 		full := unsafe.Slice((*byte)(unsafe.Pointer(&d.full)), eventSize)
 		clear(full[copy(full, raw):])
 		e = &d.full
+	}
+	d.heldOK = false
+	if bpfEventKind(e.Kind) == bpfEventKindKIND_API {
+		return d.decodeAPI(e)
 	}
 	if int(e.Kind) >= len(kinds) || kinds[e.Kind] == "" || int(e.Syscall) >= len(syscallNames) || syscallNames[e.Syscall] == "" {
 		return nil, fmt.Errorf("unknown event kind %d / syscall %d", e.Kind, e.Syscall)
@@ -129,6 +141,11 @@ func (d *decoder) decode(raw []byte) (*tracer.Event, error) {
 	ev.Path = d.internLast(cstr(e.Path[:]), &d.lastPath)
 	ev.Flags = e.Flags
 	ev.Mode = e.Mode
+	ev.NoEntry = e.NoEntry == 1
+	if e.Held != 0 && ev.Kind == tracer.KindOpen {
+		d.held = heldOpen{pid: ev.PID, fd: int(e.Ret), path: ev.Path, dev: e.Request, ino: e.Uptr}
+		d.heldOK = true
+	}
 	if e.HasDev != 0 {
 		box.dev = tracer.Dev{Major: e.DevMajor, Minor: e.DevMinor}
 		ev.Dev = &box.dev
@@ -151,6 +168,38 @@ func (d *decoder) decode(raw []byte) (*tracer.Event, error) {
 				ev.Argv[i] = d.intern(cstr(e.Aux[i*argvSlot : (i+1)*argvSlot]))
 			}
 		}
+	}
+	return ev, nil
+}
+
+// decodeAPI converts a uretprobe's record: which entry point returned
+// what, in which library.
+func (d *decoder) decodeAPI(e *bpfEvent) (*tracer.Event, error) {
+	if d.api == nil {
+		return nil, fmt.Errorf("api event with no probes attached")
+	}
+	fn, lib, ok := d.api.describe(e.Request)
+	if !ok {
+		return nil, fmt.Errorf("api event with unknown cookie %#x", e.Request)
+	}
+	box := &d.box
+	box.ev = tracer.Event{}
+	ev := &box.ev
+	d.seq++
+	ev.Seq = d.seq
+	if e.Ktime > d.startKtime {
+		ev.Time = time.Duration(e.Ktime - d.startKtime)
+	}
+	ev.PID = int(e.Tgid)
+	ev.TID = int(e.Tid)
+	ev.Comm = d.internLast(cstr(e.Comm[:]), &d.lastComm)
+	ev.Kind = tracer.KindAPI
+	ev.Func = fn
+	ev.Path = lib
+	ev.Ret = e.Ret
+	if e.HasCount != 0 {
+		box.out = int64(int32(uint32(e.Flags)))
+		ev.Out = &box.out
 	}
 	return ev, nil
 }

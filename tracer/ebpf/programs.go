@@ -85,6 +85,7 @@ func configure(spec *ebpf.CollectionSpec, cache *btf.Cache, fold foldAfter) erro
 		"fold_ioctls_after":      fold.ioctls,
 		"fold_calls_after":       fold.calls,
 		"use_rdonly_cast":        !fieldReads,
+		"hold_unprobed_libs":     true,
 	}
 	for name, v := range vars {
 		vs, ok := spec.Variables[name]

@@ -24,6 +24,9 @@ type pump struct {
 	dec   *decoder
 	sink  tracer.Sink
 	exits chan<- struct{}
+	// hold continues a process the kernel stopped at its open of an
+	// unprobed library, once the library is probed.
+	hold func(heldOpen)
 
 	// Written by run, read after done is closed.
 	events      uint64
@@ -78,6 +81,9 @@ func (p *pump) deliver(raw []byte) {
 		return
 	}
 	p.events++
+	if p.dec.heldOK && p.hold != nil {
+		p.hold(p.dec.held)
+	}
 	p.sink.Event(ev)
 	if ev.Kind == tracer.KindExit {
 		select {

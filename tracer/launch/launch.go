@@ -5,17 +5,25 @@
 // Release, and the loader drops privileges, installs an optional seccomp
 // filter and execs the target. The target keeps the loader's PID, stdin,
 // stdout and stderr.
+//
+// The target's argv and environment travel as the loader's own argv and
+// environment, so the kernel copies their bytes unchanged (any bytes, any
+// size that an exec of the target itself accepts), and nothing of ours is
+// added to the environment. The loader's own settings come through the
+// pipe.
 package launch
 
 import (
-	"encoding/base64"
+	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
 	"unsafe"
 
@@ -24,35 +32,63 @@ import (
 	"github.com/cudatrace/cudatrace/tracer"
 )
 
-// envConfig carries the loader's instructions from parent to loader.
-const envConfig = "CUDATRACE_LOADER"
+// loaderArg0 is the loader's argv[0], which marks a process as the loader;
+// the target's argv follows it (what ps shows while the loader waits).
+const loaderArg0 = "cudatrace-loader"
 
-// releaseFD is the pipe the loader waits on (the first ExtraFiles entry).
+// HelperPrefix starts the /proc cmdline of a loader cudatrace runs as a
+// helper, never released (the ptrace waker, the signal sentinel): their
+// argv[0] after the marker is a name starting "cudatrace-", where a
+// target's is a path.
+const HelperPrefix = loaderArg0 + "\x00cudatrace-"
+
+// configMagic starts the configuration on the pipe, so that a process
+// started as loaderArg0 by anything else fails cleanly.
+const configMagic = "cudatrace-loader-config\x00"
+
+// maxConfig bounds the configuration the loader reads (a seccomp filter
+// has at most 4096 instructions of 8 bytes).
+const maxConfig = 1 << 20
+
+// releaseFD is the pipe the loader reads its configuration from and then
+// waits on (the first ExtraFiles entry).
 const releaseFD = 3
 
 // Options describe the command to launch.
 type Options struct {
-	Argv []string     // Argv[0] must already be resolved to a path
-	Cred *tracer.Cred // run as this user; nil keeps the caller's credentials
+	Argv []string // Argv[0] must already be resolved to a path
+	// Env is the target's environment; nil passes the caller's environment
+	// exactly as the kernel gave it (/proc/self/environ): byte for byte,
+	// duplicates and entries without '=' included.
+	Env []string
+	// Cred runs the target as this user, with HOME, USER and LOGNAME set
+	// to the user's; nil keeps the caller's credentials and environment.
+	Cred *tracer.Cred
 	// Seccomp is a classic-BPF filter installed in the target just before
 	// exec (the ptrace backend's SECCOMP_RET_TRACE filter).
 	Seccomp []unix.SockFilter
 	// NoNewPrivs sets PR_SET_NO_NEW_PRIVS before installing Seccomp; needed
 	// only when the loader lacks CAP_SYS_ADMIN.
 	NoNewPrivs bool
+	// DieWithParent kills the loader when the thread that started it
+	// exits (PR_SET_PDEATHSIG): for helpers that are never released.
+	DieWithParent bool
 }
 
+// loaderConfig is what the loader reads from the pipe. Nothing in it comes
+// from the target's argv or environment.
 type loaderConfig struct {
-	Argv       []string
-	Cred       *tracer.Cred
-	Seccomp    []unix.SockFilter
-	NoNewPrivs bool
+	Cred          *tracer.Cred
+	Seccomp       []unix.SockFilter
+	NoNewPrivs    bool
+	DieWithParent bool
+	Parent        int
 }
 
 // Child is a started loader, waiting for Release.
 type Child struct {
 	PID     int
-	cmd     *exec.Cmd
+	proc    *os.Process
 	release *os.File
 }
 
@@ -61,30 +97,90 @@ func Start(opts Options) (*Child, error) {
 	if len(opts.Argv) == 0 {
 		return nil, errors.New("no command to run")
 	}
-	self, err := os.Executable()
-	if err != nil {
-		return nil, fmt.Errorf("find own executable: %w", err)
-	}
-	cfg, err := json.Marshal(loaderConfig{opts.Argv, opts.Cred, opts.Seccomp, opts.NoNewPrivs})
+	cfg, err := json.Marshal(loaderConfig{opts.Cred, opts.Seccomp, opts.NoNewPrivs, opts.DieWithParent, os.Getpid()})
 	if err != nil {
 		return nil, err
+	}
+	env := opts.Env
+	if env == nil {
+		env = startEnviron()
+	}
+	if opts.Cred != nil {
+		env = userEnv(env, opts.Cred)
 	}
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(self)
-	cmd.Args = []string{opts.Argv[0]} // what ps shows while the loader waits
-	cmd.Env = append(os.Environ(), envConfig+"="+base64.StdEncoding.EncodeToString(cfg))
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.ExtraFiles = []*os.File{r}
-	if err := cmd.Start(); err != nil {
-		r.Close()
+	// /proc/self/exe rather than a path: it still runs if cudatrace's file
+	// was replaced meanwhile, and its name is short on the new stack.
+	// os.StartProcess, unlike exec.Cmd, passes env as is (no dedup).
+	proc, err := os.StartProcess("/proc/self/exe", append([]string{loaderArg0}, opts.Argv...), &os.ProcAttr{
+		Env:   env,
+		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr, r},
+	})
+	r.Close()
+	if err != nil {
 		w.Close()
 		return nil, fmt.Errorf("start loader: %w", err)
 	}
-	r.Close()
-	return &Child{PID: cmd.Process.Pid, cmd: cmd, release: w}, nil
+	c := &Child{PID: proc.Pid, proc: proc, release: w}
+	msg := make([]byte, 0, len(configMagic)+4+len(cfg))
+	msg = append(msg, configMagic...)
+	msg = binary.LittleEndian.AppendUint32(msg, uint32(len(cfg)))
+	msg = append(msg, cfg...)
+	if _, err := w.Write(msg); err != nil {
+		c.Abort()
+		return nil, fmt.Errorf("start loader: send configuration: %w", err)
+	}
+	return c, nil
+}
+
+// userEnv sets HOME, USER and LOGNAME to the target user's, as su and
+// sudo -u do; the rest of the environment is left alone.
+func userEnv(env []string, c *tracer.Cred) []string {
+	set := map[string]string{"USER": c.User, "LOGNAME": c.User}
+	if c.Home != "" {
+		set["HOME"] = c.Home
+	}
+	out := make([]string, 0, len(env)+len(set))
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		if _, ok := set[name]; !ok {
+			out = append(out, kv)
+		}
+	}
+	for _, name := range []string{"HOME", "USER", "LOGNAME"} {
+		if v, ok := set[name]; ok && v != "" {
+			out = append(out, name+"="+v)
+		}
+	}
+	return out
+}
+
+// startEnviron is this process's environment as the kernel gave it; Go's
+// os.Environ drops duplicates and empty entries. It falls back to
+// os.Environ where /proc is unreadable.
+func startEnviron() []string {
+	b, err := os.ReadFile("/proc/self/environ")
+	if err != nil {
+		return os.Environ()
+	}
+	return splitNUL(b)
+}
+
+// splitNUL splits NUL-terminated strings.
+func splitNUL(b []byte) []string {
+	out := []string{}
+	for len(b) > 0 {
+		i := bytes.IndexByte(b, 0)
+		if i < 0 {
+			return append(out, string(b)) // unterminated last entry
+		}
+		out = append(out, string(b[:i]))
+		b = b[i+1:]
+	}
+	return out
 }
 
 // Release lets the loader exec the target.
@@ -97,17 +193,20 @@ func (c *Child) Release() error {
 // Abort kills the loader before it execs (the tracer failed to start).
 func (c *Child) Abort() {
 	c.release.Close() // EOF tells the loader to give up
-	c.cmd.Process.Kill()
-	c.cmd.Wait()
+	c.proc.Kill()
+	c.proc.Wait()
 }
 
 // Wait waits for the target and returns how it ended. Backends that reap
 // the child themselves (ptrace) do not call it.
 func (c *Child) Wait() (tracer.ExitStatus, error) {
-	err := c.cmd.Wait()
-	st, ok := c.cmd.ProcessState.Sys().(syscall.WaitStatus)
-	if !ok {
+	ps, err := c.proc.Wait()
+	if err != nil {
 		return tracer.ExitStatus{}, err
+	}
+	st, ok := ps.Sys().(syscall.WaitStatus)
+	if !ok {
+		return tracer.ExitStatus{}, errors.New("unknown wait status")
 	}
 	return StatusOf(st), nil
 }
@@ -124,52 +223,71 @@ func init() {
 	// The loader must exec from the thread-group leader: a ptrace backend
 	// seizes only that thread, and seccomp filters are per thread. init runs
 	// on the main thread, so pin it there before the runtime moves us.
-	if os.Getenv(envConfig) != "" {
+	if IsLoader() {
 		runtime.LockOSThread()
 	}
 }
 
 // IsLoader reports whether this process was started as a loader.
-func IsLoader() bool { return os.Getenv(envConfig) != "" }
+func IsLoader() bool { return len(os.Args) > 1 && os.Args[0] == loaderArg0 }
 
 // RunLoaderIfRequested turns this process into the loader when it was
 // started by Start, and never returns in that case. Call it first in main
 // (and in TestMain of tests that launch targets).
 func RunLoaderIfRequested() {
-	enc := os.Getenv(envConfig)
-	if enc == "" {
-		return
+	if IsLoader() {
+		os.Exit(runLoader(os.Args[1:]))
 	}
-	os.Exit(runLoader(enc))
 }
 
-func runLoader(enc string) int {
+// readConfig reads the configuration Start wrote on the pipe.
+func readConfig(r io.Reader) (*loaderConfig, error) {
+	head := make([]byte, len(configMagic)+4)
+	if _, err := io.ReadFull(r, head); err != nil || string(head[:len(configMagic)]) != configMagic {
+		return nil, errors.New("bad configuration")
+	}
+	n := binary.LittleEndian.Uint32(head[len(configMagic):])
+	if n > maxConfig {
+		return nil, errors.New("bad configuration")
+	}
+	raw := make([]byte, n)
+	if _, err := io.ReadFull(r, raw); err != nil {
+		return nil, errors.New("bad configuration")
+	}
+	var cfg loaderConfig
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		return nil, errors.New("bad configuration")
+	}
+	return &cfg, nil
+}
+
+func runLoader(argv []string) int {
 	fail := func(code int, format string, args ...any) int {
 		fmt.Fprintf(os.Stderr, "cudatrace: "+format+"\n", args...)
 		return code
 	}
-	raw, err := base64.StdEncoding.DecodeString(enc)
-	if err != nil {
-		return fail(1, "loader: bad configuration")
-	}
-	var cfg loaderConfig
-	if err := json.Unmarshal(raw, &cfg); err != nil || len(cfg.Argv) == 0 {
-		return fail(1, "loader: bad configuration")
-	}
 	release := os.NewFile(releaseFD, "release")
+	if release == nil {
+		return fail(1, "loader: bad configuration")
+	}
+	cfg, err := readConfig(release)
+	if err != nil {
+		return fail(1, "loader: %v", err)
+	}
+	if cfg.DieWithParent {
+		unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0)
+		if os.Getppid() != cfg.Parent {
+			return 1 // the parent died before the prctl
+		}
+	}
+	// Our own environment is the target's, as Start passed it.
+	env := startEnviron()
 	var b [1]byte
 	if n, _ := release.Read(b[:]); n != 1 {
 		return 1 // the tracer gave up; it reports why
 	}
 	release.Close()
 
-	env := make([]string, 0, len(os.Environ()))
-	for _, kv := range os.Environ() {
-		if len(kv) > len(envConfig) && kv[:len(envConfig)+1] == envConfig+"=" {
-			continue
-		}
-		env = append(env, kv)
-	}
 	// The filter goes in while we are still root (no no_new_privs needed),
 	// before the credentials drop.
 	if len(cfg.Seccomp) > 0 {
@@ -200,15 +318,15 @@ func runLoader(enc string) int {
 	}
 	// The exec is the first traced call: let it carry the target's name,
 	// not "cudatrace", in the report.
-	name := []byte(filepath.Base(cfg.Argv[0]))
+	name := []byte(filepath.Base(argv[0]))
 	if len(name) > 15 {
 		name = name[:15]
 	}
 	unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&append(name, 0)[0])), 0, 0, 0)
-	err = syscall.Exec(cfg.Argv[0], cfg.Argv, env)
+	err = syscall.Exec(argv[0], argv, env)
 	code := 126
 	if errors.Is(err, syscall.ENOENT) {
 		code = 127
 	}
-	return fail(code, "cannot run %s: %v", cfg.Argv[0], err)
+	return fail(code, "cannot run %s: %v", argv[0], err)
 }

@@ -1,15 +1,40 @@
 package launch
 
 import (
+	"bytes"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/cudatrace/cudatrace/internal/privtest"
+	"github.com/cudatrace/cudatrace/tracer"
 )
+
+// dumpArg makes the test binary a target that copies its own
+// /proc/self/cmdline and /proc/self/environ to FILE.cmdline and
+// FILE.environ: `TEST dumpArg FILE ARGS...`.
+const dumpArg = "launch-test-dump"
 
 func TestMain(m *testing.M) {
 	RunLoaderIfRequested()
+	if len(os.Args) > 2 && os.Args[1] == dumpArg {
+		for _, what := range []string{"cmdline", "environ"} {
+			b, err := os.ReadFile("/proc/self/" + what)
+			if err == nil {
+				err = os.WriteFile(os.Args[2]+"."+what, b, 0o600)
+			}
+			if err != nil {
+				os.Stderr.WriteString(err.Error() + "\n")
+				os.Exit(3)
+			}
+		}
+		os.Exit(0)
+	}
 	os.Exit(m.Run())
 }
 
@@ -72,7 +97,147 @@ func TestAbortBeforeRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Abort()
-	if err := c.cmd.Process.Signal(os.Signal(nil)); err == nil {
+	if err := c.proc.Signal(os.Signal(nil)); err == nil {
 		t.Fatal("loader still running after Abort")
+	}
+}
+
+// launchDump launches argv (argv[2] is the dump file) and returns the
+// target's cmdline and environ as the kernel shows them.
+func launchDump(t *testing.T, opts Options) (cmdline, environ []byte) {
+	t.Helper()
+	c, err := Start(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Release(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.Wait()
+	if err != nil || st.Code != 0 || st.Signal != 0 {
+		t.Fatalf("target: %+v %v", st, err)
+	}
+	out := opts.Argv[2]
+	cmdline, err = os.ReadFile(out + ".cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	environ, err = os.ReadFile(out + ".environ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cmdline, environ
+}
+
+// joinNUL is how /proc shows a string list.
+func joinNUL(list []string) []byte {
+	var b bytes.Buffer
+	for _, s := range list {
+		b.WriteString(s)
+		b.WriteByte(0)
+	}
+	return b.Bytes()
+}
+
+func dumpTarget(t *testing.T, name string) (exe, out string) {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	exe = filepath.Join(dir, name)
+	if err := os.Symlink(self, exe); err != nil {
+		t.Fatal(err)
+	}
+	return exe, filepath.Join(dir, "dump")
+}
+
+// Bytes that are not UTF-8 (an executable named with \xff among them), odd
+// environment entries (duplicates, no '=', empty) and escapes reach the
+// target exactly as given.
+func TestArgvAndEnvBytesUnchanged(t *testing.T) {
+	exe, out := dumpTarget(t, "target-\xff\xfe")
+	argv := []string{exe, dumpArg, out, "\xff", "caf\xc3", "", "a b\n", "\x1b[31m", "\u00e9"}
+	env := []string{"A=\xff\xfe", "D=1", "D=2", "NOEQUALS", "", "PATH=/usr/bin:/bin", "E="}
+	cmdline, environ := launchDump(t, Options{Argv: argv, Env: env})
+	if want := joinNUL(argv); !bytes.Equal(cmdline, want) {
+		t.Errorf("argv reached the target as %q\nwant %q", cmdline, want)
+	}
+	if want := joinNUL(env); !bytes.Equal(environ, want) {
+		t.Errorf("env reached the target as %q\nwant %q", environ, want)
+	}
+}
+
+// Without Options.Env the target gets the caller's environment exactly,
+// with nothing of the loader's added.
+func TestEnvPassedThrough(t *testing.T) {
+	exe, out := dumpTarget(t, "target")
+	want, err := os.ReadFile("/proc/self/environ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, environ := launchDump(t, Options{Argv: []string{exe, dumpArg, out}})
+	if !bytes.Equal(environ, want) {
+		t.Errorf("env reached the target as %q\nwant %q", environ, want)
+	}
+}
+
+// argLimit is the kernel's limit on argv+envp (fs/exec.c
+// bprm_stack_limits): a quarter of the stack limit, at most 6 MiB, at
+// least ARG_MAX.
+func argLimit(t *testing.T) int {
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_STACK, &rl); err != nil {
+		t.Fatal(err)
+	}
+	limit := uint64(6 << 20)
+	if rl.Cur/4 < limit {
+		limit = rl.Cur / 4
+	}
+	return max(int(limit), 128<<10)
+}
+
+// An argv close to the kernel's limit, with one argument of the largest
+// size a single string may have (MAX_ARG_STRLEN less its NUL), launches
+// when the same argv runs without the loader.
+func TestArgvNearKernelLimit(t *testing.T) {
+	exe, out := dumpTarget(t, "target")
+	const maxArgStrlen = 32 * 4096 // MAX_ARG_STRLEN, NUL included
+	argv := []string{exe, dumpArg, out, strings.Repeat("L", maxArgStrlen-1)}
+	env, _ := os.ReadFile("/proc/self/environ")
+	used := len(exe) + 1 + len(joinNUL(argv)) + len(env) + 8*(len(argv)+bytes.Count(env, []byte{0}))
+	// Fill to 8 KiB short of the limit with 1000-byte arguments.
+	for used+1001+8 < argLimit(t)-8<<10 {
+		argv = append(argv, strings.Repeat(strconv.Itoa(len(argv)%10), 1000))
+		used += 1001 + 8
+	}
+	total := len(joinNUL(argv))
+	if total < 1<<20 {
+		t.Fatalf("argv of %d bytes: the test wants over 1 MiB", total)
+	}
+	// The control: this argv runs without the loader.
+	direct := exec.Command(exe, argv[1:]...)
+	if b, err := direct.CombinedOutput(); err != nil {
+		t.Fatalf("without the loader, an argv of %d bytes in %d strings fails: %v %s", total, len(argv), err, b)
+	}
+	os.Remove(out + ".cmdline")
+	cmdline, _ := launchDump(t, Options{Argv: argv})
+	if !bytes.Equal(cmdline, joinNUL(argv)) {
+		t.Errorf("an argv of %d bytes in %d strings reached the target as %d bytes", total, len(argv), len(cmdline))
+	}
+}
+
+// With a Cred, HOME, USER and LOGNAME are the user's (not root's), as with
+// su and sudo -u; the rest of the environment is unchanged.
+func TestCredSetsUserEnv(t *testing.T) {
+	privtest.RequireRoot(t) // setgroups
+	exe, out := dumpTarget(t, "target")
+	env := []string{"HOME=/root", "KEEP=\xff", "USER=root", "LOGNAME=root", "HOME=/dup"}
+	cred := &tracer.Cred{UID: 0, GID: 0, User: "someone", Home: "/home/someone"}
+	_, environ := launchDump(t, Options{Argv: []string{exe, dumpArg, out}, Env: env, Cred: cred})
+	want := []string{"KEEP=\xff", "HOME=/home/someone", "USER=someone", "LOGNAME=someone"}
+	if !bytes.Equal(environ, joinNUL(want)) {
+		t.Errorf("env reached the target as %q\nwant %q", environ, joinNUL(want))
 	}
 }

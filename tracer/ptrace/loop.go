@@ -42,6 +42,11 @@ type task struct {
 	// inSyscall (attach mode): the last syscall stop was an entry, so the
 	// next one is its exit. Lets an untraced exit skip GET_SYSCALL_INFO.
 	inSyscall bool
+	// filtered (launch mode): the task runs under a seccomp filter besides
+	// ours, whose refusals our RET_TRACE never sees; it stops at every
+	// syscall entry instead, and a traced call with no seccomp stop after
+	// its entry is one that filter answered. sawSeccomp: this call's stop.
+	filtered, sawSeccomp bool
 	// fdDir is an O_PATH descriptor of /proc/TID/fd plus one (0: not open
 	// yet). A stat relative to it skips the lookups of /proc and the tid,
 	// a third of the cost of the stat every ioctl and open takes.
@@ -95,6 +100,10 @@ type session struct {
 	// interrupted and detached at its next stop.
 	detachAll bool
 	detached  int // tasks detached before they exited
+	// quiet: a launch's duration passed; the tracees are served on, with
+	// nothing read or recorded, until they exit.
+	quiet  bool
+	exited chan<- *tracer.ExitStatus // set with quiet: where the exit goes
 	// zombieLeaders are attached processes whose leader had exited already:
 	// the last thread's exit is the process's.
 	zombieLeaders map[int]bool
@@ -138,6 +147,9 @@ func (s *session) dropAll() {
 }
 
 func (s *session) emit(t *task, e *tracer.Event) {
+	if s.quiet {
+		return
+	}
 	s.seq++
 	e.Seq = s.seq
 	e.Time = time.Since(s.start)
@@ -250,7 +262,7 @@ func isStopSignal(sig unix.Signal) bool {
 // traced syscall.
 func (s *session) resume(t *task, sig int) {
 	var err error
-	if s.mode == stopEverySyscall || t.call != nil {
+	if s.mode == stopEverySyscall || t.call != nil || t.filtered {
 		err = toSyscall(t.tid, sig)
 	} else {
 		err = cont(t.tid, sig)
@@ -262,16 +274,53 @@ func (s *session) resume(t *task, sig int) {
 }
 
 func (s *session) seccompStop(t *task) {
+	if s.quiet {
+		s.resume(t, 0)
+		return
+	}
 	var si syscallInfo
 	if err := getSyscallInfo(t.tid, &si); err != nil || si.Op != unix.PTRACE_SYSCALL_INFO_SECCOMP {
 		s.resume(t, 0)
 		return
 	}
+	if installsFilter(&si) {
+		// Whether or not it succeeds, stop at every entry from now on:
+		// the new filter applies to this thread (all of them with TSYNC)
+		// and to every child it forks.
+		for _, o := range s.tasks {
+			if o.tgid == t.tgid {
+				o.filtered = true
+			}
+		}
+	}
+	if t.filtered && t.call != nil && t.inSyscall {
+		// Entered at the syscall-entry stop already; this is the same call.
+		t.sawSeccomp = true
+		s.resume(t, 0)
+		return
+	}
 	s.enter(t, &si)
+	t.sawSeccomp = true
 	s.resume(t, 0)
 }
 
+// installsFilter: seccomp(SECCOMP_SET_MODE_*) or prctl(PR_SET_SECCOMP).
+func installsFilter(si *syscallInfo) bool {
+	switch si.Nr {
+	case unix.SYS_SECCOMP:
+		return true
+	case unix.SYS_PRCTL:
+		return si.Args[0] == unix.PR_SET_SECCOMP
+	}
+	return false
+}
+
 func (s *session) syscallStop(t *task) {
+	if s.quiet {
+		t.call = nil // a call pending when the trace went quiet
+		s.resume(t, 0)
+		return
+	}
 	if t.inSyscall && t.call == nil {
 		// The exit of an untraced syscall: nothing to read.
 		t.inSyscall = false
@@ -286,11 +335,15 @@ func (s *session) syscallStop(t *task) {
 	t.inSyscall = si.Op == unix.PTRACE_SYSCALL_INFO_ENTRY
 	switch si.Op {
 	case unix.PTRACE_SYSCALL_INFO_ENTRY:
+		t.sawSeccomp = false
 		s.enter(t, &si)
 	case unix.PTRACE_SYSCALL_INFO_EXIT:
 		if c := t.call; c != nil {
 			t.call = nil
-			s.finish(t, c, si.rval())
+			// Launched, a traced call always reaches our filter unless
+			// another filter answered it first.
+			refused := s.mode == stopSeccomp && t.filtered && !t.sawSeccomp
+			s.finishRefused(t, c, si.rval(), refused)
 		}
 	}
 	s.resume(t, 0)
@@ -314,9 +367,14 @@ func (s *session) enter(t *task, si *syscallInfo) {
 	t.call.ev.Comm = t.comm
 }
 
-func (s *session) finish(t *task, c *call, ret int64) {
+func (s *session) finish(t *task, c *call, ret int64) { s.finishRefused(t, c, ret, false) }
+
+// finishRefused completes a call; refused marks one a seccomp filter
+// answered before the kernel ran it.
+func (s *session) finishRefused(t *task, c *call, ret int64, refused bool) {
 	s.noteStops(t)
 	if e := s.rules.exit(t.tid, t.fds(), c, ret); e != nil {
+		e.NoEntry = refused && e.Failed()
 		s.emit(t, e)
 	}
 }
@@ -382,6 +440,8 @@ func (s *session) adopt(tid, event int, comm string) *task {
 		return t
 	}
 	t := &task{tid: tid, tgid: tid, fresh: true, comm: comm, detaching: s.detachAll}
+	// A filter besides ours (inherited, or installed by an ancestor).
+	t.filtered = s.mode == stopSeccomp && seccompFilters(tid) > 1
 	if event != unix.PTRACE_EVENT_FORK && event != unix.PTRACE_EVENT_VFORK {
 		// A clone may be a thread or a process; /proc knows.
 		if tgid, ok := readTgid(tid); ok {

@@ -90,12 +90,7 @@ func (b *Backend) Run(ctx context.Context, spec tracer.Spec, sink tracer.Sink) (
 	if err := Probe(); err != nil {
 		return nil, err
 	}
-	type outcome struct {
-		res *tracer.Result
-		err error
-	}
-	defer silenceSIGCHLD()()
-	defer spareP()()
+	restoreSIGCHLD, restoreP := silenceSIGCHLD(), spareP()
 	done := make(chan outcome, 1)
 	go func() {
 		// Every ptrace request must come from the thread that attached.
@@ -105,7 +100,7 @@ func (b *Backend) Run(ctx context.Context, spec tracer.Spec, sink tracer.Sink) (
 		var o outcome
 		var s *session
 		if len(spec.Argv) > 0 {
-			s, o.res, o.err = b.launch(ctx, spec, sink)
+			s, o.res, o.err = b.launch(ctx, spec, sink, done)
 		} else {
 			s, o.res, o.err = b.attach(ctx, spec, sink)
 		}
@@ -114,10 +109,26 @@ func (b *Backend) Run(ctx context.Context, spec tracer.Spec, sink tracer.Sink) (
 			b.stats = s.stats
 			b.mu.Unlock()
 		}
+		restoreP()
+		restoreSIGCHLD()
+		if s != nil && s.exited != nil {
+			s.exited <- s.rootSt // the result went out early; Finish waits for this
+			return
+		}
 		done <- o
 	}()
 	o := <-done
+	if o.res != nil && o.res.Finish != nil && !spec.DeferRelease {
+		o.res.Finish()
+		o.res.Finish = nil
+	}
 	return o.res, o.err
+}
+
+// outcome is what Run returns.
+type outcome struct {
+	res *tracer.Result
+	err error
 }
 
 // watch turns ctx cancellation and spec.Duration into waker requests until
@@ -148,7 +159,13 @@ func watch(ctx context.Context, d time.Duration, w *waker) (stop func()) {
 	return func() { close(quit) }
 }
 
-func (b *Backend) launch(ctx context.Context, spec tracer.Spec, sink tracer.Sink) (*session, *tracer.Result, error) {
+// launch runs spec.Argv traced. When spec.Duration passes first, the
+// result so far goes to early, and the tracees are served on, unrecorded,
+// until they exit; the result's Finish waits for s.exited and fills in
+// Exit. A target cannot be detached instead:
+// its SECCOMP_RET_TRACE filter stays, and without a tracer every traced
+// syscall fails with ENOSYS.
+func (b *Backend) launch(ctx context.Context, spec tracer.Spec, sink tracer.Sink, early chan<- outcome) (*session, *tracer.Result, error) {
 	res := &tracer.Result{Backend: b.Name(), Launched: true}
 	opts := launch.Options{Argv: spec.Argv, Cred: spec.Cred, Seccomp: seccompFilter()}
 	if !hasCapSysAdmin() {
@@ -173,7 +190,10 @@ func (b *Backend) launch(ctx context.Context, spec tracer.Spec, sink tracer.Sink
 	s := newSession(stopSeccomp, spec, sink)
 	s.waker = w
 	s.root = child.PID
-	s.tasks[child.PID] = &task{tid: child.PID, tgid: child.PID, comm: readComm(child.PID)}
+	// Filters the loader has before it installs ours are inherited from
+	// cudatrace (run in a container, say): the target's calls may be
+	// refused by them.
+	s.tasks[child.PID] = &task{tid: child.PID, tgid: child.PID, comm: readComm(child.PID), filtered: seccompFilters(child.PID) > 0}
 	s.start = time.Now()
 	res.Started = s.start
 	if err := child.Release(); err != nil {
@@ -184,18 +204,38 @@ func (b *Backend) launch(ctx context.Context, spec tracer.Spec, sink tracer.Sink
 	defer stop()
 	// ctx cancellation does not end a launch (the caller forwards the
 	// signal to the target); it only stops waiting for descendants that
-	// outlive the target. spec.Duration ends it.
+	// outlive the target.
 	s.loop(func() bool {
 		cancelled, expired := w.state()
-		return expired || (cancelled && s.rootSt != nil)
+		if expired && !s.quiet {
+			s.quiet = true
+			exited := make(chan *tracer.ExitStatus, 1)
+			s.exited = exited
+			s.finishResult(res)
+			res.Notes = append(res.Notes, fmt.Sprintf("trace stopped after %v with the target still running; cudatrace stays attached, recording nothing, until its processes exit (without a tracer, their seccomp filter would fail the traced calls with ENOSYS)", spec.Duration))
+			res.Finish = func() error {
+				res.Exit = <-exited
+				return nil
+			}
+			early <- outcome{res: res}
+		}
+		return cancelled && s.rootSt != nil
 	})
+	if s.exited != nil {
+		return s, nil, nil
+	}
+	s.finishResult(res)
+	return s, res, nil
+}
+
+// finishResult fills in what the trace recorded.
+func (s *session) finishResult(res *tracer.Result) {
 	res.Ended = time.Now()
 	res.Events = s.seq
 	res.Exit = s.rootSt
 	if s.detached > 0 {
 		res.Notes = append(res.Notes, fmt.Sprintf("the trace ended before all of the target's processes did: %d thread(s) were detached and run on under the seccomp filter, where the traced syscalls now fail with ENOSYS", s.detached))
 	}
-	return s, res, nil
 }
 
 func (b *Backend) attach(ctx context.Context, spec tracer.Spec, sink tracer.Sink) (*session, *tracer.Result, error) {
@@ -250,6 +290,9 @@ func (s *session) seizeProcess(pid int) error {
 	}
 	if tgid != pid {
 		return fmt.Errorf("PID %d is a thread of process %d: attach to %d", pid, tgid, tgid)
+	}
+	if err := tracer.CheckAttachable(pid); err != nil {
+		return err
 	}
 	for pass := 0; ; pass++ {
 		tids, err := listTasks(pid)
@@ -310,20 +353,42 @@ func listTasks(pid int) ([]int, error) {
 // ptraceRefused explains an error from PTRACE_SEIZE in one line.
 func ptraceRefused(pid int, err error) error {
 	scope, yama := yamaScope()
-	return refusal(pid, err, scope, yama, tracerOf(pid))
+	return refusal(pid, err, scope, yama, describeTracer(tracerOf(pid)), os.Geteuid() == 0)
 }
 
-func refusal(pid int, err error, scope int, yama bool, tracer int) error {
+// refusal words a PTRACE_SEIZE error; tracedBy describes the tracer
+// already attached, if any.
+func refusal(pid int, err error, scope int, yama bool, tracedBy string, root bool) error {
 	if err != unix.EPERM {
 		return fmt.Errorf("ptrace %d: %v", pid, err)
+	}
+	if tracedBy != "" {
+		return fmt.Errorf("ptrace refused: process %d is already traced by %s (a debugger or strace?)", pid, tracedBy)
+	}
+	if root {
+		// CAP_SYS_PTRACE passes Yama's scopes 1 and 2 and every uid check.
+		return fmt.Errorf("ptrace refused for process %d: operation not permitted, even as root (a security module or a seccomp profile forbids it)", pid)
 	}
 	if yama && scope > 0 {
 		return fmt.Errorf("ptrace refused: kernel.yama.ptrace_scope=%d; run as root or `sysctl kernel.yama.ptrace_scope=0`", scope)
 	}
-	if tracer != 0 {
-		return fmt.Errorf("ptrace refused: process %d is already traced by PID %d (a debugger or strace?)", pid, tracer)
-	}
 	return fmt.Errorf("ptrace refused for process %d: operation not permitted (another user's process, or not dumpable; run as root)", pid)
+}
+
+// describeTracer names the process (not the thread: TracerPid is a
+// thread id) that tid belongs to, with its comm; "" for none.
+func describeTracer(tid int) string {
+	if tid == 0 {
+		return ""
+	}
+	tgid, ok := readTgid(tid)
+	if !ok {
+		return fmt.Sprintf("thread %d", tid)
+	}
+	if comm := readComm(tgid); comm != "" {
+		return fmt.Sprintf("process %d (%s)", tgid, strconv.Quote(comm))
+	}
+	return fmt.Sprintf("process %d", tgid)
 }
 
 func isZombie(tid int) bool {

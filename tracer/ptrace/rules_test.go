@@ -2,6 +2,7 @@ package ptrace
 
 import (
 	"encoding/binary"
+	"slices"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -57,7 +58,7 @@ func TestSeccompFilter(t *testing.T) {
 	}
 	for nr := uint32(0); nr < 600; nr++ {
 		want := uint32(unix.SECCOMP_RET_ALLOW)
-		if _, traced := nativeSyscalls[uint64(nr)]; traced {
+		if _, traced := nativeSyscalls[uint64(nr)]; traced || slices.Contains(filterWatch, uint64(nr)) {
 			want = unix.SECCOMP_RET_TRACE
 		}
 		if got := runFilter(t, prog, nativeArch, nr); got != want {
@@ -144,18 +145,21 @@ func TestIoctlArg(t *testing.T) {
 
 func TestRefusalMessages(t *testing.T) {
 	for _, c := range []struct {
-		err    error
-		scope  int
-		yama   bool
-		tracer int
-		want   string
+		err      error
+		scope    int
+		yama     bool
+		tracedBy string
+		root     bool
+		want     string
 	}{
-		{unix.EPERM, 1, true, 0, "ptrace refused: kernel.yama.ptrace_scope=1; run as root or `sysctl kernel.yama.ptrace_scope=0`"},
-		{unix.EPERM, 0, true, 77, "ptrace refused: process 42 is already traced by PID 77 (a debugger or strace?)"},
-		{unix.EPERM, 0, false, 0, "ptrace refused for process 42: operation not permitted (another user's process, or not dumpable; run as root)"},
-		{unix.ESRCH, 2, true, 0, "ptrace 42: no such process"},
+		{unix.EPERM, 1, true, "", false, "ptrace refused: kernel.yama.ptrace_scope=1; run as root or `sysctl kernel.yama.ptrace_scope=0`"},
+		{unix.EPERM, 0, true, `process 77 ("gdb")`, false, `ptrace refused: process 42 is already traced by process 77 ("gdb") (a debugger or strace?)`},
+		{unix.EPERM, 0, false, "", false, "ptrace refused for process 42: operation not permitted (another user's process, or not dumpable; run as root)"},
+		// As root, neither Yama's scope 1 nor "run as root" is the answer.
+		{unix.EPERM, 1, true, "", true, "ptrace refused for process 42: operation not permitted, even as root (a security module or a seccomp profile forbids it)"},
+		{unix.ESRCH, 2, true, "", false, "ptrace 42: no such process"},
 	} {
-		if got := refusal(42, c.err, c.scope, c.yama, c.tracer).Error(); got != c.want {
+		if got := refusal(42, c.err, c.scope, c.yama, c.tracedBy, c.root).Error(); got != c.want {
 			t.Errorf("got %q\nwant %q", got, c.want)
 		}
 	}

@@ -71,11 +71,18 @@ func parseBits(s string, names map[string]uint64) (v uint64, ok bool) {
 	return v, ok
 }
 
-// parseMakedev reads "makedev(0xc3, 0xff)" (newer strace) or "makedev(195, 255)".
+// parseMakedev reads "makedev(0xc3, 0xff)" (newer strace), "makedev(195,
+// 255)" or a raw dev_t (-X raw).
 func parseMakedev(s string) (*tracer.Dev, bool) {
 	inner, found := strings.CutPrefix(s, "makedev(")
 	if !found {
-		return nil, false
+		// -X raw prints the dev_t itself.
+		v, err := strconv.ParseUint(s, 0, 64)
+		if err != nil {
+			return nil, false
+		}
+		ma, mi := decodeDevT(v)
+		return &tracer.Dev{Major: ma, Minor: mi}, true
 	}
 	args, _, ok := splitArgs(inner)
 	if !ok || len(args) != 2 {

@@ -189,7 +189,8 @@ var handlers = map[string]handler{
 	"symlink": (*interp).symlink, "symlinkat": (*interp).symlink,
 	"mkdir": (*interp).mkdir, "mkdirat": (*interp).mkdir,
 	"memfd_create": (*interp).memfd,
-	"execve":       (*interp).exec, "execveat": (*interp).exec,
+	"seccomp":      (*interp).seccomp, "prctl": (*interp).seccomp,
+	"execve": (*interp).exec, "execveat": (*interp).exec,
 	"exit_group": (*interp).exitGroup,
 	"clone":      (*interp).clone, "clone3": (*interp).clone, "fork": (*interp).clone, "vfork": (*interp).clone,
 	"close": (*interp).close,
@@ -204,7 +205,7 @@ func (in *interp) syscall(tk *task, name, body string, t int64, hasTime bool) {
 		ok   bool
 	)
 	if h != nil {
-		args, rest, ok = splitArgs(body)
+		args, rest, ok = splitArgs(unverbose(body))
 	} else {
 		rest, ok = skipArgs(body)
 	}

@@ -215,11 +215,12 @@ func readLines(r io.Reader, fn func(line string, whole bool)) error {
 // NVIDIARelated reports whether the log shows any call that touches the
 // NVIDIA driver. Exec and exit events are recorded for every process, and
 // memfd_create for every caller, so a log of an unrelated program still has
-// events; this tells the caller when there is nothing to explain.
+// events (and seccomp filters too); this tells the caller when there is
+// nothing to explain.
 func (l *Log) NVIDIARelated() bool {
 	for i := range l.Events {
 		switch l.Events[i].Kind {
-		case tracer.KindExec, tracer.KindExit, tracer.KindMemfd:
+		case tracer.KindExec, tracer.KindExit, tracer.KindMemfd, tracer.KindSeccomp:
 		default:
 			return true
 		}

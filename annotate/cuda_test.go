@@ -1,0 +1,120 @@
+package annotate
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cudatrace/cudatrace/tracer"
+)
+
+func (b *evb) api(fn string, ret int64) *evb {
+	return b.add(tracer.Event{Kind: tracer.KindAPI, Func: fn, Path: "/usr/lib/x86_64-linux-gnu/libcuda.so.1", Ret: ret, Time: 310 * time.Millisecond})
+}
+
+var traced = Facts{APIReturns: true}
+
+// cuInit's return code leads the headline, and the failing call explains it.
+func TestCUDAVerdictWithCause(t *testing.T) {
+	b := newEvents(845, "python3")
+	b.open("/dev/nvidiactl", unix.O_RDWR, 3, dev(195, 255))
+	b.open("/dev/nvidia-uvm", unix.O_RDWR|unix.O_CLOEXEC, errno(unix.ENOENT), nil)
+	b.api("cuInit", 999)
+	s := h200()
+	s.Nodes = s.Nodes[:2] // uvm missing
+	a := AnalyzeFacts(b.evs, s, traced)
+	want := "cuInit returned 999 (CUDA_ERROR_UNKNOWN) in python3[845] at +0.31s: openat(\"/dev/nvidia-uvm\", O_RDWR|O_CLOEXEC) by python3[845] → ENOENT"
+	if !strings.HasPrefix(a.Verdict, want) {
+		t.Fatalf("verdict %q\nwant prefix %q", a.Verdict, want)
+	}
+	if a.CUDA == nil || a.CUDA.Status != "failed" || a.CUDA.Code != 999 || a.CUDA.Name != "CUDA_ERROR_UNKNOWN" {
+		t.Fatalf("cuda %+v", a.CUDA)
+	}
+}
+
+// CUDA failed and nothing failed at the syscall level: say so, never
+// "nothing failed".
+func TestCUDAFailedUnexplained(t *testing.T) {
+	b := newEvents(845, "python3")
+	b.open("/dev/nvidiactl", unix.O_RDWR, 3, dev(195, 255))
+	b.open("/dev/nvidia-uvm", unix.O_RDWR, 4, dev(238, 0))
+	b.api("cuInit", 3)
+	a := AnalyzeFacts(b.evs, h200(), traced)
+	if strings.Contains(a.Verdict, "No NVIDIA device call failed") || !strings.HasPrefix(a.Verdict, "cuInit returned 3 (CUDA_ERROR_NOT_INITIALIZED)") {
+		t.Fatalf("verdict %q", a.Verdict)
+	}
+	f := find(t, a, "cuda-failed-unexplained")
+	mustContain(t, "detail", strings.Join(f.Detail, "\n"), "GSP", "Ruled out: the device nodes it opened opened fine (/dev/nvidiactl, /dev/nvidia-uvm)")
+}
+
+// A failure libcuda goes on without (modeset) is not the verdict while a
+// later fatal one exists, and the report says it was ignored.
+func TestRedHerringIgnored(t *testing.T) {
+	b := newEvents(845, "python3")
+	b.open("/dev/nvidia-modeset", unix.O_RDWR, errno(unix.EPERM), nil)
+	b.open("/dev/nvidiactl", unix.O_RDWR, 3, dev(195, 255))
+	b.open("/dev/nvidia-uvm", unix.O_RDWR, errno(unix.EPERM), nil)
+	b.api("cuInit", 999)
+	a := AnalyzeFacts(b.evs, h200(), traced)
+	if a.Failing == nil || a.Failing.Path != "/dev/nvidia-uvm" {
+		t.Fatalf("failing %+v", a.Failing)
+	}
+	f := find(t, a, "ignored-failures")
+	mustContain(t, "detail", strings.Join(f.Detail, "\n"), "/dev/nvidia-modeset", "CUDA does not need it")
+}
+
+// Calls after CUDA's failure, or in other processes, cannot have caused it.
+func TestFailureAfterCUDAReturnNotTheCause(t *testing.T) {
+	b := newEvents(845, "python3")
+	b.open("/dev/nvidiactl", unix.O_RDWR, 3, dev(195, 255))
+	b.api("cuInit", 100)
+	b.open("/dev/nvidia0", unix.O_RDWR, errno(unix.EPERM), nil)
+	a := AnalyzeFacts(b.evs, h200(), traced)
+	if a.Failing != nil {
+		t.Fatalf("failing %+v", a.Failing)
+	}
+	find(t, a, "cuda-failed-unexplained")
+}
+
+// Success is said as success, with the device count.
+func TestCUDASucceeded(t *testing.T) {
+	b := newEvents(845, "python3")
+	b.open("/dev/nvidiactl", unix.O_RDWR, 3, dev(195, 255))
+	b.api("cuInit", 0)
+	n := int64(1)
+	b.add(tracer.Event{Kind: tracer.KindAPI, Func: "cuDeviceGetCount", Ret: 0, Out: &n})
+	a := AnalyzeFacts(b.evs, h200(), traced)
+	if a.Verdict != "cuInit succeeded in python3[845] and found 1 GPU(s); no NVIDIA device call failed." {
+		t.Fatalf("verdict %q", a.Verdict)
+	}
+}
+
+// An NVIDIA ioctl a seccomp filter refused (its entry never seen) is the
+// failing call even with no errno rule for it.
+func TestSeccompRefusedIoctlIsTheFailure(t *testing.T) {
+	b := newEvents(845, "python3")
+	b.open("/dev/nvidiactl", unix.O_RDWR, 3, dev(195, 255))
+	b.add(tracer.Event{Kind: tracer.KindIoctl, FD: 3, Request: 0xc00846d6, Ret: errno(unix.EPERM), Dev: dev(195, 255), NoEntry: true})
+	b.api("cuInit", 304)
+	s := h200()
+	s.Process.Seccomp = 2
+	a := AnalyzeFacts(b.evs, s, traced)
+	if a.Failing == nil || a.Failing.Kind != tracer.KindIoctl {
+		t.Fatalf("failing %+v (verdict %q)", a.Failing, a.Verdict)
+	}
+	f := find(t, a, "seccomp-denied")
+	mustContain(t, "fix", f.Fix, "seccomp")
+	mustContain(t, "verdict", a.Verdict, "cuInit returned 304 (CUDA_ERROR_OPERATING_SYSTEM)", "seccomp")
+}
+
+// Without probes, a libcuda that was loaded and never returned is not
+// "nothing failed".
+func TestLoadedButNoReturn(t *testing.T) {
+	b := newEvents(845, "python3")
+	b.open("/usr/lib/x86_64-linux-gnu/libcuda.so.1", unix.O_RDONLY, 3, nil)
+	b.open("/dev/nvidiactl", unix.O_RDWR, 4, dev(195, 255))
+	a := AnalyzeFacts(b.evs, h200(), traced)
+	mustContain(t, "verdict", a.Verdict, "no probed CUDA or NVML entry point returned")
+}

@@ -1,0 +1,195 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cudatrace/cudatrace/tracer/launch"
+)
+
+// Signals and a launched target (README "Signals"): the target stays in
+// cudatrace's process group, so job control (Ctrl-Z, fg, bg) works as for
+// any command, and a signal sent to the whole group (Ctrl-C from the
+// terminal, kill -TERM -PGID) reaches the target from the kernel. A signal
+// sent to cudatrace alone is forwarded to the target. Each reaches it once.
+//
+// Go does not show a signal's sender, and kill(pid) and kill(-pgid) look
+// the same anyway, so a sentinel tells them apart: a stopped child in our
+// process group, which keeps whatever the group is sent pending. After a
+// barrier that makes sure the sender's kill has reached every member (see
+// groupBarrier), the signal is pending in the sentinel exactly when it was
+// sent to the group.
+
+// forwarded are the signals passed on to a launched target.
+var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
+
+// handleSignals keeps cudatrace alive on Ctrl-C so the report still
+// prints. A launched target gets each signal once (see above); an attach
+// is stopped (detached) instead.
+func handleSignals(launched bool, cancel context.CancelFunc) func() {
+	ch := make(chan os.Signal, 8)
+	signal.Notify(ch, append(forwarded, syscall.SIGCONT)...)
+	done, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		// The sentinel dies with the thread that started it
+		// (PR_SET_PDEATHSIG): keep this one for as long as it is needed.
+		runtime.LockOSThread()
+		var sent *sentinel
+		if launched {
+			sent = startSentinel()
+		}
+		defer func() { sent.close() }()
+		for {
+			select {
+			case <-done:
+				return
+			case sig := <-ch:
+				s := sig.(syscall.Signal)
+				if !launched {
+					if s != syscall.SIGCONT {
+						cancel()
+					}
+					continue
+				}
+				if s == syscall.SIGCONT {
+					sent.stop() // fg or bg continued the whole group
+					continue
+				}
+				group := sent.got(s)
+				if group {
+					sent.close() // its pending signal cannot be taken back
+					sent = startSentinel()
+				}
+				for _, pid := range targetPIDs() {
+					if group && inOurGroup(pid) {
+						continue // the kernel delivered it already
+					}
+					syscall.Kill(pid, s)
+				}
+			}
+		}
+	}()
+	return func() { signal.Stop(ch); close(done); <-exited }
+}
+
+// sentinel is a loader never released, kept stopped in our process group.
+type sentinel struct {
+	child *launch.Child
+	proc  string // /proc/PID/status
+}
+
+// sentinelArg0 names the sentinel in ps, and lets targetPIDs skip it.
+const sentinelArg0 = "cudatrace-signal-sentinel"
+
+// startSentinel returns nil when none can run; every signal is then taken
+// as sent to cudatrace alone, and forwarded.
+func startSentinel() *sentinel {
+	c, err := launch.Start(launch.Options{Argv: []string{sentinelArg0}, DieWithParent: true})
+	if err != nil {
+		return nil
+	}
+	s := &sentinel{child: c, proc: "/proc/" + strconv.Itoa(c.PID) + "/status"}
+	if !s.stop() {
+		c.Abort()
+		return nil
+	}
+	return s
+}
+
+// stop stops the sentinel and waits until it is stopped.
+func (s *sentinel) stop() bool {
+	if s == nil {
+		return false
+	}
+	if syscall.Kill(s.child.PID, syscall.SIGSTOP) != nil {
+		return false
+	}
+	var ws unix.WaitStatus
+	for {
+		_, err := unix.Wait4(s.child.PID, &ws, unix.WUNTRACED, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		return err == nil && ws.Stopped()
+	}
+}
+
+// got reports whether sig was sent to our whole process group.
+func (s *sentinel) got(sig syscall.Signal) bool {
+	if s == nil {
+		return false
+	}
+	groupBarrier()
+	v, ok := statusField(s.proc, "ShdPnd")
+	if !ok {
+		return false
+	}
+	mask, err := strconv.ParseUint(v, 16, 64)
+	return err == nil && mask&(1<<(uint(sig)-1)) != 0
+}
+
+func (s *sentinel) close() {
+	if s != nil {
+		s.child.Abort()
+	}
+}
+
+// groupBarrier returns once every signal being sent to a process group
+// has been queued to all its members. The kernel sends to a group (kill
+// -PGID, and the terminal's Ctrl-C) under tasklist_lock held for reading,
+// and setpgid takes it for writing before it checks anything: a no-op
+// setpgid waits for any such send in progress. Its result does not matter.
+func groupBarrier() {
+	unix.Setpgid(0, unix.Getpgrp())
+}
+
+func inOurGroup(pid int) bool {
+	pg, err := unix.Getpgid(pid)
+	return err == nil && pg == unix.Getpgrp()
+}
+
+// targetPIDs lists cudatrace's direct children that are the launched
+// target (its loader included), not helpers such as the sentinel or the
+// ptrace waker.
+func targetPIDs() []int {
+	self := strconv.Itoa(os.Getpid())
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if pp, ok := statusField("/proc/"+e.Name()+"/status", "PPid"); !ok || pp != self {
+			continue
+		}
+		cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if strings.HasPrefix(string(cmdline), launch.HelperPrefix) {
+			continue
+		}
+		out = append(out, pid)
+	}
+	return out
+}
+
+// statusField reads one "Name:\tvalue" line of a /proc status file.
+func statusField(path, name string) (string, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, name+":"); ok {
+			return strings.TrimSpace(v), true
+		}
+	}
+	return "", false
+}

@@ -1,0 +1,128 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/creack/pty"
+
+	"github.com/cudatrace/cudatrace/internal/privtest"
+)
+
+// signalTarget logs every INT, HUP and TERM it receives; TERM ends it
+// with status 7.
+const signalTarget = `trap 'echo INT >> "$1"' INT; trap 'echo HUP >> "$1"' HUP; trap 'echo TERM >> "$1"; exit 7' TERM
+echo ready >> "$1"
+while :; do sleep 0.05; done`
+
+func countLine(path, line string) int {
+	b, _ := os.ReadFile(path)
+	n := 0
+	for _, l := range strings.Split(string(b), "\n") {
+		if l == line {
+			n++
+		}
+	}
+	return n
+}
+
+// awaitLine waits for line to be logged (a hang guard, not a timing
+// assertion), then a little longer, for a duplicate to show up.
+func awaitLine(t *testing.T, log, line string) int {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); countLine(log, line) == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the target never logged %s", line)
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	return countLine(log, line)
+}
+
+// Each signal reaches a launched target exactly once, however it was
+// sent: Ctrl-C in a real terminal (the kernel signals the whole
+// foreground group), kill of cudatrace's process group, or kill of
+// cudatrace alone (forwarded); and the target's exit status comes back.
+func TestSignalsReachTargetOnce(t *testing.T) {
+	privtest.RequireRoot(t)
+	needBinaries(t)
+	type how struct {
+		name      string
+		tty       bool
+		int, term func(pid int, master *os.File) error
+	}
+	toPID := func(sig syscall.Signal) func(int, *os.File) error {
+		return func(pid int, _ *os.File) error { return syscall.Kill(pid, sig) }
+	}
+	toGroup := func(sig syscall.Signal) func(int, *os.File) error {
+		return func(pid int, _ *os.File) error { return syscall.Kill(-pid, sig) }
+	}
+	ctrlC := func(_ int, master *os.File) error { _, err := master.Write([]byte{3}); return err }
+	hows := []how{
+		{"pty-ctrl-c", true, ctrlC, toPID(syscall.SIGTERM)},
+		{"pty-kill-pid", true, toPID(syscall.SIGINT), toPID(syscall.SIGTERM)},
+		{"kill-pgid", false, toGroup(syscall.SIGINT), toGroup(syscall.SIGTERM)},
+		{"kill-pid", false, toPID(syscall.SIGINT), toPID(syscall.SIGTERM)},
+	}
+	for _, backend := range []string{"ebpf", "ptrace"} {
+		for _, h := range hows {
+			t.Run(backend+"/"+h.name, func(t *testing.T) {
+				log := filepath.Join(t.TempDir(), "log")
+				cmd := exec.Command(cudatraceBin, "--backend", backend, "--", "/bin/sh", "-c", signalTarget, "sh", log)
+				var out bytes.Buffer
+				var master *os.File
+				if h.tty {
+					m, tty, err := pty.Open()
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer m.Close()
+					master = m
+					cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
+					// A session of its own, with the pty as its controlling
+					// terminal: cudatrace is its foreground process group.
+					cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+					defer tty.Close()
+					go io.Copy(&out, m)
+				} else {
+					cmd.Stdout, cmd.Stderr = &out, &out
+					cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+				}
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				pid := cmd.Process.Pid
+				defer syscall.Kill(-pid, syscall.SIGKILL)
+				awaitLine(t, log, "ready")
+				if err := h.int(pid, master); err != nil {
+					t.Fatal(err)
+				}
+				if n := awaitLine(t, log, "INT"); n != 1 {
+					t.Errorf("the target got SIGINT %d times, want once", n)
+				}
+				if err := h.term(pid, master); err != nil {
+					t.Fatal(err)
+				}
+				err, hung := waitGuarded(cmd)
+				if hung {
+					t.Fatalf("cudatrace did not exit after SIGTERM\n%s", out.String())
+				}
+				var ee *exec.ExitError
+				if !errors.As(err, &ee) || ee.ExitCode() != 7 {
+					t.Errorf("cudatrace exited with %v, want the target's 7\n%s", err, out.String())
+				}
+				if n := countLine(log, "TERM"); n != 1 {
+					t.Errorf("the target got SIGTERM %d times, want once", n)
+				}
+			})
+		}
+	}
+}

@@ -1,0 +1,217 @@
+package snapshot
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"runtime"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// LibFile is a CUDA or NVML library a process loads or would load, opened
+// so that its probes attach to exactly the file that was checked: attach
+// through /proc/self/fd/N while File is open.
+type LibFile struct {
+	File *os.File
+	Path string // as the process names it
+}
+
+// Close closes the file.
+func (l *LibFile) Close() error { return l.File.Close() }
+
+// cudaLibNames are the names libcuda and NVML are loaded by: dlopen
+// ("libcuda.so.1") by the CUDA runtime and PyTorch, -lcuda links against
+// libcuda.so.1 too; a few tools dlopen the unversioned name.
+var cudaLibNames = []string{"libcuda.so.1", "libcuda.so", "libnvidia-ml.so.1", "libnvidia-ml.so"}
+
+// libDirs are where the dynamic loader and NVIDIA's packaging put them:
+// the loader's defaults, then the NVIDIA container toolkit's and CUDA's
+// directories (compat and stub copies are among them, on purpose: which
+// one was loaded is part of the diagnosis).
+func libDirs() []string {
+	arch := map[string]string{"amd64": "x86_64", "arm64": "aarch64"}[runtime.GOARCH]
+	dirs := []string{}
+	if arch != "" {
+		dirs = append(dirs, "/lib/"+arch+"-linux-gnu", "/usr/lib/"+arch+"-linux-gnu")
+	}
+	dirs = append(dirs, "/lib64", "/usr/lib64", "/lib", "/usr/lib",
+		"/usr/local/nvidia/lib64", "/usr/local/nvidia/lib", "/usr/lib/nvidia", "/usr/lib64/nvidia",
+		"/usr/local/cuda/compat", "/usr/local/cuda/lib64", "/usr/local/cuda/lib64/stubs",
+		"/usr/lib/wsl/lib")
+	if arch != "" {
+		dirs = append(dirs, "/usr/local/cuda/targets/"+arch+"-linux/lib/stubs")
+	}
+	return dirs
+}
+
+// Bounds on what the target controls: its environment, its library paths.
+const (
+	maxLibDirs     = 64
+	maxLibFiles    = 32
+	maxEnvironSize = 1 << 20
+)
+
+// OpenCUDALibraries opens every libcuda and libnvidia-ml a process with
+// this root directory (e.g. /proc/PID/root) and environment would find, as
+// its dynamic loader searches: LD_LIBRARY_PATH, /etc/ld.so.cache, the
+// default and NVIDIA directories. Paths resolve inside root (openat2
+// RESOLVE_IN_ROOT), so a symlink cannot lead outside it; only regular
+// files are opened, without blocking. A file seen already is skipped.
+func OpenCUDALibraries(root string, env []string) []*LibFile {
+	r, err := openRootFS(root)
+	if err != nil {
+		return nil
+	}
+	defer r.close()
+	var dirs []string
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "LD_LIBRARY_PATH="); ok {
+			for _, d := range strings.Split(v, ":") {
+				if d != "" && path.IsAbs(d) {
+					dirs = append(dirs, path.Clean(d))
+				}
+			}
+		}
+	}
+	if len(dirs) > maxLibDirs {
+		dirs = dirs[:maxLibDirs]
+	}
+	var candidates []string
+	for _, d := range dirs {
+		for _, n := range cudaLibNames {
+			candidates = append(candidates, path.Join(d, n))
+		}
+	}
+	if cache, _, err := r.readFile("/etc/ld.so.cache", maxLdCache); err == nil {
+		for _, n := range cudaLibNames {
+			if paths, err := parseLdCache(cache, n); err == nil {
+				candidates = append(candidates, paths...)
+			}
+		}
+	}
+	for _, d := range libDirs() {
+		for _, n := range cudaLibNames {
+			candidates = append(candidates, path.Join(d, n))
+		}
+	}
+	return openUnique(r, candidates)
+}
+
+// OpenMappedLibraries opens the libcuda and libnvidia-ml files mapped into
+// a running process, through /proc/PID/map_files, so a library replaced on
+// disk since is still the one probed.
+func OpenMappedLibraries(pid int) []*LibFile {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	seen := map[[2]uint64]bool{}
+	var out []*LibFile
+	sc := bufio.NewScanner(io.LimitReader(f, 64<<20))
+	sc.Buffer(make([]byte, 0, 64<<10), 64<<10)
+	for sc.Scan() && len(out) < maxLibFiles {
+		// start-end perms offset dev inode path
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 6 || !namesCUDALib(fields[5]) {
+			continue
+		}
+		lf, err := openRegular(fmt.Sprintf("/proc/%d/map_files/%s", pid, fields[0]))
+		if err != nil {
+			continue
+		}
+		id, ok := fileID(lf)
+		if !ok || seen[id] {
+			lf.Close()
+			continue
+		}
+		seen[id] = true
+		out = append(out, &LibFile{File: lf, Path: strings.Join(fields[5:], " ")})
+	}
+	return out
+}
+
+// namesCUDALib: a path with a libcuda.so or libnvidia-ml.so component, the
+// rule the tracers apply to opens.
+func namesCUDALib(p string) bool {
+	return strings.Contains(p, "/libcuda.so") || strings.Contains(p, "/libnvidia-ml.so")
+}
+
+func openUnique(r *rootFS, candidates []string) []*LibFile {
+	seenPath := map[string]bool{}
+	seenFile := map[[2]uint64]bool{}
+	var out []*LibFile
+	for _, c := range candidates {
+		if seenPath[c] || len(out) >= maxLibFiles {
+			continue
+		}
+		seenPath[c] = true
+		fd, err := r.open(c, unix.O_RDONLY|unix.O_NONBLOCK)
+		if err != nil {
+			continue
+		}
+		f, err := regularFile(fd, c)
+		if err != nil {
+			continue
+		}
+		id, ok := fileID(f)
+		if !ok || seenFile[id] {
+			f.Close()
+			continue
+		}
+		seenFile[id] = true
+		out = append(out, &LibFile{File: f, Path: c})
+	}
+	return out
+}
+
+// openRegular opens p for reading without blocking (a FIFO put in a
+// library's place cannot hang us) and keeps it only if it is a regular file.
+func openRegular(p string) (*os.File, error) {
+	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+	if err != nil {
+		return nil, err
+	}
+	return regularFile(fd, p)
+}
+
+// regularFile keeps fd as a file if it is a regular file, else closes it.
+func regularFile(fd int, name string) (*os.File, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		unix.Close(fd)
+		return nil, errors.New("not a regular file")
+	}
+	return os.NewFile(uintptr(fd), name), nil
+}
+
+func fileID(f *os.File) ([2]uint64, bool) {
+	var st unix.Stat_t
+	if unix.Fstat(int(f.Fd()), &st) != nil {
+		return [2]uint64{}, false
+	}
+	return [2]uint64{st.Dev, st.Ino}, true
+}
+
+// ReadEnviron reads a process's environment, bounded.
+func ReadEnviron(pid int) []string {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/environ", pid))
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	b, _ := io.ReadAll(io.LimitReader(f, maxEnvironSize))
+	var env []string
+	for _, kv := range bytes.Split(b, []byte{0}) {
+		if len(kv) > 0 {
+			env = append(env, string(kv))
+		}
+	}
+	return env
+}

@@ -1,0 +1,56 @@
+package snapshot
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// collectLimits reads the target's RLIMIT_NOFILE and counts its open fds:
+// an EMFILE on a device node is explained by the two.
+func (c *collector) collectLimits(pidDir string) {
+	text, err := readString(filepath.Join(pidDir, "limits"))
+	if err == nil {
+		if soft, hard, ok := parseNoFile(text); ok {
+			c.snap.Process.NoFile = &[2]uint64{soft, hard}
+		}
+	}
+	d, err := os.Open(filepath.Join(pidDir, "fd"))
+	if err != nil {
+		return
+	}
+	defer d.Close()
+	// Read in batches, bounded: a process may hold a million fds.
+	for n := 0; n < 1<<20; {
+		names, err := d.Readdirnames(4096)
+		n += len(names)
+		c.snap.Process.OpenFDs += len(names)
+		if err != nil || len(names) == 0 {
+			break
+		}
+	}
+}
+
+// parseNoFile reads "Max open files  SOFT  HARD  files" from /proc/PID/limits.
+func parseNoFile(text string) (soft, hard uint64, ok bool) {
+	for _, line := range strings.Split(text, "\n") {
+		rest, found := strings.CutPrefix(line, "Max open files")
+		if !found {
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f) < 2 {
+			return 0, 0, false
+		}
+		lim := func(s string) uint64 {
+			if s == "unlimited" {
+				return ^uint64(0)
+			}
+			v, _ := strconv.ParseUint(s, 10, 64)
+			return v
+		}
+		return lim(f[0]), lim(f[1]), true
+	}
+	return 0, 0, false
+}

@@ -1,0 +1,665 @@
+package snapshot
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"sigs.k8s.io/yaml"
+	cdi "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/cudatrace/cudatrace/nvdev"
+)
+
+// SurveyOptions says whose view SurveyHost takes. The zero value surveys
+// the host as this process sees it.
+type SurveyOptions struct {
+	// PID is the process whose cgroups, nodes, credentials and environment
+	// are checked; 0 is this process.
+	PID int
+	// Cgroup, when set, is the cgroup whose device policy is checked
+	// instead of PID's: a path relative to the cgroup root ("/lxc/101") or
+	// under a cgroup mount ("/sys/fs/cgroup/lxc/101").
+	Cgroup string
+	// User is who will run CUDA: a name, "UID" or "UID:GID"; "" is PID's
+	// own credentials.
+	User string
+	// HostRoot prefixes the container-manager and CDI directories (tests);
+	// "" is "/".
+	HostRoot string
+	// ProcDevicesPath replaces /proc/devices (tests, fake setups).
+	ProcDevicesPath string
+	// NvidiaSMI is the nvidia-smi to ask for persistence and compute mode:
+	// "" looks on PATH and in /usr/local/nvidia/bin, "-" asks nothing.
+	NvidiaSMI string
+	// QueryCgroupPrograms lists a cgroup's effective device programs (see
+	// Options.QueryCgroupPrograms).
+	QueryCgroupPrograms func(cgroupDir, cgroupRoot string) ([]DeviceProgram, error)
+}
+
+// Bounds on what a survey reads: container configs and CDI specs are
+// written by whoever administers the host, but a directory of thousands
+// of files or one huge file must not exhaust memory.
+const (
+	maxConfigFiles = 4096
+	maxConfigBytes = 1 << 20
+	maxConfigLines = 2000 // device lines kept per container config
+	maxCDIFiles    = 256
+	maxCDIBytes    = 8 << 20
+	maxCDINodes    = 4096
+	smiTimeout     = 10 * time.Second
+)
+
+// SurveyHost reads everything `cudatrace doctor` checks. Like Collect it
+// never fails and never changes the system: it mounts nothing (where
+// cgroup2 is not mounted, the device programs are reported unavailable),
+// and its one probe, memfd_create, makes an anonymous file that is closed
+// at once.
+func SurveyHost(opts SurveyOptions) *Survey {
+	pid, subject := opts.PID, fmt.Sprintf("process %d", opts.PID)
+	if pid <= 0 {
+		pid, subject = os.Getpid(), "this process"
+	}
+	c := newCollector(Options{PID: pid, ProcDevicesPath: opts.ProcDevicesPath,
+		KmsgSince:           time.Unix(1, 0), // since boot
+		QueryCgroupPrograms: opts.QueryCgroupPrograms})
+	c.mountCgroup2 = func() (string, func() error, error) {
+		return "", nil, errors.New("doctor mounts nothing")
+	}
+	sv := &Survey{Subject: subject}
+	sv.Base = c.run()
+	base := sv.Base
+	hostRoot := opts.HostRoot
+	if hostRoot == "" {
+		hostRoot = "/"
+	}
+
+	selfMounts := []selfMount{}
+	if mi, err := c.selfMountinfo(); err == nil {
+		selfMounts = parseSelfMounts(mi)
+	}
+	for _, m := range selfMounts {
+		if m.FSType == "cgroup" && contains(m.Super, "devices") {
+			sv.CgroupDevicesV1 = true
+		}
+	}
+	if opts.Cgroup != "" {
+		sv.Subject = "cgroup " + opts.Cgroup
+		surveyCgroup(c, opts.Cgroup, selfMounts)
+	}
+
+	root := filepath.Join(c.proc, strconv.Itoa(pid), "root")
+	rfs, err := openRootFS(root)
+	if err != nil {
+		sv.unavailable("the subject's root (libraries, /dev/char)", err)
+	} else {
+		defer rfs.close()
+		sv.collectCharLinks(rfs)
+		sv.collectLibraries(rfs)
+	}
+	if opts.User != "" {
+		if rfs == nil {
+			sv.Unavailable = append(sv.Unavailable, "user "+opts.User+": the subject's /etc/passwd is unreadable")
+		} else if cr, err := lookupCreds(rfs, opts.User); err != nil {
+			sv.Unavailable = append(sv.Unavailable, "user "+opts.User+": "+err.Error())
+		} else {
+			sv.User = cr
+		}
+	}
+
+	sv.collectDriverExtras(c, base)
+	sv.collectDaemons(c)
+	if base.Driver.Loaded && opts.NvidiaSMI != "-" {
+		sv.collectSMI(opts.NvidiaSMI)
+	}
+	if pid == os.Getpid() {
+		sv.MemfdProbed = true
+		if fd, err := unix.MemfdCreate("cudatrace-doctor", unix.MFD_CLOEXEC); err != nil {
+			sv.MemfdError = err.Error()
+		} else {
+			unix.Close(fd)
+		}
+	}
+
+	hfs, err := openRootFS(hostRoot)
+	if err != nil {
+		sv.unavailable("host root "+hostRoot, err)
+		return sv
+	}
+	defer hfs.close()
+	sv.collectSystemdRuntimes(hfs)
+	sv.collectContainers(hfs)
+	sv.collectCDI(hfs)
+	return sv
+}
+
+func (sv *Survey) unavailable(what string, err error) {
+	msg := shortErr(err)
+	if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
+		msg += " (needs root)"
+	}
+	sv.Unavailable = append(sv.Unavailable, what+": "+msg)
+}
+
+// surveyCgroup replaces the base snapshot's cgroups with those of an
+// explicit cgroup path, read as Collect reads a process's.
+func surveyCgroup(c *collector, cg string, mounts []selfMount) {
+	rel := path.Clean("/" + cg)
+	for _, m := range mounts {
+		if m.FSType != "cgroup" && m.FSType != "cgroup2" {
+			continue
+		}
+		if r, ok := strings.CutPrefix(rel, strings.TrimSuffix(m.MountPoint, "/")+"/"); ok {
+			rel = "/" + r
+			break
+		}
+	}
+	c.snap.CgroupV1, c.snap.CgroupV2 = nil, nil
+	lines := []cgroupLine{{Hierarchy: "0", Path: rel}}
+	if c.snap.Process.PID != 0 {
+		lines = append(lines, cgroupLine{Hierarchy: "1", Controllers: []string{"devices"}, Path: rel})
+	}
+	c.collectCgroupV2(lines, mounts)
+	for _, m := range mounts {
+		if m.FSType == "cgroup" && contains(m.Super, "devices") {
+			c.collectCgroupV1(lines, mounts)
+			break
+		}
+	}
+}
+
+// collectCharLinks checks /dev/char/MAJ:MIN for every NVIDIA character
+// node. The link is followed one step only, inside the root.
+func (sv *Survey) collectCharLinks(r *rootFS) {
+	if fd, err := r.open("/dev/char", unix.O_PATH|unix.O_DIRECTORY); err == nil {
+		unix.Close(fd)
+		sv.CharDir = true
+	}
+	for _, n := range sv.Base.Nodes {
+		if n.Type != "c" || !nvdev.IsNodePath(n.Path) {
+			continue
+		}
+		cl := CharLink{Node: n.Path, Link: fmt.Sprintf("/dev/char/%d:%d", n.Major, n.Minor)}
+		dfd, err := r.open("/dev/char", unix.O_PATH|unix.O_DIRECTORY)
+		if err == nil {
+			buf := make([]byte, 4096)
+			if k, err := unix.Readlinkat(dfd, path.Base(cl.Link), buf); err == nil {
+				cl.Exists, cl.Dest = true, string(buf[:k])
+				dest := cl.Dest
+				if !path.IsAbs(dest) {
+					dest = path.Join("/dev/char", dest)
+				}
+				if tfd, err := r.open(dest, unix.O_PATH); err == nil {
+					var st unix.Stat_t
+					if unix.Fstat(tfd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFCHR &&
+						unix.Major(st.Rdev) == n.Major && unix.Minor(st.Rdev) == n.Minor {
+						cl.Resolves = true
+					}
+					unix.Close(tfd)
+				}
+			} else {
+				var st unix.Stat_t
+				if unix.Fstatat(dfd, path.Base(cl.Link), &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
+					cl.Exists = true // a node, not a link: it still resolves
+					cl.Resolves = st.Mode&unix.S_IFMT == unix.S_IFCHR && unix.Major(st.Rdev) == n.Major && unix.Minor(st.Rdev) == n.Minor
+				}
+			}
+			unix.Close(dfd)
+		}
+		sv.CharLinks = append(sv.CharLinks, cl)
+	}
+}
+
+// collectLibraries finds libcuda and NVML as the loader would for the
+// subject, with the subject's LD_LIBRARY_PATH.
+func (sv *Survey) collectLibraries(r *rootFS) {
+	ldPath := sv.Base.Env["LD_LIBRARY_PATH"]
+	var cache []byte
+	if data, _, err := r.readFile("/etc/ld.so.cache", maxLdCache); err == nil {
+		cache = data
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		sv.unavailable("/etc/ld.so.cache", err)
+	}
+	for _, name := range []string{"libcuda.so.1", "libnvidia-ml.so.1"} {
+		var hits []string
+		if cache != nil {
+			var err error
+			if hits, err = parseLdCache(cache, name); err != nil {
+				sv.Unavailable = append(sv.Unavailable, err.Error())
+				cache = nil
+			}
+		}
+		sv.Libraries = append(sv.Libraries, findLibrary(r, name, ldPath, hits))
+	}
+}
+
+// collectDriverExtras reads the driver facts beyond Collect's: module
+// version, GPUs, NVSwitches, GSP firmware files, kernel config.
+func (sv *Survey) collectDriverExtras(c *collector, base *Snapshot) {
+	if v, err := readString(filepath.Join(c.sys, "module", "nvidia", "version")); err == nil {
+		sv.ModuleVersion = strings.TrimSpace(v)
+	}
+	gpuDir := filepath.Join(c.proc, "driver", "nvidia", "gpus")
+	for _, bus := range base.Driver.GPUs {
+		g := GPUInfo{Bus: bus, Minor: -1}
+		if text, err := readString(filepath.Join(gpuDir, bus, "information")); err == nil {
+			for _, line := range strings.Split(text, "\n") {
+				k, v, ok := strings.Cut(line, ":")
+				if !ok {
+					continue
+				}
+				v = strings.TrimSpace(v)
+				switch strings.TrimSpace(k) {
+				case "Model":
+					g.Model = v
+				case "Device Minor":
+					if n, err := strconv.Atoi(v); err == nil {
+						g.Minor = n
+					}
+				case "Excluded":
+					g.Excluded = strings.EqualFold(v, "yes")
+				}
+			}
+		}
+		sv.GPUs = append(sv.GPUs, g)
+	}
+	if names, err := os.ReadDir(filepath.Join(c.proc, "driver", "nvidia-nvswitch", "devices")); err == nil {
+		for _, n := range names {
+			sv.NVSwitches = append(sv.NVSwitches, n.Name())
+		}
+	}
+
+	ver := base.Host.DriverVersion
+	if ver == "" {
+		ver = sv.ModuleVersion
+	}
+	if ver != "" {
+		sv.Firmware.Version = ver
+		rel := base.Host.Kernel
+		var dirs []string
+		if p, err := readString(filepath.Join(c.sys, "module", "firmware_class", "parameters", "path")); err == nil && strings.TrimSpace(p) != "" {
+			dirs = append(dirs, strings.TrimSpace(p))
+		}
+		dirs = append(dirs, "/lib/firmware/updates/"+rel, "/lib/firmware/updates", "/lib/firmware/"+rel, "/lib/firmware")
+		for _, d := range dirs {
+			d = filepath.Join(d, "nvidia", ver)
+			sv.Firmware.Searched = append(sv.Firmware.Searched, d)
+			if names, err := os.ReadDir(d); err == nil {
+				for _, n := range names {
+					if strings.HasPrefix(n.Name(), "gsp") && strings.HasSuffix(n.Name(), ".bin") {
+						sv.Firmware.Files = append(sv.Firmware.Files, filepath.Join(d, n.Name()))
+					}
+				}
+			}
+		}
+	}
+	sv.collectKernelConfig(c, base.Host.Kernel)
+}
+
+var kernelConfigKeys = []string{"CONFIG_HMM_MIRROR", "CONFIG_DEVICE_PRIVATE"}
+
+func (sv *Survey) collectKernelConfig(c *collector, release string) {
+	var text []byte
+	if f, err := os.Open(filepath.Join(c.proc, "config.gz")); err == nil {
+		if zr, err := gzip.NewReader(f); err == nil {
+			text, _ = io.ReadAll(io.LimitReader(zr, 16<<20))
+		}
+		f.Close()
+	}
+	if text == nil {
+		text, _ = os.ReadFile(filepath.Join("/boot", "config-"+release))
+	}
+	if text == nil {
+		return
+	}
+	sv.KernelConfig = map[string]string{}
+	for _, line := range bytes.Split(text, []byte("\n")) {
+		for _, k := range kernelConfigKeys {
+			if v, ok := bytes.CutPrefix(line, []byte(k+"=")); ok {
+				sv.KernelConfig[k] = string(v)
+			}
+		}
+	}
+	for _, k := range kernelConfigKeys {
+		if _, ok := sv.KernelConfig[k]; !ok {
+			sv.KernelConfig[k] = "n"
+		}
+	}
+}
+
+// daemonComms are the NVIDIA daemons worth knowing about, by their
+// (15-byte) comm.
+var daemonComms = map[string]string{"nv-fabricmanager": "nv-fabricmanager", "nvidia-persiste": "nvidia-persistenced"}
+
+func (sv *Survey) collectDaemons(c *collector) {
+	entries, err := os.ReadDir(c.proc)
+	if err != nil {
+		sv.unavailable("process list", err)
+		return
+	}
+	found := map[string]bool{}
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		comm, err := readString(filepath.Join(c.proc, e.Name(), "comm"))
+		if err != nil {
+			continue
+		}
+		if d, ok := daemonComms[strings.TrimSpace(comm)]; ok && !found[d] {
+			found[d] = true
+			sv.Daemons = append(sv.Daemons, d)
+		}
+	}
+	sort.Strings(sv.Daemons)
+}
+
+// collectSMI asks nvidia-smi for persistence and compute mode, which only
+// NVML knows. It is a read-only query, bounded in time and output.
+func (sv *Survey) collectSMI(smi string) {
+	if smi == "" {
+		for _, p := range []string{"nvidia-smi", "/usr/local/nvidia/bin/nvidia-smi", "/usr/bin/nvidia-smi"} {
+			if lp, err := exec.LookPath(p); err == nil {
+				smi = lp
+				break
+			}
+		}
+		if smi == "" {
+			sv.SMIError = "nvidia-smi not found on PATH"
+			return
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), smiTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, smi, "--query-gpu=pci.bus_id,persistence_mode,compute_mode", "--format=csv,noheader")
+	var out, errOut cappedBuffer
+	out.limit, errOut.limit = 64<<10, 4<<10
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	cmd.WaitDelay = time.Second
+	if err := cmd.Run(); err != nil {
+		msg := strings.TrimSpace(firstLine(out.String() + "\n" + errOut.String()))
+		if ctx.Err() != nil {
+			msg = "timed out after " + smiTimeout.String()
+		}
+		sv.SMIError = strings.TrimSpace(fmt.Sprintf("%s: %v %s", smi, err, msg))
+		return
+	}
+	for _, line := range strings.Split(out.String(), "\n") {
+		f := strings.Split(line, ",")
+		if len(f) != 3 {
+			continue
+		}
+		sv.SMI = append(sv.SMI, SMIGPU{Bus: strings.TrimSpace(f[0]), Persistence: strings.TrimSpace(f[1]), ComputeMode: strings.TrimSpace(f[2])})
+	}
+}
+
+func firstLine(s string) string {
+	for _, l := range strings.Split(s, "\n") {
+		if strings.TrimSpace(l) != "" {
+			return l
+		}
+	}
+	return ""
+}
+
+// cappedBuffer keeps the first limit bytes written and drops the rest.
+type cappedBuffer struct {
+	bytes.Buffer
+	limit int
+}
+
+func (b *cappedBuffer) Write(p []byte) (int, error) {
+	if room := b.limit - b.Len(); room > 0 {
+		b.Buffer.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}
+
+// collectSystemdRuntimes notes runc-based runtimes on a systemd host.
+func (sv *Survey) collectSystemdRuntimes(r *rootFS) {
+	if fd, err := r.open("/run/systemd/system", unix.O_PATH|unix.O_DIRECTORY); err != nil {
+		return
+	} else {
+		unix.Close(fd)
+	}
+	for _, rt := range []struct{ name, sock string }{
+		{"docker", "/run/docker.sock"}, {"containerd", "/run/containerd/containerd.sock"}, {"cri-o", "/run/crio/crio.sock"},
+	} {
+		if fd, err := r.open(rt.sock, unix.O_PATH); err == nil {
+			unix.Close(fd)
+			sv.SystemdRuntimes = append(sv.SystemdRuntimes, rt.name)
+		}
+	}
+}
+
+// containerDirs are where container managers keep configs: dir, the file
+// inside each entry ("" when the entries are the files), the manager, and
+// its separator.
+var containerDirs = []struct{ dir, file, manager string }{
+	{"/etc/pve/lxc", "", "proxmox"},
+	{"/var/lib/lxc", "config", "lxc"},
+	{"/var/log/incus", "lxc.conf", "incus"},
+	{"/var/log/lxd", "lxc.conf", "lxd"},
+	{"/var/snap/lxd/common/lxd/logs", "lxc.conf", "lxd"},
+}
+
+func (sv *Survey) collectContainers(r *rootFS) {
+	for _, cd := range containerDirs {
+		names, err := r.readDir(cd.dir, maxConfigFiles)
+		if err != nil {
+			if !errors.Is(err, fs.ErrNotExist) {
+				sv.unavailable("listing "+cd.dir, err)
+			}
+			continue
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			if n == "." || n == ".." || len(sv.Containers) >= maxConfigFiles {
+				continue
+			}
+			p, name := path.Join(cd.dir, n, cd.file), n
+			if cd.file == "" {
+				var ok bool
+				if name, ok = strings.CutSuffix(n, ".conf"); !ok {
+					continue
+				}
+				p = path.Join(cd.dir, n)
+			} else if !r.isFile(p) {
+				continue
+			}
+			cc := ContainerConfig{Manager: cd.manager, Name: name, Path: p}
+			data, trunc, err := r.readFile(p, maxConfigBytes)
+			if err != nil {
+				cc.ReadError = shortErr(err)
+			} else {
+				cc.Truncated = trunc
+				cc.Lines = ParseContainerConfig(string(data), cd.manager == "proxmox")
+			}
+			sv.Containers = append(sv.Containers, cc)
+		}
+	}
+}
+
+// ParseContainerConfig keeps the lines of an LXC config ("key = value") or
+// a Proxmox container config ("key: value", which stops at the first
+// "[snapshot]" section: those lines describe snapshots, not the container)
+// that decide its devices: lxc.cgroup*.devices.*, lxc.mount.entry, and
+// Proxmox's devN passthrough entries.
+func ParseContainerConfig(text string, proxmox bool) []ConfigLine {
+	var out []ConfigLine
+	for i, raw := range strings.Split(text, "\n") {
+		line := strings.TrimSpace(raw)
+		if proxmox && strings.HasPrefix(line, "[") {
+			break
+		}
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		k, v, ok := "", "", false
+		if ie, ic := strings.IndexByte(line, '='), strings.IndexByte(line, ':'); proxmox && ic > 0 && (ie < 0 || ic < ie) {
+			k, v, ok = line[:ic], line[ic+1:], true
+		} else if ie > 0 {
+			k, v, ok = line[:ie], line[ie+1:], true
+		}
+		if !ok {
+			continue
+		}
+		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
+		if !isDeviceKey(k) || len(out) >= maxConfigLines {
+			continue
+		}
+		out = append(out, ConfigLine{N: i + 1, Key: k, Value: v, Raw: strings.TrimRight(raw, "\r")})
+	}
+	return out
+}
+
+func isDeviceKey(k string) bool {
+	switch {
+	case strings.HasPrefix(k, "lxc.cgroup.devices."), strings.HasPrefix(k, "lxc.cgroup2.devices."), k == "lxc.mount.entry":
+		return true
+	case strings.HasPrefix(k, "dev"):
+		_, err := strconv.Atoi(k[3:])
+		return err == nil
+	}
+	return false
+}
+
+// cdiDirs are the CDI spec directories, in the order the CDI library
+// gives them priority (later wins).
+var cdiDirs = []string{"/etc/cdi", "/var/run/cdi"}
+
+func (sv *Survey) collectCDI(r *rootFS) {
+	seen := map[string]bool{}
+	for _, d := range cdiDirs {
+		names, err := r.readDir(d, maxCDIFiles)
+		if err != nil {
+			if !errors.Is(err, fs.ErrNotExist) {
+				sv.unavailable("listing "+d, err)
+			}
+			continue
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			ext := path.Ext(n)
+			if ext != ".yaml" && ext != ".yml" && ext != ".json" || len(sv.CDISpecs) >= maxCDIFiles {
+				continue
+			}
+			p := path.Join(d, n)
+			// /var/run is usually a link to /run; one file is one spec.
+			if real := r.resolve(p); seen[real] {
+				continue
+			} else {
+				seen[real] = true
+			}
+			spec := CDISpec{Path: p}
+			data, trunc, err := r.readFile(p, maxCDIBytes)
+			switch {
+			case err != nil:
+				spec.ParseError = shortErr(err)
+			case trunc:
+				spec.ParseError = fmt.Sprintf("larger than %d MiB, not read", maxCDIBytes>>20)
+			default:
+				parseCDISpec(&spec, data)
+				for i := range spec.Nodes {
+					host := spec.Nodes[i].HostPath
+					if host == "" {
+						host = spec.Nodes[i].Path
+					}
+					spec.Nodes[i].Host = statNode("/", host)
+				}
+			}
+			sv.CDISpecs = append(sv.CDISpecs, spec)
+		}
+	}
+}
+
+// parseCDISpec decodes a spec with the CDI project's own types; YAML is
+// read as the CDI library reads it (sigs.k8s.io/yaml: YAML to JSON, then
+// the JSON tags), so a spec parses here exactly when it parses there.
+func parseCDISpec(spec *CDISpec, data []byte) {
+	var s cdi.Spec
+	if err := yaml.Unmarshal(data, &s); err != nil {
+		spec.ParseError = err.Error()
+		return
+	}
+	spec.Kind, spec.Version = s.Kind, s.Version
+	add := func(dev string, nodes []*cdi.DeviceNode) {
+		for _, n := range nodes {
+			if n == nil || len(spec.Nodes) >= maxCDINodes {
+				continue
+			}
+			spec.Nodes = append(spec.Nodes, CDINode{Device: dev, Path: n.Path, HostPath: n.HostPath, Type: n.Type, Major: n.Major, Minor: n.Minor})
+		}
+	}
+	add("", s.ContainerEdits.DeviceNodes)
+	for _, d := range s.Devices {
+		add(d.Name, d.ContainerEdits.DeviceNodes)
+	}
+}
+
+// lookupCreds resolves a user as "NAME", "UID" or "UID:GID" from the
+// subject's /etc/passwd and /etc/group; a bare number needs no entry.
+func lookupCreds(r *rootFS, user string) (*Creds, error) {
+	passwd, _, _ := r.readFile("/etc/passwd", maxConfigBytes)
+	group, _, _ := r.readFile("/etc/group", maxConfigBytes)
+	cr := &Creds{}
+	idPart, gidPart, hasGID := strings.Cut(user, ":")
+	found := false
+	if uid, err := strconv.ParseUint(idPart, 10, 32); err == nil {
+		cr.UID, cr.GID = uint32(uid), uint32(uid)
+		found = true
+	}
+	for _, line := range strings.Split(string(passwd), "\n") {
+		f := strings.Split(line, ":")
+		if len(f) < 4 {
+			continue
+		}
+		if f[0] == idPart || (found && f[2] == idPart) {
+			u, err1 := strconv.ParseUint(f[2], 10, 32)
+			g, err2 := strconv.ParseUint(f[3], 10, 32)
+			if err1 == nil && err2 == nil {
+				cr.Name, cr.UID, cr.GID = f[0], uint32(u), uint32(g)
+				found = true
+				break
+			}
+		}
+	}
+	if !found {
+		return nil, errors.New("no such user in /etc/passwd")
+	}
+	if hasGID {
+		g, err := strconv.ParseUint(gidPart, 10, 32)
+		if err != nil {
+			return nil, errors.New("group must be numeric in UID:GID")
+		}
+		cr.GID = uint32(g)
+		return cr, nil // as with setpriv --clear-groups
+	}
+	for _, line := range strings.Split(string(group), "\n") {
+		f := strings.Split(line, ":")
+		if len(f) < 4 || cr.Name == "" {
+			continue
+		}
+		for _, m := range strings.Split(f[3], ",") {
+			if m == cr.Name {
+				if g, err := strconv.ParseUint(f[2], 10, 32); err == nil && uint32(g) != cr.GID {
+					cr.Groups = append(cr.Groups, uint32(g))
+				}
+			}
+		}
+	}
+	return cr, nil
+}

@@ -1,0 +1,52 @@
+// A stand-in libcuda.so.1 for tests: the entry points cudatrace probes,
+// with CUDA's return codes, deciding them from real opens of device nodes.
+// cuInit opens FAKELIB_CTL (default /dev/nvidiactl) and then FAKELIB_UVM
+// (default /dev/nvidia-uvm): a failed control node gives 100
+// (CUDA_ERROR_NO_DEVICE), a failed uvm 999 (CUDA_ERROR_UNKNOWN), as the
+// real library does. Built by the tests with gcc; never installed.
+#include <fcntl.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+static int initialized;
+static int devices;
+
+static const char *env_or(const char *name, const char *def)
+{
+	const char *v = getenv(name);
+	return v && *v ? v : def;
+}
+
+int cuInit(unsigned int flags)
+{
+	(void)flags;
+	int ctl = open(env_or("FAKELIB_CTL", "/dev/nvidiactl"), O_RDWR | O_CLOEXEC);
+	if (ctl < 0)
+		return 100;
+	int uvm = open(env_or("FAKELIB_UVM", "/dev/nvidia-uvm"), O_RDWR | O_CLOEXEC);
+	if (uvm < 0) {
+		close(ctl);
+		return 999;
+	}
+	initialized = 1;
+	devices = atoi(env_or("FAKELIB_DEVICES", "1"));
+	return 0;
+}
+
+int cuDeviceGetCount(int *count)
+{
+	if (!initialized)
+		return 3; /* CUDA_ERROR_NOT_INITIALIZED */
+	*count = devices;
+	return 0;
+}
+
+int cuDevicePrimaryCtxRetain(void **ctx, int dev)
+{
+	if (!initialized)
+		return 3;
+	if (dev < 0 || dev >= devices)
+		return 101; /* CUDA_ERROR_INVALID_DEVICE */
+	*ctx = (void *)1;
+	return 0;
+}

@@ -1,0 +1,193 @@
+package ebpf
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"strings"
+	"sync"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+
+	"github.com/cudatrace/cudatrace/snapshot"
+)
+
+// The CUDA driver and NVML entry points whose return codes say whether, and
+// how, CUDA failed: the verdict the syscalls are then explained against.
+// countOut marks those returning a count through their first argument.
+type apiFunc struct {
+	lib      string // basename prefix of the library that exports it
+	name     string
+	countOut bool
+}
+
+var apiFuncs = []apiFunc{
+	{"libcuda.so", "cuInit", false},
+	{"libcuda.so", "cuDeviceGetCount", true},
+	{"libcuda.so", "cuDevicePrimaryCtxRetain", false},
+	{"libcuda.so", "cuCtxCreate_v2", false},
+	{"libcuda.so", "cuCtxCreate_v3", false},
+	{"libcuda.so", "cuCtxCreate_v4", false},
+	{"libnvidia-ml.so", "nvmlInit_v2", false},
+	{"libnvidia-ml.so", "nvmlInitWithFlags", false},
+	{"libnvidia-ml.so", "nvmlInit", false},
+}
+
+// The attach cookie names the probe: library index << 16 | apiFuncs index.
+func apiCookie(lib, fn int) uint64 { return uint64(lib)<<16 | uint64(fn) }
+
+// apiProbes are the uprobes on the CUDA and NVML libraries of one trace.
+// Attaching happens before the target is released, from the pump (a held
+// open), and at the end nothing is left: Close detaches all.
+type apiProbes struct {
+	enter, ret *ebpf.Program
+	probed     *ebpf.Map // probed_libs: the files the kernel need not hold for
+
+	mu       sync.Mutex
+	libs     []string           // by cookie index: the path the target used
+	attached map[[2]uint64]bool // files probed, by (st_dev, st_ino)
+	links    []link.Link
+	notes    []string
+}
+
+func newAPIProbes(coll *ebpf.Collection) *apiProbes {
+	return &apiProbes{
+		enter:    coll.Programs[bpfProgCtApiEnter],
+		ret:      coll.Programs[bpfProgCtApiRet],
+		probed:   coll.Maps[bpfMapProbedLibs],
+		attached: map[[2]uint64]bool{},
+	}
+}
+
+// describe names a returned probe for the decoder.
+func (p *apiProbes) describe(cookie uint32) (fn, lib string, ok bool) {
+	li, fi := int(cookie>>16), int(cookie&0xffff)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if li >= len(p.libs) || fi >= len(apiFuncs) {
+		return "", "", false
+	}
+	return apiFuncs[fi].name, p.libs[li], true
+}
+
+// attachLibs probes each file and closes it.
+func (p *apiProbes) attachLibs(libs []*snapshot.LibFile) {
+	for _, l := range libs {
+		if err := p.attachFile(l.File, l.Path); err != nil {
+			p.note("uprobes on %s: %v", l.Path, err)
+		}
+		l.Close()
+	}
+}
+
+// attachFile puts the entry points' probes on an opened library file
+// (through /proc/self/fd, so exactly this file), once per file.
+func (p *apiProbes) attachFile(f *os.File, name string) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return err
+	}
+	id := [2]uint64{st.Dev, st.Ino}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.attached[id] {
+		return nil
+	}
+	base := path.Base(name)
+	ex, err := link.OpenExecutable(fmt.Sprintf("/proc/self/fd/%d", f.Fd()))
+	if err != nil {
+		return err
+	}
+	li := len(p.libs)
+	found := 0
+	for fi, fn := range apiFuncs {
+		if !strings.HasPrefix(base, fn.lib) {
+			continue
+		}
+		opts := &link.UprobeOptions{Cookie: apiCookie(li, fi)}
+		l, err := ex.Uretprobe(fn.name, p.ret, opts)
+		if errors.Is(err, link.ErrNoSymbol) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("uretprobe %s: %w", fn.name, err)
+		}
+		p.links = append(p.links, l)
+		found++
+		if fn.countOut {
+			if l, err := ex.Uprobe(fn.name, p.enter, nil); err == nil {
+				p.links = append(p.links, l)
+			}
+		}
+	}
+	p.attached[id] = true
+	p.libs = append(p.libs, name)
+	if found == 0 {
+		p.notes = append(p.notes, fmt.Sprintf("%s exports none of the CUDA/NVML entry points cudatrace probes", name))
+	}
+	// The kernel knows the file by its superblock's dev_t and inode.
+	key := bpfLibId{Ino: st.Ino, Dev: uint32(unix.Major(st.Dev))<<20 | uint32(unix.Minor(st.Dev))}
+	return p.probed.Put(key, uint8(1))
+}
+
+// markProbed records a file as the kernel identified it in a held open, so
+// later opens of it are not held again.
+func (p *apiProbes) markProbed(dev uint32, ino uint64) {
+	p.probed.Put(bpfLibId{Ino: ino, Dev: dev}, uint8(1))
+}
+
+// release continues a process the kernel stopped at its open of an
+// unprobed library, once that library is probed (or could not be).
+func (p *apiProbes) release(h heldOpen) {
+	defer unix.Kill(h.pid, unix.SIGCONT)
+	f, err := os.OpenFile(fmt.Sprintf("/proc/%d/fd/%d", h.pid, h.fd), os.O_RDONLY|unix.O_NONBLOCK, 0)
+	if err == nil {
+		var st unix.Stat_t
+		if unix.Fstat(int(f.Fd()), &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
+			if err := p.attachFile(f, h.path); err != nil {
+				p.note("uprobes on %s: %v", h.path, err)
+			}
+		}
+		f.Close()
+	} else {
+		p.note("uprobes on %s (opened by PID %d): %v", h.path, h.pid, err)
+	}
+	p.markProbed(h.dev, h.ino)
+}
+
+func (p *apiProbes) note(format string, args ...any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.notes) < 8 {
+		p.notes = append(p.notes, fmt.Sprintf(format, args...))
+	}
+}
+
+// probedLibs lists the libraries probed, for the report.
+func (p *apiProbes) probedLibs() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.libs...)
+}
+
+func (p *apiProbes) close() {
+	p.mu.Lock()
+	links := p.links
+	p.links = nil
+	p.mu.Unlock()
+	for _, l := range links {
+		l.Close()
+	}
+}
+
+// heldOpen is an open of an unprobed library whose process the kernel
+// stopped: fd is the open's result in process pid.
+type heldOpen struct {
+	pid, fd int
+	path    string
+	dev     uint32
+	ino     uint64
+}
