@@ -1,6 +1,17 @@
 # cudatrace. The generated eBPF objects are committed, so build and test
 # need only Go; `make generate` needs clang-19, bpftool and libbpf-dev.
-GO       ?= go
+GO_MIN   := $(shell sed -n 's/^go //p' go.mod)
+# sudo's secure_path leaves out /usr/local/go/bin, where Go's own installer
+# puts go: look there, and in the PATH of the user who ran sudo, too.
+ifeq ($(origin GO),undefined)
+GO       := $(or $(shell command -v go 2>/dev/null),$(wildcard /usr/local/go/bin/go),$(if $(SUDO_USER),$(shell su -l '$(SUDO_USER)' -c 'command -v go' 2>/dev/null </dev/null)))
+endif
+ifeq ($(strip $(GO)),)
+$(error go not found, not even in /usr/local/go/bin or $(or $(SUDO_USER),your user)'s PATH: install Go $(GO_MIN) or newer (https://go.dev/doc/install), or run make GO=/path/to/go)
+endif
+# Scripts and tests run go themselves (the tests build the binaries).
+export PATH := $(dir $(GO)):$(PATH)
+export GO
 VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -s -w -X main.version=$(VERSION)
 BIN      := bin

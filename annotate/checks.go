@@ -389,6 +389,7 @@ func (a *analyzer) checkCallsOK() {
 			events = append(events, e.Seq)
 		}
 	}
+	ioctlFailures := 0
 	for _, n := range st.Nodes {
 		if n.Opens == 0 {
 			continue
@@ -398,20 +399,29 @@ func (a *analyzer) checkCallsOK() {
 			line += fmt.Sprintf(" (c %d:%d)", n.Dev.Major, n.Dev.Minor)
 		}
 		line += fmt.Sprintf(" opened %dx, allowed", n.Opens)
-		if n.Ioctls > 0 {
+		switch {
+		case n.Ioctls > 0 && n.IoctlFailures == n.Ioctls:
+			line += fmt.Sprintf("; all %d ioctls failed", n.Ioctls)
+		case n.IoctlFailures > 0:
+			line += fmt.Sprintf("; %d ioctls, %d of them failed", n.Ioctls, n.IoctlFailures)
+		case n.Ioctls > 0:
 			line += fmt.Sprintf("; %d ioctls", n.Ioctls)
-			if n.IoctlFailures > 0 {
-				line += fmt.Sprintf(" (%d failed)", n.IoctlFailures)
-			}
 		}
+		ioctlFailures += n.IoctlFailures
 		d = append(d, line)
 		paths = append(paths, n.Path)
 	}
 	if len(d) == 0 {
 		return
 	}
+	// "Fine" only when nothing on those nodes failed: an open that worked
+	// followed by ioctls that all failed is not fine.
+	summary := fmt.Sprintf("%d NVIDIA device node(s) opened fine: %s", len(paths), strings.Join(paths, ", "))
+	if ioctlFailures > 0 {
+		summary = fmt.Sprintf("%d NVIDIA device node(s) opened, but %d ioctl(s) on them failed: %s", len(paths), ioctlFailures, strings.Join(paths, ", "))
+	}
 	a.add(Finding{ID: "calls-ok", Severity: SeverityInfo,
-		Summary: fmt.Sprintf("%d NVIDIA device node(s) opened fine: %s", len(paths), strings.Join(paths, ", ")),
+		Summary: summary,
 		Detail:  d, Events: events}, "")
 }
 

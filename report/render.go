@@ -125,10 +125,15 @@ func renderText(w io.Writer, rep *Report, o RenderOptions) error {
 
 	rows := timelineRows(rep, o.AllEvents)
 	title := fmt.Sprintf("\nTimeline: %d device calls", len(rows))
-	if !o.AllEvents {
+	switch {
+	case len(rows) == 0:
+		title = "\nTimeline: no NVIDIA device call was traced"
+	case !o.AllEvents:
 		title += " (condensed; --all-events lists every call)"
 	}
-	fmt.Fprintln(w, title)
+	if _, err := fmt.Fprintln(w, title); err != nil {
+		return err
+	}
 	if len(rows) > 0 {
 		if err := writeTimelineTable(w, rows, width, p); err != nil {
 			return err

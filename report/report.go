@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/cudatrace/cudatrace/annotate"
@@ -146,6 +145,9 @@ func Load(r io.Reader) (*Report, error) {
 	if len(data) == 0 {
 		return nil, ErrEmpty
 	}
+	if data[0] != '{' {
+		return nil, fmt.Errorf("%w: a report is a JSON object, this file starts with %q", ErrCorrupt, firstToken(data))
+	}
 	var probe struct {
 		Schema *int `json:"schema"`
 		Tool   Tool `json:"tool"`
@@ -158,7 +160,7 @@ func Load(r io.Reader) (*Report, error) {
 		if errors.Is(err, io.ErrUnexpectedEOF) {
 			return nil, fmt.Errorf("%w: truncated JSON (the file ends early)", ErrCorrupt)
 		}
-		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, jsonError(err))
 	}
 	if probe.Schema == nil || probe.Tool.Name != "cudatrace" {
 		return nil, fmt.Errorf("%w: no cudatrace schema field", ErrCorrupt)
@@ -171,9 +173,27 @@ func Load(r io.Reader) (*Report, error) {
 	}
 	var rep Report
 	if err := json.Unmarshal(data, &rep); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, jsonError(err))
 	}
 	return &rep, nil
+}
+
+// jsonError words a decoding error without Go type names.
+func jsonError(err error) error {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		if te.Field != "" {
+			return fmt.Errorf("field %q holds a JSON %s, not what a report has there", te.Field, te.Value)
+		}
+		return fmt.Errorf("a JSON %s where a report has something else", te.Value)
+	}
+	return err
+}
+
+// firstToken is the start of data, for an error message.
+func firstToken(data []byte) string {
+	n := min(len(data), 16)
+	return string(data[:n])
 }
 
 // LoadFile is Load on a path.
@@ -182,44 +202,8 @@ func LoadFile(path string) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only: nothing to lose
 	return Load(f)
-}
-
-// Save writes the report atomically: a temporary file in the same
-// directory, fsynced, then renamed over path. A crash never leaves half a
-// report.
-func Save(path string, rep *Report) error {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name()) // no-op after a successful rename
-	if err := WriteJSON(tmp, rep); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	// Make the rename itself durable; the report is complete either way,
-	// so a directory that cannot be synced is not an error.
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
-	}
-	return nil
 }
 
 // WriteJSON writes the report as indented JSON.

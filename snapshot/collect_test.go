@@ -200,7 +200,7 @@ func TestCollectNoDriver(t *testing.T) {
 	// What could not be read is said, once each: the cgroup2 mount and the kernel log.
 	want := []string{
 		"cgroup v2 device programs: cgroup2 is not mounted and mounting it failed: operation not permitted",
-		"kernel log: no such file or directory",
+		"kernel log: " + c.kmsgPath + ": no such file or directory", // names the path
 	}
 	if !reflect.DeepEqual(s.Unavailable, want) {
 		t.Errorf("unavailable = %q\nwant %q", s.Unavailable, want)

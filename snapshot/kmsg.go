@@ -31,7 +31,7 @@ func (c *collector) collectKernelLog() {
 		if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
 			hint = " (needs root or CAP_SYSLOG when kernel.dmesg_restrict=1)"
 		}
-		c.snap.Unavailable = append(c.snap.Unavailable, "kernel log: "+err.Error()+hint)
+		c.snap.Unavailable = append(c.snap.Unavailable, "kernel log: "+c.kmsgPath+": "+err.Error()+hint)
 		return
 	}
 	defer unix.Close(fd)

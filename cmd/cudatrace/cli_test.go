@@ -103,7 +103,7 @@ func TestBinaryUsageErrors(t *testing.T) {
 }
 
 func TestHelp(t *testing.T) {
-	for _, args := range [][]string{{"--help"}, {"-h"}, {"report", "--help"}} {
+	for _, args := range [][]string{{"--help"}, {"-h"}, {"help"}} {
 		r := runCLI(t, args...)
 		if r.code != exitOK {
 			t.Errorf("%v: exit %d, want 0", args, r.code)

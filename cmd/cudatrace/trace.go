@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"os/user"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,6 +25,9 @@ import (
 // traceCommand runs or attaches, then reports.
 func traceCommand(argv []string, o *options, stdout, stderr io.Writer) error {
 	if err := checkFormat(o.format); err != nil {
+		return err
+	}
+	if err := checkOutput(o, stderr); err != nil {
 		return err
 	}
 	switch {
@@ -95,7 +97,9 @@ func traceCommand(argv []string, o *options, stdout, stderr io.Writer) error {
 
 	rec := report.NewRecorder()
 	snapper := &failureSnapshot{opts: snapshotOptions(o)}
+	status := newStatusLine(stderr, statusTarget(spec.Argv, spec.PIDs), len(spec.PIDs) > 0)
 	sink := tracer.SinkFunc(func(e *tracer.Event) {
+		status.count(e)
 		rec.Event(e)
 		// The snapshot is taken while the failing process still exists.
 		switch {
@@ -106,7 +110,9 @@ func traceCommand(argv []string, o *options, stdout, stderr io.Writer) error {
 		}
 	})
 	started := time.Now()
+	status.start()
 	res, err := runBackend(ctx, backend, o.backend == "auto", spec, sink, func() bool { return rec.Seen == 0 }, stderr)
+	status.stop()
 	if err != nil {
 		return traceError(err, o)
 	}
@@ -122,14 +128,14 @@ func traceCommand(argv []string, o *options, stdout, stderr io.Writer) error {
 
 	rep := buildReport(spec, res, rec, snap, started)
 	rep.Target.User = o.user
-	err = emit(rep, o, stdout, stderr, true)
+	err = emit(rep, o, stdout, stderr, len(spec.Argv) > 0)
 	if res.Finish != nil {
 		if ferr := res.Finish(); ferr != nil {
 			fmt.Fprintf(stderr, "cudatrace: cleanup: %v\n", ferr)
 		}
 	}
 	var ee *exitError
-	if res.Exit != nil && (err == nil || errors.As(err, &ee) && ee.code == exitFound) {
+	if res.Exit != nil && (err == nil || errors.As(err, &ee) && (ee.code == exitFound || ee.saveFailed)) {
 		// A launched command's own status wins, as with strace.
 		return &exitError{code: res.Exit.ShellCode()}
 	}
@@ -142,28 +148,6 @@ func checkFormat(f string) error {
 		return nil
 	}
 	return fail(exitUsage, "unknown format %q: use text, json or markdown", f)
-}
-
-func lookupUser(name string) (*tracer.Cred, error) {
-	u, err := user.Lookup(name)
-	if err != nil {
-		if u2, err2 := user.LookupId(name); err2 == nil {
-			u = u2
-		} else {
-			return nil, fmt.Errorf("unknown user %q", name)
-		}
-	}
-	uid, _ := strconv.ParseUint(u.Uid, 10, 32)
-	gid, _ := strconv.ParseUint(u.Gid, 10, 32)
-	cred := &tracer.Cred{UID: uint32(uid), GID: uint32(gid), User: u.Username, Home: u.HomeDir}
-	if gids, err := u.GroupIds(); err == nil {
-		for _, g := range gids {
-			if n, err := strconv.ParseUint(g, 10, 32); err == nil {
-				cred.Groups = append(cred.Groups, uint32(n))
-			}
-		}
-	}
-	return cred, nil
 }
 
 // nvidiaMajors picks the majors whose fds count as NVIDIA devices. 195 is

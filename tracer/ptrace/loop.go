@@ -363,7 +363,8 @@ func (s *session) enter(t *task, si *syscallInfo) {
 		return
 	}
 	t.call = &t.buf
-	// The comm at entry: an execve's event names the program that called it.
+	// The comm at entry; a successful execve's is replaced at its exit
+	// (execStop) by the new program's, as the eBPF backend reports it.
 	t.call.ev.Comm = t.comm
 }
 
@@ -400,6 +401,8 @@ func (s *session) execStop(t *task) {
 	}
 	t.comm = readComm(t.tid)
 	if c := t.call; c != nil && (c.id == sysExecve || c.id == sysExecveat) {
+		// Named after the program it started, not cudatrace's own loader.
+		c.ev.Comm = t.comm
 		t.call = nil
 		s.finish(t, c, 0)
 	}

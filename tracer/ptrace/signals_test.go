@@ -116,7 +116,7 @@ func TestExecFromThread(t *testing.T) {
 			shExec = &evs[i]
 		}
 	}
-	if shExec == nil || shExec.PID != root || shExec.TID != root || shExec.Ret != 0 || shExec.Comm != "ptrace.test" {
+	if shExec == nil || shExec.PID != root || shExec.TID != root || shExec.Ret != 0 || shExec.Comm != "sh" {
 		dump(t, evs)
 		t.Fatalf("exec from a thread = %+v", shExec)
 	}
