@@ -7,13 +7,14 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/tracer"
 )
 
 // checkAll adds what the trace and snapshot show beyond the failing call.
 func (a *analyzer) checkAll() {
 	if len(a.s.ProcDevices) > 0 {
-		if _, ok := a.s.MajorOf("nvidia"); !ok && a.s.MajorName(nvidiaCtlMajor) == "" {
+		if _, ok := a.s.MajorOf("nvidia"); !ok && a.s.MajorName(nvdev.Major) == "" {
 			a.driverNotLoaded("nvidia", nil)
 		} else if _, ok := a.s.MajorOf("nvidia-uvm"); !ok && !a.openedOK("/dev/nvidia-uvm") {
 			// Not fatal yet (libcuda may load it through nvidia-modprobe),

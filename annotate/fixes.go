@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/snapshot"
 )
 
@@ -27,7 +28,7 @@ func runtimeKind(s *snapshot.Snapshot) string {
 
 // dynamicMajorNote explains that a non-195 major must be re-checked.
 func dynamicMajorNote(major uint32, name string) string {
-	if major == nvidiaCtlMajor || name == "" {
+	if major == nvdev.Major || name == "" {
 		return ""
 	}
 	return fmt.Sprintf("%d is %s's current major in /proc/devices (decimal; `stat -c %%t` prints it in hex). It is assigned dynamically and can change after a module reload, driver upgrade or new kernel, so re-check it then.", major, name)

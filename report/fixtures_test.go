@@ -97,7 +97,7 @@ func importLog(t testing.TB, name string) *stracelog.Log {
 	return log
 }
 
-// h200Base is the recorded host (../shared/recordings/README.md): open
+// h200Base is the recorded host (testdata/strace/h200/README.md): open
 // kernel module 580.159.04, majors 195 nvidia/nvidiactl, 238 nvidia-uvm,
 // 241 nvidia-caps; every node 0666 except the caps.
 func h200Base(pid int, comm string) *snapshot.Snapshot {

@@ -15,6 +15,8 @@ import (
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/yaml"
 	cdi "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/cudatrace/cudatrace/nvdev"
 )
 
 // SurveyOptions says whose view SurveyHost takes. The zero value surveys
@@ -189,7 +191,7 @@ func (sv *Survey) collectCharLinks(r *rootFS) {
 		sv.CharDir = true
 	}
 	for _, n := range sv.Base.Nodes {
-		if n.Type != "c" || !strings.HasPrefix(n.Path, "/dev/nvidia") {
+		if n.Type != "c" || !nvdev.IsNodePath(n.Path) {
 			continue
 		}
 		cl := CharLink{Node: n.Path, Link: fmt.Sprintf("/dev/char/%d:%d", n.Major, n.Minor)}

@@ -254,12 +254,12 @@ func TestExplainBadInput(t *testing.T) {
 // Without root the eBPF backend says what is missing, in one line, and
 // fails with 1 rather than silently using ptrace.
 func TestEBPFWithoutRoot(t *testing.T) {
+	t.Parallel()
 	privtest.RequireRoot(t) // to become nobody
 	needBinaries(t)
 	if _, err := exec.LookPath("setpriv"); err != nil {
 		privtest.Skip(t, "needs setpriv")
 	}
-	t.Parallel()
 	cmd := exec.Command("setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--", cudatraceBin, "--backend", "ebpf", "--", "true")
 	r := runBinary(t, cmd)
 	if r.code != exitFailure {

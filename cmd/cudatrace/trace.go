@@ -14,11 +14,12 @@ import (
 
 	"github.com/cudatrace/cudatrace/annotate"
 	"github.com/cudatrace/cudatrace/cgroupdev"
+	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
-	ebpftrace "github.com/cudatrace/cudatrace/tracer/ebpf"
-	ptracetrace "github.com/cudatrace/cudatrace/tracer/ptrace"
+	"github.com/cudatrace/cudatrace/tracer/ebpf"
+	"github.com/cudatrace/cudatrace/tracer/ptrace"
 )
 
 // traceCommand runs or attaches, then reports.
@@ -102,9 +103,9 @@ func traceCommand(argv []string, o *options, stdout, stderr io.Writer) error {
 		rec.Event(e)
 		// The snapshot is taken while the failing process still exists.
 		switch {
-		case e.Failed() && e.Kind == tracer.KindOpen && strings.HasPrefix(e.Path, "/dev/nvidia"):
+		case e.Failed() && e.Kind == tracer.KindOpen && nvdev.IsNodePath(e.Path):
 			snapper.triggerAs(e.PID, e.Path, true)
-		case e.Kind == tracer.KindOpen && !e.Failed() && e.Dev == nil && strings.HasPrefix(e.Path, "/dev/nvidia"):
+		case e.Kind == tracer.KindOpen && !e.Failed() && e.Dev == nil && nvdev.IsNodePath(e.Path):
 			// The live backends read the new fd's inode: no device number
 			// means it is not a device (LXC's placeholder file). Snapshot
 			// it in the target's view, which the exit snapshot may lose.
@@ -157,8 +158,8 @@ func checkFormat(f string) error {
 // nvidiaMajors picks the majors whose fds count as NVIDIA devices. 195 is
 // fixed by the driver, so it is included even when nothing is registered.
 func nvidiaMajors(devs []snapshot.DriverMajor, extra []uint) []uint32 {
-	seen := map[uint32]bool{195: true}
-	out := []uint32{195}
+	seen := map[uint32]bool{nvdev.Major: true}
+	out := []uint32{nvdev.Major}
 	add := func(m uint32) {
 		if !seen[m] {
 			seen[m] = true
@@ -181,25 +182,25 @@ func nvidiaMajors(devs []snapshot.DriverMajor, extra []uint) []uint32 {
 func chooseBackend(name string, stderr io.Writer) (tracer.Backend, error) {
 	switch name {
 	case "ebpf":
-		if err := ebpftrace.Probe(); err != nil {
+		if err := ebpf.Probe(); err != nil {
 			return nil, fail(exitFailure, "eBPF backend unavailable: %v", err)
 		}
-		return ebpftrace.New(), nil
+		return ebpf.New(), nil
 	case "ptrace":
-		if err := ptracetrace.Probe(); err != nil {
+		if err := ptrace.Probe(); err != nil {
 			return nil, fail(exitFailure, "ptrace backend unavailable: %v", err)
 		}
-		return ptracetrace.New(), nil
+		return ptrace.New(), nil
 	case "auto":
-		ebpfErr := ebpftrace.Probe()
+		ebpfErr := ebpf.Probe()
 		if ebpfErr == nil {
-			return ebpftrace.New(), nil
+			return ebpf.New(), nil
 		}
-		if err := ptracetrace.Probe(); err != nil {
+		if err := ptrace.Probe(); err != nil {
 			return nil, fail(exitFailure, "cannot trace: eBPF: %v; ptrace: %v", ebpfErr, err)
 		}
 		fmt.Fprintf(stderr, "cudatrace: eBPF unavailable (%v); using ptrace\n", ebpfErr)
-		return ptracetrace.New(), nil
+		return ptrace.New(), nil
 	}
 	return nil, fail(exitUsage, "unknown backend %q: use auto, ebpf or ptrace", name)
 }
@@ -213,11 +214,11 @@ func runBackend(ctx context.Context, backend tracer.Backend, fallback bool, spec
 	if err == nil || !fallback || backend.Name() != "ebpf" || !errors.Is(err, tracer.ErrUnavailable) || !untouched() {
 		return res, err
 	}
-	if perr := ptracetrace.Probe(); perr != nil {
+	if perr := ptrace.Probe(); perr != nil {
 		return nil, err
 	}
 	fmt.Fprintf(stderr, "cudatrace: eBPF unavailable (%v); using ptrace\n", err)
-	return ptracetrace.New().Run(ctx, spec, sink)
+	return ptrace.New().Run(ctx, spec, sink)
 }
 
 func traceError(err error, o *options) error {

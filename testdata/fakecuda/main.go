@@ -1,5 +1,5 @@
 // Command fakecuda performs the device-node part of libcuda's cuInit, as
-// recorded on a real H200 host (/work/shared/recordings), with the same
+// recorded on a real H200 host (testdata/strace/h200), with the same
 // syscalls, and prints "cuInit N" like
 // python3 -c 'import ctypes; print("cuInit", ctypes.CDLL("libcuda.so.1").cuInit(0))'.
 // End-to-end tests of cudatrace run it inside broken environments built by

@@ -1,4 +1,4 @@
-// Package ptracetrace is the ptrace backend: it works where eBPF cannot
+// Package ptrace is the ptrace backend: it works where eBPF cannot
 // (no root, no CAP_BPF, nested containers) and emits the same events.
 //
 // A launched target runs under a seccomp filter that returns
@@ -12,7 +12,7 @@
 // SIG_DFL (discarded): a program that asks for it with signal.Notify misses
 // those sent meanwhile (sigchld.go says why), and GOMAXPROCS is at least 2
 // (procs.go says why).
-package ptracetrace
+package ptrace
 
 import (
 	"context"
