@@ -58,8 +58,16 @@ type siteKey struct {
 // execs, exits and CUDA/NVML returns.
 func siteOf(e *tracer.Event) (k siteKey, ok bool) {
 	switch e.Kind {
-	case tracer.KindExec, tracer.KindExit, tracer.KindAPI:
+	case tracer.KindExec, tracer.KindExit:
 		return k, false
+	case tracer.KindAPI:
+		// A CUDA program may ask cuDeviceGetCount in a loop: its returns
+		// fold per entry point and code like calls, the first kept.
+		k = siteKey{pid: e.PID, kind: e.Kind, path: e.Func}
+		if e.APIFailed() {
+			k.errno = int(e.Ret)
+		}
+		return k, true
 	}
 	k = siteKey{pid: e.PID, kind: e.Kind, errno: int(e.Errno())}
 	if e.Kind == tracer.KindIoctl {

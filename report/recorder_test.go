@@ -477,3 +477,22 @@ func TestRecorderKeepsInbandFailures(t *testing.T) {
 		t.Errorf("count %d", s.Count)
 	}
 }
+
+// A program asking cuDeviceGetCount in a loop: its returns fold like calls,
+// the first kept, every one counted; a failing return is kept.
+func TestRecorderFoldsAPIReturns(t *testing.T) {
+	r := NewRecorder()
+	n := int64(1)
+	for i := 0; i < 100000; i++ {
+		r.Event(&tracer.Event{Kind: tracer.KindAPI, PID: 7, Func: "cuDeviceGetCount", Out: &n})
+	}
+	r.Event(&tracer.Event{Kind: tracer.KindAPI, PID: 7, Func: "cuInit", Ret: 999})
+	evs := r.Events()
+	if len(evs) > SamplePerSite+1 || evs[len(evs)-1].Func != "cuInit" || evs[len(evs)-1].Ret != 999 {
+		t.Fatalf("stored %d events, last %+v", len(evs), evs[len(evs)-1])
+	}
+	f := r.Folded()
+	if len(f) != 1 || f[0].Calls != 100000 || f[0].Path != "cuDeviceGetCount" {
+		t.Fatalf("folded %+v", f)
+	}
+}

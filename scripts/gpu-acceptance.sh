@@ -100,6 +100,8 @@ traced 1-healthy-root-cuinit   none -- -- python3 -c "$CUINIT"
 traced 1-healthy-root-torch    none -- -- python3 -c "$TORCH"
 traced 1-healthy-nobody-cuinit none -- -u nobody -- python3 -c "$CUINIT"
 traced 1-healthy-nobody-torch  none -- -u nobody -- python3 -c "$TORCH"
+# Every call sent (no folding): libcuda's own expected in-band failures.
+traced 1-healthy-root-torch-nofold none -- --no-fold -- python3 -c "$TORCH"
 traced 2-deny-uvm-cuinit  --deny-v2 "c $uvm:* rwm" -- -- python3 -c "$CUINIT"
 traced 2-deny-uvm-torch   --deny-v2 "c $uvm:* rwm" -- -- python3 -c "$TORCH"
 stale=(--allow-only-v2 'c 1:* rwm' --allow-only-v2 'c 5:* rwm' --allow-only-v2 'c 136:* rwm' --allow-only-v2 'c 195:* rwm' --allow-only-v2 'c 504:* rwm')
@@ -170,3 +172,24 @@ for i in $(seq 1 "$reps"); do
   done
 done
 cat "$out/overhead.csv"
+
+# The uprobes' cost per probed call: cuDeviceGetCount (a uprobe at entry for
+# its out-argument, a uretprobe at return) in a loop, untraced and traced.
+echo "== uprobe overhead: cuDeviceGetCount x200000, ${UPROBE_REPS:-3} alternating rounds"
+LOOP='import ctypes, time
+c = ctypes.CDLL("libcuda.so.1"); c.cuInit(0); n = ctypes.c_int(); N = 200000
+t = time.perf_counter()
+for _ in range(N): c.cuDeviceGetCount(ctypes.byref(n))
+print("ns_per_call %.1f" % ((time.perf_counter() - t) / N * 1e9))'
+echo "round,config,ns_per_call" >"$out/uprobe-overhead.csv"
+for i in $(seq 1 "${UPROBE_REPS:-3}"); do
+  for cfg in untraced ebpf; do
+    case $cfg in
+      untraced) cmd=(python3 -c "$LOOP") ;;
+      ebpf)     cmd=("$CT" --backend ebpf -q -- python3 -c "$LOOP") ;;
+    esac
+    res=$("${cmd[@]}" 2>/dev/null | awk '/ns_per_call/{print $2}')
+    echo "$i,$cfg,$res" >>"$out/uprobe-overhead.csv"
+  done
+done
+cat "$out/uprobe-overhead.csv"
