@@ -151,16 +151,35 @@ func cvdHidesAll(v string, nGPU int) bool {
 
 func (a *analyzer) checkVisibleDevices() {
 	v, ok := a.s.Env["CUDA_VISIBLE_DEVICES"]
-	if !ok || !cvdHidesAll(v, len(a.s.Driver.GPUs)) {
+	if !ok {
 		return
 	}
-	for i := range a.ev {
-		e := &a.ev[i]
-		if e.Kind == tracer.KindOpen && !e.Failed() && isGPUNode(e.Path) {
-			return
-		}
+	// CUDA found no device and nothing else explains it: a UUID-shaped
+	// entry may name a GPU that does not exist, which hides them all too.
+	noDevice := (a.cuda.Status == "failed" && a.cuda.Code == 100 || a.cuda.Devices != nil && *a.cuda.Devices == 0) && a.fail < 0
+	if !noDevice && !cvdHidesAll(v, len(a.s.Driver.GPUs)) {
+		return
 	}
-	d := []string{fmt.Sprintf("CUDA_VISIBLE_DEVICES=%q in the target's environment, and the trace shows no /dev/nvidiaN opened.", v)}
+	// CUDA's own verdict settles it: libcuda still opens /dev/nvidia0 when
+	// the variable hides every GPU (recorded on the H200), so without the
+	// verdict only "no GPU node opened" is evidence.
+	var d []string
+	switch c := a.cuda; {
+	case c.Status == "failed" && c.Code == 100:
+		d = append(d, fmt.Sprintf("CUDA_VISIBLE_DEVICES=%q in the target's environment, and %s returned 100 (CUDA_ERROR_NO_DEVICE).", v, c.Func))
+	case c.Devices != nil && *c.Devices == 0:
+		d = append(d, fmt.Sprintf("CUDA_VISIBLE_DEVICES=%q in the target's environment, and cuDeviceGetCount returned 0 devices.", v))
+	case c.Status == "ok":
+		return // CUDA found a GPU: the variable did not hide them all
+	default:
+		for i := range a.ev {
+			e := &a.ev[i]
+			if e.Kind == tracer.KindOpen && !e.Failed() && isGPUNode(e.Path) {
+				return
+			}
+		}
+		d = append(d, fmt.Sprintf("CUDA_VISIBLE_DEVICES=%q in the target's environment, and the trace shows no /dev/nvidiaN opened.", v))
+	}
 	if n := len(a.s.Driver.GPUs); n > 0 {
 		d = append(d, fmt.Sprintf("The driver sees %d GPU(s) (valid indices 0..%d); CUDA stops at the first invalid entry.", n, n-1))
 	} else {

@@ -118,3 +118,22 @@ func TestLoadedButNoReturn(t *testing.T) {
 	a := AnalyzeFacts(b.evs, h200(), traced)
 	mustContain(t, "verdict", a.Verdict, "no probed CUDA or NVML entry point returned")
 }
+
+// CUDA_VISIBLE_DEVICES naming a GPU that does not exist: cuInit returns 100
+// although libcuda opened /dev/nvidia0 (recorded on the H200), and the
+// variable is the cause.
+func TestVisibleDevicesInvalidUUID(t *testing.T) {
+	for _, v := range []string{"GPU-00000000-0000-0000-0000-000000000000", "-1"} {
+		b := newEvents(845, "python3")
+		b.open("/dev/nvidiactl", unix.O_RDWR, 3, dev(195, 255))
+		b.open("/dev/nvidia0", unix.O_RDWR, 4, dev(195, 0))
+		b.api("cuInit", 100)
+		s := h200()
+		s.Env = map[string]string{"CUDA_VISIBLE_DEVICES": v}
+		a := AnalyzeFacts(b.evs, s, traced)
+		find(t, a, "cuda-visible-devices-hides-all")
+		if strings.Contains(a.Verdict, "no failing call") || !strings.Contains(a.Verdict, "CUDA_VISIBLE_DEVICES") {
+			t.Errorf("%s: verdict %q", v, a.Verdict)
+		}
+	}
+}

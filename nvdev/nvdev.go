@@ -26,3 +26,19 @@ var fixedMajorLink = "/dev/char/" + strconv.Itoa(Major) + ":"
 // IsFixedMajorLink reports whether p is a /dev/char/195:N link (libcuda
 // makes them), which names an NVIDIA node whatever the minor.
 func IsFixedMajorLink(p string) bool { return strings.HasPrefix(p, fixedMajorLink) }
+
+// dirs are the directories the driver's tools create beside the nodes:
+// nvidia-modprobe's MIG capability nodes and the IMEX channels live in them.
+var dirs = []string{"/dev/nvidia-caps", "/dev/nvidia-caps-imex-channels"}
+
+// IsDir reports whether p is one of the driver's directories under /dev,
+// which is a directory when all is well.
+func IsDir(p string) bool {
+	p = strings.TrimRight(p, "/")
+	for _, d := range dirs {
+		if p == d {
+			return true
+		}
+	}
+	return false
+}

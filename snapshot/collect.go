@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -230,19 +231,35 @@ func (c *collector) inUserNS(pidDir string) bool {
 }
 
 func (c *collector) collectEnv(pidDir string) {
-	data, err := os.ReadFile(filepath.Join(pidDir, "environ"))
+	env, err := readEnv(filepath.Join(pidDir, "environ"))
 	if err != nil {
 		c.unavailable("target environment", err)
 		return
 	}
+	c.snap.Env = env
+}
+
+// TargetEnv reads the variables of process pid's environment that a report
+// keeps (keepEnv): quick, for a process that may exit any moment.
+func TargetEnv(pid int) (map[string]string, error) {
+	return readEnv(fmt.Sprintf("/proc/%d/environ", pid))
+}
+
+func readEnv(path string) (map[string]string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var env map[string]string
 	for k, v := range parseEnviron(data) {
 		if keepEnv(k) {
-			if c.snap.Env == nil {
-				c.snap.Env = map[string]string{}
+			if env == nil {
+				env = map[string]string{}
 			}
-			c.snap.Env[k] = v
+			env[k] = v
 		}
 	}
+	return env, nil
 }
 
 // initEnv is the environment of the init of the target's PID namespace

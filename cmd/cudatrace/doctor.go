@@ -18,12 +18,9 @@ import (
 // with exitFound (3).
 const exitWarn = 5
 
-const doctorUsage = `cudatrace doctor: check, without running anything, whether CUDA can start here.
+const doctorUsage = `Usage: cudatrace doctor [-u USER] [--pid PID | --cgroup PATH]
 
-Usage:
-  cudatrace doctor [-u USER] [--pid PID | --cgroup PATH] [--format text|json|markdown]
-
-Checks the NVIDIA device nodes, the device cgroup policy (emulated, v1 and
+Check, without running anything, whether CUDA can start here. Checks the NVIDIA device nodes, the device cgroup policy (emulated, v1 and
 v2), every LXC/Proxmox/incus container config and CDI spec on this host,
 the driver (modules, versions, firmware, fabric manager, kernel log) and
 the environment. Unprivileged it checks what it can; the rest says SKIP

@@ -110,7 +110,10 @@ func traceCommand(argv []string, o *options, stdout, stderr io.Writer) error {
 			// means it is not a device (LXC's placeholder file). Snapshot
 			// it in the target's view, which the exit snapshot may lose.
 			snapper.trigger(e.PID, e.Path)
-		case e.APIFailed() || (e.Failed() && (e.NoEntry || e.Kind == tracer.KindIoctl)):
+		case e.APIFailed():
+			snapper.cudaFailed(e.Ret)
+			snapper.trigger(e.PID, "")
+		case e.Failed() && (e.NoEntry || e.Kind == tracer.KindIoctl):
 			snapper.trigger(e.PID, "")
 		}
 	})
@@ -122,12 +125,13 @@ func traceCommand(argv []string, o *options, stdout, stderr io.Writer) error {
 		return traceError(err, o)
 	}
 	rec.AddFolded(res.Folded)
-	snapOpts := snapper.opts
+	snap := snapper.wait()
+	snapOpts := snapper.options()
 	snapOpts.PID = firstPID(spec, rec.Events())
 	snapOpts.ExtraPaths = touchedPaths(rec.Events())
-	snap := snapper.wait()
 	if snap == nil {
 		snap = snapshot.Collect(snapOpts)
+		snapper.fillEnv(snap)
 	}
 	fillCred(snap, spec.Cred)
 
@@ -247,6 +251,27 @@ type failureSnapshot struct {
 	wg     sync.WaitGroup
 	snap   *snapshot.Snapshot
 	gen    int
+	// env is the failing process's environment, read at once: a process
+	// that exits right after CUDA fails outlives the first reads, not the
+	// whole snapshot, and CUDA_VISIBLE_DEVICES may be the cause.
+	env map[string]string
+}
+
+// cudaFailed notes CUDA's failure code: compute mode (46) and the fabric
+// manager (802) are asked of nvidia-smi, which takes a second or more and
+// so is asked only then.
+func (f *failureSnapshot) cudaFailed(code int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if code == 46 || code == 802 {
+		f.opts.NvidiaSMI = "auto" // nvidia-smi is not a traced child
+	}
+}
+
+func (f *failureSnapshot) options() snapshot.Options {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.opts
 }
 
 func (f *failureSnapshot) trigger(pid int, path string) { f.triggerAs(pid, path, false) }
@@ -260,6 +285,9 @@ func (f *failureSnapshot) triggerAs(pid int, path string, strong bool) {
 	f.strong = strong
 	f.gen++
 	gen := f.gen
+	if env, err := snapshot.TargetEnv(pid); err == nil {
+		f.env = env
+	}
 	opts := f.opts
 	opts.PID = pid
 	if path != "" {
@@ -303,11 +331,18 @@ func (f *failureSnapshot) wait() *snapshot.Snapshot {
 	return f.snap
 }
 
+// fillEnv gives an exit snapshot, taken when the target was gone, the
+// environment read at the failure.
+func (f *failureSnapshot) fillEnv(s *snapshot.Snapshot) {
+	if s.Env == nil && f.env != nil {
+		s.Env = f.env
+	}
+}
+
 func snapshotOptions(o *options) snapshot.Options {
 	return snapshot.Options{
 		ProcDevicesPath:     o.procDevices,
 		KmsgSince:           time.Now(),
-		NvidiaSMI:           "auto", // compute and persistence mode; nvidia-smi is not a traced child
 		QueryCgroupPrograms: cgroupdev.QueryEffective,
 	}
 }

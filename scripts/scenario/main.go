@@ -13,6 +13,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -214,6 +215,7 @@ type runner struct {
 }
 
 func (r *runner) Helper()                           {}
+func (r *runner) Context() context.Context          { return context.Background() }
 func (r *runner) Cleanup(f func())                  { r.cleanups = append(r.cleanups, f) }
 func (r *runner) Fatal(args ...any)                 { r.Fatalf("%s", fmt.Sprint(args...)) }
 func (r *runner) Skip(args ...any)                  { r.Fatalf("%s", fmt.Sprint(args...)) }

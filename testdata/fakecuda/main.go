@@ -83,9 +83,6 @@ func main() {
 	os.Exit(run(o))
 }
 
-// scenarioDevSource is the tmpfs internal/scenario mounts on /dev.
-const scenarioDevSource = "cudatrace-scenario"
-
 // checkDev refuses, as root, to repair nodes in a /dev that is not a
 // scenario's private one: fakecuda creates /dev/nvidiactl and friends as
 // libcuda would, and run by hand that is the host's /dev.
@@ -95,21 +92,31 @@ func checkDev(o *options, euid int, mountinfo string) error {
 	}
 	b, err := readRaw(mountinfo)
 	if err != nil {
-		return fmt.Errorf("cannot tell whether /dev is a scenario's (%w): pass --dev DIR, or --host-dev", err)
+		return &unreadableError{err}
 	}
-	source := ""
+	fstype := ""
 	for _, line := range strings.Split(string(b), "\n") {
 		// id parent maj:min root mountpoint opts [optional...] - fstype source superopts
 		f := strings.Fields(line)
 		sep := slices.Index(f, "-")
 		if len(f) > 4 && sep > 0 && sep+2 < len(f) && f[4] == "/dev" {
-			source = f[sep+2] // the last mount on /dev is the one seen
+			fstype = f[sep+1] // the last mount on /dev is the one seen
 		}
 	}
-	if source != scenarioDevSource {
+	// The host's /dev is the kernel's devtmpfs; a scenario's, and a
+	// container's, is a tmpfs of its own.
+	if fstype == "devtmpfs" {
 		return errors.New("as root this creates missing NVIDIA nodes in /dev, and this /dev is the host's, not a scenario's: run it through make demo or scripts/scenario, or pass --dev DIR (or --host-dev to mean it)")
 	}
 	return nil
+}
+
+// unreadableError: mountinfo could not be read, so whether /dev is the
+// host's is unknown.
+type unreadableError struct{ err error }
+
+func (e *unreadableError) Error() string {
+	return fmt.Sprintf("cannot tell whether /dev is the host's (%v): pass --dev DIR, or --host-dev", e.err)
 }
 
 // readRaw reads a file with plain syscalls and one fd: os.ReadFile would
@@ -166,8 +173,11 @@ func cuInit(o *options) (int, error) {
 		// a low fd limit cannot read mountinfo, and never gets that far.
 		sys: sys{beforeWrite: func() error {
 			err := checkDev(o, os.Geteuid(), "/proc/self/mountinfo")
-			if errors.Is(err, unix.EMFILE) || errors.Is(err, unix.ENFILE) {
-				return err // out of fds: the repair fails, as libcuda's would
+			var unreadable *unreadableError
+			if errors.As(err, &unreadable) {
+				// No fd left, or a seccomp filter refuses the open: the
+				// repair fails, as libcuda's would, and nothing is written.
+				return unreadable.err
 			}
 			if err != nil {
 				fmt.Fprintln(os.Stderr, "fakecuda:", err)

@@ -8,7 +8,8 @@ import (
 )
 
 // Run by hand as root, fakecuda would create /dev/nvidiactl on the host:
-// it refuses unless /dev is the scenario's tmpfs, or --dev/--host-dev say
+// it refuses when /dev is the host's devtmpfs (a scenario's or a
+// container's /dev is a tmpfs of its own), unless --dev/--host-dev say
 // otherwise.
 func TestCheckDev(t *testing.T) {
 	dir := t.TempDir()
@@ -22,6 +23,7 @@ func TestCheckDev(t *testing.T) {
 	host := info("host", "22 1 0:5 / /dev rw,nosuid - devtmpfs udev rw,size=4k\n")
 	scen := info("scenario", "22 1 0:5 / /dev rw,nosuid - devtmpfs udev rw\n"+
 		"900 22 0:77 / /dev rw,relatime shared:1 - tmpfs cudatrace-scenario rw\n")
+	lxc := info("lxc", "480 470 0:60 / /dev rw,relatime - tmpfs none rw,size=492k,mode=755\n")
 	o := func(dev string, hostDev bool) *options { return &options{dev: dev, hostDev: hostDev} }
 	for _, tc := range []struct {
 		name      string
@@ -33,6 +35,7 @@ func TestCheckDev(t *testing.T) {
 		{"root, host /dev", o("/dev", false), 0, host, true},
 		{"root, host /dev/", o("/dev/", false), 0, host, true},
 		{"root, scenario /dev", o("/dev", false), 0, scen, false},
+		{"root, LXC container /dev", o("/dev", false), 0, lxc, false},
 		{"root, --host-dev", o("/dev", true), 0, host, false},
 		{"root, --dev elsewhere", o(dir, false), 0, host, false},
 		{"not root", o("/dev", false), 1000, host, false},
