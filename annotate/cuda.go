@@ -266,7 +266,11 @@ func (a *analyzer) cudaVerdict() (string, bool) {
 			}
 			return s + ".", true
 		}
-		return s + "; no NVIDIA device call failed.", true
+		s += "; no NVIDIA device call failed."
+		if a.byID["node-repaired"] {
+			s += " libcuda recreated a device node during the run, so the setup is not clean (see node-repaired)."
+		}
+		return s, true
 	}
 	return "", false
 }

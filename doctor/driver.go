@@ -244,11 +244,19 @@ func checkKernelLog(h *host) Check {
 		}
 	}
 	var fails, warns []string
+	apiSeen := false
 	xids := map[string]int{}
 	for _, l := range h.b.KernelLog {
 		t := l.Text
 		switch {
-		case annotate.IsAPIMismatchLine(t), annotate.IsGPULostLine(t), annotate.IsRMInitLine(t):
+		case annotate.IsAPIMismatchLine(t):
+			// A client refused since boot, with its own version: the
+			// library check says whether today's libraries match the module.
+			if !apiSeen {
+				apiSeen = true
+				warns = append(warns, t+" (a client of another driver version was refused; the library-version check tells whether today's libraries match)")
+			}
+		case annotate.IsGPULostLine(t), annotate.IsRMInitLine(t):
 			fails = append(fails, t)
 		case xidRE.MatchString(t):
 			m := xidRE.FindStringSubmatch(t)
@@ -269,9 +277,9 @@ func checkKernelLog(h *host) Check {
 		c.Fix = "API mismatch: reboot or reload the driver so the module and libraries match. RmInitAdapter/GSP: check the firmware and reset the GPU (`nvidia-smi -r`) or power-cycle. Fallen off the bus (Xid 79): hardware, power or thermals; reseat and reboot."
 	case len(warns) > 0:
 		c.Status = Warn
-		c.Summary = fmt.Sprintf("%s since boot: %s", plural(len(warns), "kind of Xid", "kinds of Xid"), warns[0])
+		c.Summary = fmt.Sprintf("%s since boot: %s", plural(len(warns), "driver warning", "driver warnings"), warns[0])
 		c.Detail = warns[1:]
-		c.Fix = "Look each Xid up in NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors); most need a GPU reset or the application fixed."
+		c.Fix = "Look each Xid up in NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors); most need a GPU reset or the application fixed. An API mismatch of a past client needs nothing if the library-version check passes."
 	default:
 		c.Summary = fmt.Sprintf("no NVRM errors or Xids (%s from the driver)", plural(len(h.b.KernelLog), "line", "lines"))
 	}

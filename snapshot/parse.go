@@ -285,7 +285,33 @@ func parseKmsgRecord(rec string) (kmsgRecord, bool) {
 	}
 	// Continuation lines (" SUBSYSTEM=...") follow the message after a newline.
 	text, _, _ = strings.Cut(text, "\n")
-	return kmsgRecord{Level: prio & 7, Seq: seq, Usec: usec, Text: text}, true
+	return kmsgRecord{Level: prio & 7, Seq: seq, Usec: usec, Text: kmsgUnescape(text)}, true
+}
+
+// kmsgUnescape undoes /dev/kmsg's \xHH escapes of unprintable bytes. The
+// driver's multi-line messages ("NVRM: API mismatch: ...\nNVRM: has the
+// version ...") come back as one line, their newlines as spaces; what is
+// still unprintable is escaped again where the text is shown.
+func kmsgUnescape(s string) string {
+	if !strings.Contains(s, `\x`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) && s[i+1] == 'x' {
+			if v, err := strconv.ParseUint(s[i+2:i+4], 16, 8); err == nil {
+				c := byte(v)
+				if c == '\n' {
+					c = ' '
+				}
+				b.WriteByte(c)
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
 
 var kmsgInteresting = regexp.MustCompile(`NVRM|Xid|nvidia-uvm|nvidia-modeset|API mismatch|RmInitAdapter|GSP|nvidia-nvlink|NVIDIA`)

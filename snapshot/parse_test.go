@@ -293,3 +293,12 @@ func FuzzParseMountinfo(f *testing.F) {
 		mountOf(ParseMountinfo(text), "/dev/nvidiactl")
 	})
 }
+
+// /dev/kmsg escapes the driver's multi-line messages (\x0a): read back as
+// one line, as the H200's "API mismatch" record came.
+func TestKmsgUnescape(t *testing.T) {
+	rec, ok := parseKmsgRecord(`4,1234,5678,-;NVRM: API mismatch: the client 'rmprobe' (pid 3228)\x0aNVRM: has the version 0.0.0\x5c`)
+	if !ok || rec.Text != `NVRM: API mismatch: the client 'rmprobe' (pid 3228) NVRM: has the version 0.0.0\` {
+		t.Fatalf("%q", rec.Text)
+	}
+}
