@@ -1,6 +1,8 @@
 package ebpftrace
 
 import (
+	"maps"
+	"slices"
 	"testing"
 	"unsafe"
 
@@ -95,6 +97,34 @@ func BenchmarkLoad(b *testing.B) {
 			}
 		}
 	})
+	// Each program on its own: its share of the verifier's time.
+	spec, err := loadBpf()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cache := btf.NewCache()
+	if err := configure(spec, cache, foldAfter{}); err != nil {
+		b.Fatal(err)
+	}
+	made, err := createMaps(spec)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer closeMaps(made)
+	names := slices.Sorted(maps.Keys(spec.Programs))
+	for _, name := range names {
+		b.Run("program="+name, func(b *testing.B) {
+			part := spec.Copy()
+			part.Programs = map[string]*ebpf.ProgramSpec{name: spec.Programs[name]}
+			for b.Loop() {
+				coll, err := ebpf.NewCollectionWithOptions(part, ebpf.CollectionOptions{Cache: cache, MapReplacements: made})
+				if err != nil {
+					b.Fatal(err)
+				}
+				coll.Close()
+			}
+		})
+	}
 	for _, tc := range []struct {
 		name string
 		load func(*ebpf.CollectionSpec, *btf.Cache) (*ebpf.Collection, error)
