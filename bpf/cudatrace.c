@@ -403,7 +403,10 @@ static __always_inline struct event *begin(__u16 sc, __u8 kind)
 	e->held = 0;
 	e->path[0] = 0;
 	e->aux[0] = 0;
-	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	/* Other kinds take comm once they are sure to be sent (finish): most
+	 * repeats fold. An exec's is the name before it. */
+	if (kind == KIND_EXEC)
+		bpf_get_current_comm(e->comm, sizeof(e->comm));
 	return e;
 }
 
@@ -848,7 +851,7 @@ static __always_inline bool past_first(void *sites, void *key, __u32 after)
  * are the evidence: always sent. */
 static __always_inline bool fold(struct event *e)
 {
-	if ((e->ret < 0 && e->ret > -4096) || e->kind == KIND_EXEC)
+	if ((e->ret < 0 && e->ret > -4096) || e->kind == KIND_EXEC || e->held)
 		return false;
 	if (e->kind == KIND_IOCTL) {
 		if (!fold_ioctls_after || !e->has_dev)
@@ -903,7 +906,13 @@ static __always_inline int finish(struct event *e, long ret)
 				e->uptr = id.ino;
 			}
 		}
-	} else if (e->kind == KIND_IOCTL) {
+	}
+	/* Folded repeats are counted before anything else is read for them. */
+	if (fold(e)) {
+		discard(e);
+		return 0;
+	}
+	if (e->kind == KIND_IOCTL) {
 		e->arg_len = 0;
 		if (capture_ioctl_args && e->uptr >= 4096) {
 			/* The params block after the call: its status field says why. */
@@ -935,10 +944,8 @@ static __always_inline int finish(struct event *e, long ret)
 				set_udev(e, dev);
 		}
 	}
-	if (fold(e)) {
-		discard(e);
-		return 0;
-	}
+	if (e->kind != KIND_EXEC)
+		bpf_get_current_comm(e->comm, sizeof(e->comm));
 	__u32 size = sizeof(*e);
 	if (e->kind == KIND_IOCTL) {
 		size = EVENT_PATH_OFF;
