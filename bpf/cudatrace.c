@@ -378,7 +378,6 @@ static __always_inline struct event *begin(__u16 sc, __u8 kind)
 		count_drop(DROP_PENDING);
 		return NULL;
 	}
-	e->ktime = bpf_ktime_get_ns();
 	e->flags = 0;
 	e->ret = 0;
 	e->uptr = 0;
@@ -489,26 +488,38 @@ static __always_inline bool match_at(const char *buf, int off, const char *lit, 
 struct scan {
 	const char *p;
 	bool found;
+	int end; /* lib_step: the index of the path's NUL */
 };
 
-/* A path component starting with libcuda.so or libnvidia-ml.so. */
-static long lib_step(__u32 i, struct scan *s)
+static __always_inline bool is_nvidia_lib_name(const char *p, int at)
 {
-	const char *p = s->p;
-	char c = p[i & (PATH_LEN - 1)];
-	if (c == 0)
-		return 1;
-	if (c == '/' && (AT(p, i + 1, "libcuda.so") || AT(p, i + 1, "libnvidia-ml.so"))) {
-		s->found = true;
-		return 1;
-	}
-	return 0;
+	return AT(p, at, "libcuda.so") || AT(p, at, "libnvidia-ml.so");
 }
 
-static __always_inline bool names_nvidia_lib(const char *p)
+/* Walks back from the end of the path to its last '/': only the file's
+ * own name is looked at, a few steps where a scan from the start took one
+ * per byte of every open's path. */
+static long lib_step(__u32 i, struct scan *s)
 {
-	struct scan s = {.p = p};
-	bpf_loop(PATH_LEN - 16, lib_step, &s, 0);
+	int at = s->end - 1 - (int)i;
+	if (at < 0) {
+		s->found = is_nvidia_lib_name(s->p, 0); /* a relative name */
+		return 1;
+	}
+	if (s->p[at & (PATH_LEN - 1)] != '/')
+		return 0;
+	s->found = is_nvidia_lib_name(s->p, at + 1);
+	return 1;
+}
+
+/* Is the file's name libcuda.so* or libnvidia-ml.so*? path_len counts the
+ * path's NUL (load_path). */
+static __always_inline bool names_nvidia_lib(const struct event *e)
+{
+	struct scan s = {.p = e->path, .end = e->path_len - 1};
+	if (e->path_len < 2)
+		return false;
+	bpf_loop(PATH_LEN, lib_step, &s, 0);
 	return s.found;
 }
 
@@ -534,11 +545,12 @@ static __always_inline bool mentions_modprobe(const char *p)
 }
 
 /* Paths worth recording on open whatever they turn out to be. */
-static __always_inline bool is_interesting_open(const char *p)
+static __always_inline bool is_interesting_open(const struct event *e)
 {
+	const char *p = e->path;
 	return is_node_path(p) || HAS_PREFIX(p, "/proc/driver/nvidia") ||
 	       HAS_PREFIX(p, "/proc/devices") || HAS_PREFIX(p, "/sys/module/nvidia") ||
-	       names_nvidia_lib(p);
+	       names_nvidia_lib(e);
 }
 
 /* ---- opens ---- */
@@ -888,7 +900,7 @@ static __always_inline int finish(struct event *e, long ret)
 
 	if (e->kind == KIND_OPEN) {
 		load_path(e);
-		e->matched = is_interesting_open(e->path);
+		e->matched = is_interesting_open(e);
 		if (ret >= 0)
 			have_inode = fd_inode((int)ret, &imode, &rdev) && is_dev_mode(imode);
 		/* An unknown path counts only if it opened an NVIDIA node. */
@@ -898,7 +910,7 @@ static __always_inline int finish(struct event *e, long ret)
 		}
 		if (have_inode)
 			set_kdev(e, rdev);
-		if (hold_unprobed_libs && ret >= 0 && !have_inode && names_nvidia_lib(e->path)) {
+		if (hold_unprobed_libs && ret >= 0 && !have_inode && names_nvidia_lib(e)) {
 			struct lib_id id;
 			if (fd_file_id((int)ret, &id) && !bpf_map_lookup_elem(&probed_libs, &id)) {
 				e->held = 1;
@@ -946,6 +958,9 @@ static __always_inline int finish(struct event *e, long ret)
 	}
 	if (e->kind != KIND_EXEC)
 		bpf_get_current_comm(e->comm, sizeof(e->comm));
+	/* Stamped when it returns, as ptrace stamps its calls; a folded
+	 * repeat needs no clock read. */
+	e->ktime = bpf_ktime_get_ns();
 	__u32 size = sizeof(*e);
 	if (e->kind == KIND_IOCTL) {
 		size = EVENT_PATH_OFF;
