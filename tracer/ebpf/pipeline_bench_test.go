@@ -1,6 +1,7 @@
 package ebpftrace
 
 import (
+	"context"
 	"maps"
 	"slices"
 	"testing"
@@ -158,5 +159,21 @@ func BenchmarkLoad(b *testing.B) {
 				coll.Close()
 			}
 		})
+	}
+}
+
+// BenchmarkStartup is a whole launch of /bin/true: loader start, BTF,
+// maps, program loads, attach, the target's run, detach. With
+// -cpuprofile it shows where cudatrace's own start-up CPU goes.
+func BenchmarkStartup(b *testing.B) {
+	privtest.RequireRoot(b)
+	for b.Loop() {
+		res, err := New().Run(context.Background(), tracer.Spec{Argv: []string{"/bin/true"}}, &recorder{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if res.Exit == nil || res.Exit.Code != 0 {
+			b.Fatalf("/bin/true: exit %+v", res.Exit)
+		}
 	}
 }
