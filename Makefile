@@ -1,11 +1,22 @@
 # cudatrace. The generated eBPF objects are committed, so build and test
 # need only Go; `make generate` needs clang-19, bpftool and libbpf-dev.
-GO       ?= go
+GO_MIN   := $(shell sed -n 's/^go //p' go.mod)
+# sudo's secure_path leaves out /usr/local/go/bin, where Go's own installer
+# puts go: look there, and in the PATH of the user who ran sudo, too.
+ifeq ($(origin GO),undefined)
+GO       := $(or $(shell command -v go 2>/dev/null),$(wildcard /usr/local/go/bin/go),$(if $(SUDO_USER),$(shell su -l '$(SUDO_USER)' -c 'command -v go' 2>/dev/null </dev/null)))
+endif
+ifeq ($(strip $(GO)),)
+$(error go not found, not even in /usr/local/go/bin or $(or $(SUDO_USER),your user)'s PATH: install Go $(GO_MIN) or newer (https://go.dev/doc/install), or run make GO=/path/to/go)
+endif
+# Scripts and tests run go themselves (the tests build the binaries).
+export PATH := $(dir $(GO)):$(PATH)
+export GO
 VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -s -w -X main.version=$(VERSION)
 BIN      := bin
 
-.PHONY: all build bpf fakecuda generate test test-short demo bench clean
+.PHONY: all build bpf fakecuda generate check-generated test test-short demo bench clean
 
 all: build
 
@@ -20,7 +31,15 @@ fakecuda:
 bpf:
 	$(GO) generate ./tracer/ebpf/
 
+# Everything generated: the eBPF objects, and annotate/nvtables.go from
+# annotate/internal/gentables/nvidia-abi.json.
 generate: bpf
+	$(GO) generate ./annotate/
+
+# Regenerates in scratch copies and fails when the committed files are stale
+# or the generation is not reproducible. Needs what `make generate` needs.
+check-generated:
+	GO=$(GO) ./scripts/check-generated.sh
 
 # With a C compiler the suite runs under the race detector (and checkptr).
 RACE := $(shell [ "$$($(GO) env CGO_ENABLED)" = 1 ] && command -v "$$($(GO) env CC)" >/dev/null && echo -race)
@@ -30,8 +49,12 @@ RACE := $(shell [ "$$($(GO) env CGO_ENABLED)" = 1 ] && command -v "$$($(GO) env 
 # package at a time (-p 1): the privileged tests check that nothing of
 # cudatrace's (BPF programs, mounts, scratch cgroups) is left on the
 # host, which another package's tests running beside them would upset.
+# Each privileged test has its own deadline (CUDATRACE_TEST_TIMEOUT, 3m).
+# With clang-19 installed it also checks the generated files.
 test:
 	$(GO) vet ./...
+	@if command -v clang-19 >/dev/null; then GO=$(GO) ./scripts/check-generated.sh; \
+	else echo "check-generated skipped: no clang-19 (make check-generated)"; fi
 	$(GO) test $(RACE) -p 1 -count=1 -timeout 40m ./...
 
 test-short:

@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
 )
@@ -25,7 +26,7 @@ func AnalyzeFacts(events []tracer.Event, snap *snapshot.Snapshot, facts Facts) A
 	if snap == nil {
 		snap = &snapshot.Snapshot{}
 	}
-	a := &analyzer{ev: events, s: snap, fail: -1, retry: -1, byID: map[string]bool{}, facts: facts}
+	a := &analyzer{ev: events, s: snap, fail: -1, retry: -1, byID: map[string]bool{}, facts: facts, unstored: facts.Unstored}
 	a.cudaOutcome()
 	a.pinpoint()
 	if a.fail >= 0 {
@@ -88,7 +89,8 @@ type analyzer struct {
 	explaining bool
 	cause      string // the verdict's "because" phrase
 
-	facts   Facts
+	facts    Facts
+	unstored []Unstored // calls counted but not in ev
 	cuda    *CUDAResult // CUDA's own verdict
 	cudaIdx int         // index of the failing api event, -1 when none
 }
@@ -744,7 +746,7 @@ func (a *analyzer) driverNotLoadedSev(name string, d []string, events []uint64, 
 		d = append(d, "nvidia-uvm is not in /proc/devices: the nvidia_uvm module is not loaded (it is loaded on demand, which fails without root or inside a container).")
 		fix = "On the host: `nvidia-modprobe -u -c=0` or `modprobe nvidia_uvm`, and load it at boot (add nvidia_uvm to /etc/modules-load.d/nvidia.conf)."
 	default:
-		d = append(d, "No NVIDIA driver is registered in /proc/devices (no major 195): the nvidia kernel module is not loaded.")
+		d = append(d, fmt.Sprintf("No NVIDIA driver is registered in /proc/devices (no major %d): the nvidia kernel module is not loaded.", nvdev.Major))
 		fix = "Load it on the host (`modprobe nvidia`); if that fails, the kernel log says why: an unsigned module under Secure Boot (\"Key was rejected by service\"), a GPU the open module does not support, or a module built for another kernel."
 	}
 	a.add(Finding{ID: "driver-not-loaded", Severity: sev,

@@ -81,7 +81,12 @@ func TestCgroup2FixPerRuntime(t *testing.T) {
 		{snapshot.Container{Runtime: "docker", ID: "abc"}, []string{"--device /dev/nvidia-uvm", "--device-cgroup-rule 'c 238:* rwm'", "nvidia-ctk cdi generate"}},
 		{snapshot.Container{Runtime: "kubernetes", PodUID: "u"}, []string{"NVIDIA device plugin", "CDI"}},
 		{snapshot.Container{Runtime: "systemd", Unit: "train.service"}, []string{"DeviceAllow=char-nvidia-uvm rw", "train.service"}},
-		{snapshot.Container{Runtime: "lxc", ID: "gpu1"}, []string{"lxc.cgroup2.devices.allow: c 238:* rwm", "the container's config"}},
+		// Plain LXC writes "key = value"; Proxmox "key: value".
+		{snapshot.Container{Runtime: "lxc", ID: "gpu1", Manager: "lxc"}, []string{"lxc.cgroup2.devices.allow = c 238:* rwm", "/var/lib/lxc/gpu1/config"}},
+		{snapshot.Container{Runtime: "lxc", ID: "gpu1", Manager: "lxc", Config: "/srv/ct/gpu1.conf"}, []string{"lxc.cgroup2.devices.allow = c 238:* rwm", "/srv/ct/gpu1.conf on the host"}},
+		{snapshot.Container{Runtime: "lxc", ID: "901", ProxmoxCTID: "901", Manager: "proxmox"}, []string{"lxc.cgroup2.devices.allow: c 238:* rwm", "/etc/pve/lxc/901.conf", "pct reboot 901"}},
+		{snapshot.Container{Runtime: "runc", ID: "ct1"}, []string{`{"allow": true, "type": "c", "major": 238, "access": "rwm"}`, "linux.resources.devices", "runc run"}},
+		{snapshot.Container{Runtime: "crun", ID: "ct1"}, []string{"linux.resources.devices", "crun run"}},
 		{snapshot.Container{}, []string{"c 238:* rwm", "/lxc/200/ns"}},
 	}
 	for _, c := range cases {

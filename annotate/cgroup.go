@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/cudatrace/cudatrace/cgroupdev"
+	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
 )
@@ -263,7 +264,7 @@ func (a *analyzer) explainEPERM(i int) {
 			Inferred: true, Events: events}, "refused with EPERM, not by the device cgroup")
 		return
 	}
-	if reqOK && req.Major == nvidiaCtlMajor {
+	if reqOK && req.Major == nvdev.Major {
 		a.daemonReload(e, f, req, v2, v1, events)
 	}
 }
@@ -336,7 +337,7 @@ func (a *analyzer) cgroup2Denied(e *tracer.Event, f nodeFacts, req cgroupdev.Req
 		Fix:    deviceAllowFix(a.s, "v2", major, name, e.Path, a.s.CgroupV2.Path),
 		Events: events}, fmt.Sprintf("denied by cgroup v2 device %s %s", word, strings.Join(ids, ", ")))
 
-	if f.regOK && major != nvidiaCtlMajor {
+	if f.regOK && major != nvdev.Major {
 		if stale := staleAllowMajors(a.s, allowMajors, major); len(stale) > 0 {
 			a.add(Finding{ID: "cgroup2-stale-major", Severity: SeverityError,
 				Summary: fmt.Sprintf("the rule allows %s, but %s is now %d", majorsList(stale), name, major),
@@ -375,7 +376,7 @@ func (a *analyzer) cgroup1Denied(e *tracer.Event, f nodeFacts, req cgroupdev.Req
 	if len(partial) > 0 {
 		d = append(d, fmt.Sprintf("%s names this device but not the access %s.", joinAnd(partial), req.Access))
 	}
-	if f.regOK && major != nvidiaCtlMajor {
+	if f.regOK && major != nvdev.Major {
 		if stale := staleAllowMajors(a.s, majors, major); len(stale) > 0 {
 			d = append(d, fmt.Sprintf("The list allows char major %s, which no driver owns now; %s is %d: the rule was written for an earlier major.", majorsList(stale), name, major))
 		}
@@ -472,7 +473,7 @@ func (a *analyzer) daemonReload(e *tracer.Event, f nodeFacts, req cgroupdev.Requ
 	var ev []string
 	// Other NVIDIA majors the cgroup still allows.
 	for _, d := range a.s.ProcDevices {
-		if d.Major == nvidiaCtlMajor || !strings.HasPrefix(d.Name, "nvidia") {
+		if d.Major == nvdev.Major || !strings.HasPrefix(d.Name, "nvidia") {
 			continue
 		}
 		other := cgroupdev.Request{Type: cgroupdev.TypeChar, Major: d.Major, Minor: 0, Access: cgroupdev.AccessRead | cgroupdev.AccessWrite}
@@ -487,13 +488,13 @@ func (a *analyzer) daemonReload(e *tracer.Event, f nodeFacts, req cgroupdev.Requ
 		}
 	}
 	for _, r := range v1.rules {
-		if (r.Type == cgroupdev.TypeChar || r.Type == cgroupdev.TypeAll) && r.Major == nvidiaCtlMajor && r.Access&(cgroupdev.AccessRead|cgroupdev.AccessWrite) == 0 {
-			ev = append(ev, fmt.Sprintf("devices.list keeps only `%s` for major 195, as seen after such rewrites (kubernetes#77073)", r))
+		if (r.Type == cgroupdev.TypeChar || r.Type == cgroupdev.TypeAll) && r.Major == nvdev.Major && r.Access&(cgroupdev.AccessRead|cgroupdev.AccessWrite) == 0 {
+			ev = append(ev, fmt.Sprintf("devices.list keeps only `%s` for major %d, as seen after such rewrites (kubernetes#77073)", r, nvdev.Major))
 		}
 	}
 	for j := range a.ev {
 		o := &a.ev[j]
-		if o.Kind == tracer.KindOpen && !o.Failed() && o.Dev != nil && o.Dev.Major != nvidiaCtlMajor && isNvidiaNode(o.Path) {
+		if o.Kind == tracer.KindOpen && !o.Failed() && o.Dev != nil && o.Dev.Major != nvdev.Major && isNvidiaNode(o.Path) {
 			ev = append(ev, fmt.Sprintf("%s (c %d:%d) opened fine in this trace", o.Path, o.Dev.Major, o.Dev.Minor))
 			break
 		}
@@ -503,8 +504,8 @@ func (a *analyzer) daemonReload(e *tracer.Event, f nodeFacts, req cgroupdev.Requ
 	}
 	systemd := systemdCgroup(a.s) || a.s.Container.Unit != ""
 	d := []string{
-		fmt.Sprintf("Major 195 is denied but %s.", joinAnd(ev)),
-		"That is the footprint of a device cgroup rewritten after the container started without the NVIDIA rules: with runc and the systemd cgroup driver, `systemctl daemon-reload` re-applies the unit's DeviceAllow list, which cannot name the NVIDIA nodes because they have no /dev/char/195:N links; `docker update` and the kubelet CPU manager (static policy) re-apply the container's cgroup the same way.",
+		fmt.Sprintf("Major %d is denied but %s.", nvdev.Major, joinAnd(ev)),
+		fmt.Sprintf("That is the footprint of a device cgroup rewritten after the container started without the NVIDIA rules: with runc and the systemd cgroup driver, `systemctl daemon-reload` re-applies the unit's DeviceAllow list, which cannot name the NVIDIA nodes because they have no /dev/char/%d:N links; `docker update` and the kubelet CPU manager (static policy) re-apply the container's cgroup the same way.", nvdev.Major),
 	}
 	if systemd {
 		d = append(d, "The target's cgroup is a systemd scope/slice, so systemd manages its device program.")

@@ -7,13 +7,14 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/tracer"
 )
 
 // checkAll adds what the trace and snapshot show beyond the failing call.
 func (a *analyzer) checkAll() {
 	if len(a.s.ProcDevices) > 0 {
-		if _, ok := a.s.MajorOf("nvidia"); !ok && a.s.MajorName(nvidiaCtlMajor) == "" {
+		if _, ok := a.s.MajorOf("nvidia"); !ok && a.s.MajorName(nvdev.Major) == "" {
 			a.driverNotLoaded("nvidia", nil)
 		} else if _, ok := a.s.MajorOf("nvidia-uvm"); !ok && !a.openedOK("/dev/nvidia-uvm") {
 			// Not fatal yet (libcuda may load it through nvidia-modprobe),
@@ -31,6 +32,7 @@ func (a *analyzer) checkAll() {
 		a.gpuLost(-1, SeverityError)
 	}
 	a.checkNodevNodes()
+	a.checkNotCharDevice()
 	a.checkLibcuda()
 	a.checkVisibleDevices()
 	a.checkStaleNodes()
@@ -39,6 +41,7 @@ func (a *analyzer) checkAll() {
 	a.checkModprobe()
 	a.checkUVMInit()
 	a.checkInband()
+	a.checkDriverState()
 	a.checkCallsOK()
 }
 
@@ -199,6 +202,11 @@ func (a *analyzer) checkRepaired() {
 	for i := range a.ev {
 		e := &a.ev[i]
 		if (e.Kind != tracer.KindMknod && e.Kind != tracer.KindUnlink) || e.Failed() || !isNvidiaNode(e.Path) {
+			continue
+		}
+		// LXC's mknodat(S_IFREG) of a bind-mount target, and whatever a
+		// runtime does before it execs the program, are not libcuda's.
+		if (e.Kind == tracer.KindMknod && !isDeviceMknod(e)) || a.beforeOwnExec(i) {
 			continue
 		}
 		r := byPath[e.Path]
@@ -379,7 +387,7 @@ func orNotSet(v string, set bool) string {
 // checkCallsOK lists the device calls that worked: the contrast with the
 // failing one is evidence.
 func (a *analyzer) checkCallsOK() {
-	st := Summarize(a.ev)
+	st := Summarize(a.ev, a.unstored)
 	var d []string
 	var paths []string
 	var events []uint64
@@ -388,29 +396,39 @@ func (a *analyzer) checkCallsOK() {
 			events = append(events, e.Seq)
 		}
 	}
+	ioctlFailures := 0
 	for _, n := range st.Nodes {
-		if n.Opens == 0 {
-			continue
+		if _, nd := nonDeviceAt(a.s, a.ev, n.Path); n.Opens == 0 || nd {
+			continue // not a device: node-not-device says what it is
 		}
 		line := n.Path
 		if n.Dev != nil {
 			line += fmt.Sprintf(" (c %d:%d)", n.Dev.Major, n.Dev.Minor)
 		}
 		line += fmt.Sprintf(" opened %dx, allowed", n.Opens)
-		if n.Ioctls > 0 {
+		switch {
+		case n.Ioctls > 0 && n.IoctlFailures == n.Ioctls:
+			line += fmt.Sprintf("; all %d ioctls failed", n.Ioctls)
+		case n.IoctlFailures > 0:
+			line += fmt.Sprintf("; %d ioctls, %d of them failed", n.Ioctls, n.IoctlFailures)
+		case n.Ioctls > 0:
 			line += fmt.Sprintf("; %d ioctls", n.Ioctls)
-			if n.IoctlFailures > 0 {
-				line += fmt.Sprintf(" (%d failed)", n.IoctlFailures)
-			}
 		}
+		ioctlFailures += n.IoctlFailures
 		d = append(d, line)
 		paths = append(paths, n.Path)
 	}
 	if len(d) == 0 {
 		return
 	}
+	// "Fine" only when nothing on those nodes failed: an open that worked
+	// followed by ioctls that all failed is not fine.
+	summary := fmt.Sprintf("%d NVIDIA device node(s) opened fine: %s", len(paths), strings.Join(paths, ", "))
+	if ioctlFailures > 0 {
+		summary = fmt.Sprintf("%d NVIDIA device node(s) opened, but %d ioctl(s) on them failed: %s", len(paths), ioctlFailures, strings.Join(paths, ", "))
+	}
 	a.add(Finding{ID: "calls-ok", Severity: SeverityInfo,
-		Summary: fmt.Sprintf("%d NVIDIA device node(s) opened fine: %s", len(paths), strings.Join(paths, ", ")),
+		Summary: summary,
 		Detail:  d, Events: events}, "")
 }
 

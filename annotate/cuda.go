@@ -33,6 +33,9 @@ type Facts struct {
 	// OwnSeccompFilters are the tracer's own filters on the target (the
 	// ptrace backend's one), not to be reported as the target's.
 	OwnSeccompFilters int
+	// Unstored are the calls a recorder counted without storing them in
+	// the events, so that counts in findings are true counts.
+	Unstored []Unstored
 }
 
 // initFuncs are the entry points whose failure is a failed start, first

@@ -12,8 +12,9 @@ import (
 // ptrace backend's filter is not), and whether that is known.
 func (a *analyzer) targetFilters() (int, bool) {
 	p := a.s.Process
-	if !processKnown(a.s) || p.Seccomp != 2 {
-		return 0, processKnown(a.s)
+	read := p.Comm != "" // its status was read (not gone before the snapshot)
+	if !read || p.Seccomp != 2 {
+		return 0, read
 	}
 	if p.SeccompFilters == 0 {
 		// Kernel too old to count them: one or more, not ours alone.

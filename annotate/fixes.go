@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/snapshot"
 )
 
@@ -17,6 +18,8 @@ func runtimeKind(s *snapshot.Snapshot) string {
 		return "docker"
 	case "kubernetes", "containerd", "cri-o", "crio":
 		return "kubernetes"
+	case "runc", "crun":
+		return "oci"
 	case "systemd":
 		return "systemd"
 	}
@@ -25,7 +28,7 @@ func runtimeKind(s *snapshot.Snapshot) string {
 
 // dynamicMajorNote explains that a non-195 major must be re-checked.
 func dynamicMajorNote(major uint32, name string) string {
-	if major == nvidiaCtlMajor || name == "" {
+	if major == nvdev.Major || name == "" {
 		return ""
 	}
 	return fmt.Sprintf("%d is %s's current major in /proc/devices (decimal; `stat -c %%t` prints it in hex). It is assigned dynamically and can change after a module reload, driver upgrade or new kernel, so re-check it then.", major, name)
@@ -44,16 +47,14 @@ func deviceAllowFix(s *snapshot.Snapshot, v string, major uint32, name, node, cg
 		if v == "v1" {
 			key = "lxc.cgroup.devices.allow"
 		}
-		if id := s.Container.ProxmoxCTID; id != "" {
-			lines = append(lines, fmt.Sprintf("Add `%s: %s` to /etc/pve/lxc/%s.conf on the Proxmox host, then restart the container (`pct reboot %s`).", key, rule, id, id))
-		} else {
-			lines = append(lines, fmt.Sprintf("Add `%s: %s` to the container's config (e.g. /var/lib/lxc/<name>/config), then restart the container.", key, rule))
-		}
+		lines = append(lines, fmt.Sprintf("Add `%s` to %s, then restart the container%s.", lxcLine(s, key, rule), lxcConfig(s), lxcRestart(s)))
 		if v == "v2" {
 			lines = append(lines, "On a cgroup v2 host the v1 key `lxc.cgroup.devices.allow` has no effect; use the cgroup2 key.")
 		}
 	case "docker":
 		lines = append(lines, fmt.Sprintf("Run the container with `--device %s` or `--device-cgroup-rule '%s'`, or let the NVIDIA Container Toolkit add the devices (`--gpus all`, or CDI: `nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml` then `--device nvidia.com/gpu=all`).", node, rule))
+	case "oci":
+		lines = append(lines, fmt.Sprintf("Allow the major in the bundle's config.json: add `{\"allow\": true, \"type\": \"c\", \"major\": %d, \"access\": \"rwm\"}` to linux.resources.devices, then recreate the container (%s run).", major, s.Container.Runtime))
 	case "kubernetes":
 		lines = append(lines, "Request the GPU through the NVIDIA device plugin (`resources.limits: nvidia.com/gpu`) or CDI rather than hand-written device rules; if a CDI spec is in use, regenerate it (`nvidia-ctk cdi generate`) so it carries the current majors.")
 	case "systemd":
@@ -100,15 +101,51 @@ func bindNodeFix(s *snapshot.Snapshot, path string) string {
 	rel := strings.TrimPrefix(path, "/")
 	switch runtimeKind(s) {
 	case "lxc":
-		conf := "the container's config"
-		if id := s.Container.ProxmoxCTID; id != "" {
-			conf = fmt.Sprintf("/etc/pve/lxc/%s.conf", id)
-		}
-		return fmt.Sprintf("Bind the host node into the container: add `lxc.mount.entry: %s %s none bind,optional,create=file` to %s and restart it (with `optional`, LXC silently skips a node that did not exist on the host when the container started).", path, rel, conf)
+		return fmt.Sprintf("Bind the host node into the container: add `%s` to %s and restart it%s (with `optional`, LXC silently skips a node that did not exist on the host when the container started).", lxcLine(s, "lxc.mount.entry", path+" "+rel+" none bind,optional,create=file"), lxcConfig(s), lxcRestart(s))
+	case "oci":
+		return fmt.Sprintf("Add the node to the bundle's config.json: `{\"path\": \"%s\", \"type\": \"c\", \"major\": M, \"minor\": N}` in linux.devices (M:N from `stat -c '%%t:%%T' %s` on the host, in hex), then recreate the container (%s run).", path, path, s.Container.Runtime)
 	case "docker":
 		return fmt.Sprintf("Pass the node into the container with `--device %s` (or use the NVIDIA Container Toolkit / CDI), and recreate the container after the node exists on the host.", path)
 	case "kubernetes":
 		return "Let the NVIDIA device plugin or CDI inject the nodes, and make sure they exist on the node before the pod starts."
+	}
+	return ""
+}
+
+// lxcLine is one config line in the syntax of the container's manager:
+// Proxmox "key: value", LXC "key = value".
+func lxcLine(s *snapshot.Snapshot, key, value string) string {
+	return key + snapshot.ConfigSeparator(lxcManager(s)) + value
+}
+
+// lxcManager is "proxmox" or "lxc" (the default: LXC's own syntax).
+func lxcManager(s *snapshot.Snapshot) string {
+	if s.Container.Manager == "" && s.Container.ProxmoxCTID != "" {
+		return "proxmox"
+	}
+	return s.Container.Manager
+}
+
+// lxcConfig names the file the line goes into.
+func lxcConfig(s *snapshot.Snapshot) string {
+	c := s.Container
+	switch {
+	case c.Config != "":
+		return c.Config + " on the host"
+	case lxcManager(s) == "proxmox" && c.ProxmoxCTID != "":
+		return fmt.Sprintf("/etc/pve/lxc/%s.conf on the Proxmox host", c.ProxmoxCTID)
+	case lxcManager(s) == "proxmox":
+		return "/etc/pve/lxc/<CTID>.conf on the Proxmox host"
+	case c.ID != "":
+		return fmt.Sprintf("the container's config (/var/lib/lxc/%s/config, or the file given to lxc-start/lxc-execute -f)", c.ID)
+	}
+	return "the container's config (/var/lib/lxc/<name>/config, or the file given to lxc-start/lxc-execute -f)"
+}
+
+// lxcRestart is the restart command, when it is known.
+func lxcRestart(s *snapshot.Snapshot) string {
+	if id := s.Container.ProxmoxCTID; id != "" && lxcManager(s) == "proxmox" {
+		return fmt.Sprintf(" (`pct reboot %s`)", id)
 	}
 	return ""
 }

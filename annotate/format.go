@@ -9,13 +9,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/tracer"
 )
-
-// nvidiaCtlMajor is fixed for /dev/nvidiactl, /dev/nvidiaN and
-// /dev/nvidia-modeset (nv-chardev-numbers.h); every other NVIDIA major is
-// allocated dynamically.
-const nvidiaCtlMajor = 195
 
 // RM escape numbers the analysis reacts to (nv-ioctl-numbers.h).
 const (
@@ -135,7 +131,7 @@ func fileTypeString(mode uint32) string {
 func IoctlName(request uint32, dev *tracer.Dev) string {
 	nr := request & 0xff
 	typ := (request >> 8) & 0xff
-	isRM := dev != nil && dev.Major == nvidiaCtlMajor
+	isRM := dev != nil && dev.Major == nvdev.Major
 	if dev == nil && typ == rmIoctlMagic {
 		isRM = true
 	}
@@ -187,7 +183,7 @@ func isRMRequest(e *tracer.Event, nr uint32) bool {
 		return false
 	}
 	if e.Dev != nil {
-		return e.Dev.Major == nvidiaCtlMajor
+		return e.Dev.Major == nvdev.Major
 	}
 	return (e.Request>>8)&0xff == rmIoctlMagic
 }

@@ -105,7 +105,7 @@ func TestStatusAndCUResultNames(t *testing.T) {
 // they were generated from, in both directions, so a hand edit or a stale
 // regeneration shows up.
 func TestTablesMatchJSON(t *testing.T) {
-	raw, err := os.ReadFile("testdata/nvidia-abi.json")
+	raw, err := os.ReadFile("internal/gentables/nvidia-abi.json")
 	if err != nil {
 		t.Fatal(err)
 	}

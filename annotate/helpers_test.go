@@ -14,7 +14,7 @@ import (
 	"github.com/cudatrace/cudatrace/tracer"
 )
 
-// h200 is the recorded host (recordings/README.md): 195 nvidia/nvidiactl,
+// h200 is the recorded host (testdata/strace/h200/README.md): 195 nvidia/nvidiactl,
 // 238 nvidia-uvm, 241 nvidia-caps; all nodes 0666 root:root on /dev.
 func h200() *snapshot.Snapshot {
 	node := func(p string, maj, min uint32) snapshot.Node {
@@ -216,7 +216,7 @@ func lxcDenyUVM(t testing.TB) *snapshot.Snapshot {
 }
 
 // denyUVMEvents mirrors the /dev/nvidia* lines of
-// recordings/h200/cuinit-deny-uvm.strace (pid 639, python3).
+// testdata/strace/h200/cuinit-deny-uvm.strace (pid 639, python3).
 func denyUVMEvents() []tracer.Event {
 	const rw, cloexec = unix.O_RDWR, unix.O_CLOEXEC
 	ctl := dev(195, 255)

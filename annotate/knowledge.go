@@ -10,9 +10,6 @@ import (
 // which checks the same things before anything runs. Keeping them here
 // gives each fact one home.
 
-// ControlMajor is the fixed major of nvidiactl and the GPU nodes.
-const ControlMajor = nvidiaCtlMajor
-
 // NodeExpectation is what a node path should be: the /proc/devices names
 // that may own it (newest first) and, when fixed, its minor.
 type NodeExpectation struct {

@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
 )
@@ -19,15 +20,15 @@ var (
 
 // isNvidiaNode is whether p is an NVIDIA device node path (not a /dev/char
 // link, which libcuda creates best-effort and whose failures are noise).
-func isNvidiaNode(p string) bool { return strings.HasPrefix(p, "/dev/nvidia") }
+var isNvidiaNode = nvdev.IsNodePath
 
 func isGPUNode(p string) bool { return gpuNodeRe.MatchString(p) }
 
 func isCapsNode(p string) bool { return strings.HasPrefix(p, "/dev/nvidia-caps") }
 
 // expectedNode says which /proc/devices name should own a node path and
-// which minor it should have, from the driver's fixed naming (nvidia-abi.md
-// section a). names lists acceptable names, newest first.
+// which minor it should have, from the driver's fixed naming (device_nodes in
+// internal/gentables/nvidia-abi.json). names lists acceptable names, newest first.
 type expectedNode struct {
 	names    []string
 	minor    uint32
@@ -87,7 +88,7 @@ func driverName(s *snapshot.Snapshot, major, minor uint32) string {
 	if len(names) <= 1 {
 		return strings.Join(names, "")
 	}
-	if major == nvidiaCtlMajor {
+	if major == nvdev.Major {
 		want := "nvidia"
 		switch minor {
 		case 255:

@@ -22,8 +22,21 @@ type NodeStats struct {
 	IoctlFailures int
 }
 
-// Summarize counts events per NVIDIA node.
-func Summarize(events []tracer.Event) Stats {
+// Unstored counts calls of one site that a trace saw but does not hold
+// as events: a recorder keeps the first (and last) few calls per site and
+// counts the rest. Analyze takes them so that its counts are true counts.
+type Unstored struct {
+	PID    int
+	Kind   tracer.Kind
+	Path   string     // calls other than ioctls
+	Dev    tracer.Dev // ioctls: the device behind the fd
+	Failed bool
+	Count  uint64
+}
+
+// Summarize counts events, and the calls unstored says were left out, per
+// NVIDIA node.
+func Summarize(events []tracer.Event, unstored []Unstored) Stats {
 	st := Stats{Events: len(events)}
 	idx := map[string]int{}
 	byDev := map[tracer.Dev]int{}
@@ -73,5 +86,36 @@ func Summarize(events []tracer.Event) Stats {
 			}
 		}
 	}
+	for _, u := range unstored {
+		n := int(min(u.Count, uint64(maxInt)))
+		st.Events += n
+		if u.Failed {
+			st.Failures += n
+		}
+		switch u.Kind {
+		case tracer.KindOpen, tracer.KindStat:
+			if !isNvidiaNode(u.Path) {
+				continue
+			}
+			c := node(u.Path)
+			switch {
+			case u.Kind == tracer.KindStat:
+				c.Stats += n
+			case u.Failed:
+				c.OpenFailures += n
+			default:
+				c.Opens += n
+			}
+		case tracer.KindIoctl:
+			if j, ok := byDev[u.Dev]; ok {
+				st.Nodes[j].Ioctls += n
+				if u.Failed {
+					st.Nodes[j].IoctlFailures += n
+				}
+			}
+		}
+	}
 	return st
 }
+
+const maxInt = int(^uint(0) >> 1)

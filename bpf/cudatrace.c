@@ -19,19 +19,35 @@
 
 char LICENSE[] SEC("license") = "GPL";
 
-#define PATH_LEN 256
-#define AUX_LEN 256
-#define ARGV_SLOT 64
-#define ARGV_MAX 4
-#define ARG_LEN 64
+/* Program names start with ct_: the tests find leftovers by it. */
+
+/* Numbers the Go side shares are enums, so that bpf2go -type emits them
+ * (tracer/ebpf/bpf_bpfel.go) and none is copied by hand. */
+enum limits {
+	PATH_LEN = 256,
+	AUX_LEN = 256,
+	ARGV_SLOT = 64, /* exec: bytes per argv string in aux */
+	ARGV_MAX = 4,
+	ARG_LEN = 64,
+	NR_TABLE = 512, /* syscall numbers at or above it are not looked at */
+};
+/* creat(p, m) is open(p, O_CREAT|O_WRONLY|O_TRUNC, m). */
+enum open_flags { CREAT_FLAGS = 01 | 0100 | 01000 };
+/* struct statx (uapi/linux/stat.h), the same on every arch. */
+enum statx_layout {
+	STX_MODE_OFF = 0x1c,
+	STX_RDEV_MAJOR_OFF = 0x80,
+	STX_RDEV_MINOR_OFF = 0x84,
+};
+const enum limits *unused_limits __attribute__((unused));
+const enum open_flags *unused_open_flags __attribute__((unused));
+const enum statx_layout *unused_statx_layout __attribute__((unused));
 
 #define S_IFMT 0170000
 #define S_IFCHR 0020000
 #define S_IFBLK 0060000
 #define SIGNAL_GROUP_EXIT 0x00000004
 #define SIGSTOP 19
-/* creat(p, m) is open(p, O_CREAT|O_WRONLY|O_TRUNC, m). */
-#define CREAT_FLAGS (01 | 0100 | 01000)
 
 /* Runtime settings, fixed at load time (the verifier prunes dead branches). */
 const volatile bool follow_children = true;
@@ -56,7 +72,6 @@ const volatile bool hold_unprobed_libs = false;
 const volatile __u64 wakeup_bytes = 2 << 20;
 /* Syscall number → enum syscall_id (SC_NONE: not traced), filled by user
  * space from golang.org/x/sys/unix for the running arch. */
-#define NR_TABLE 512
 const volatile __u8 nr_to_sc[NR_TABLE] = {};
 /* x86: TS_COMPAT in thread_info.status; arm64: TIF_32BIT in its flags. */
 #define X86_TS_COMPAT 0x0002
@@ -893,9 +908,7 @@ static __always_inline int finish(struct event *e, long ret)
 	umode_t imode = 0;
 	dev_t rdev = 0;
 	bool have_inode = false, held = false;
-	/* Read once: the verifier knows a register's value after a test but
-	 * not a field's reloaded after each helper call, and walked every
-	 * combination of the kind tests below (most of its time). */
+	/* Read once, not reloaded after every helper that writes e. */
 	const __u8 kind = e->kind;
 
 	e->ret = ret;
@@ -947,9 +960,9 @@ static __always_inline int finish(struct event *e, long ret)
 		if (e->syscall == SC_STATX) {
 			__u16 m = 0;
 			__u32 maj = 0, min = 0;
-			bpf_probe_read_user(&m, sizeof(m), (const void *)(e->uptr + 0x1c));
-			bpf_probe_read_user(&maj, sizeof(maj), (const void *)(e->uptr + 0x80));
-			bpf_probe_read_user(&min, sizeof(min), (const void *)(e->uptr + 0x84));
+			bpf_probe_read_user(&m, sizeof(m), (const void *)(e->uptr + STX_MODE_OFF));
+			bpf_probe_read_user(&maj, sizeof(maj), (const void *)(e->uptr + STX_RDEV_MAJOR_OFF));
+			bpf_probe_read_user(&min, sizeof(min), (const void *)(e->uptr + STX_RDEV_MINOR_OFF));
 			e->mode = m;
 			if (is_dev_mode(m)) {
 				e->dev_major = maj;

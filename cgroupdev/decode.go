@@ -90,7 +90,12 @@ const (
 // and systemd generate and returns their rules in order and the default
 // verdict. Each block is a run of "jump to the next block unless ..." guards
 // on type, access, major and minor, ending in a return (runc, crun, LXC) or a
-// jump to a shared "return 1" (systemd). ok is false for any other shape.
+// jump to a shared "return 1" (systemd). The guards come in each
+// generator's order (runc and crun test the type first, LXC and systemd the
+// access); a rule of type 'a' has no type guard, "rwm" no access guard.
+// Programs read back from the kernel are the verifier's rewrite: a rule
+// made unreachable by an earlier one may have lost its verdict and last
+// guard, and decodes to nothing. ok is false for any other shape.
 //
 // As a safety net the decoded rules are checked against Emulate on probe
 // requests built from every value the program tests; any disagreement makes
@@ -108,6 +113,18 @@ func DecodeRules(raw []byte) (rules []Rule, defaultAllow bool, ok bool) {
 		rule, guards, end, next, good := decodeBlock(prog, pc)
 		if !good {
 			return nil, false, false
+		}
+		if guards > 0 && next == end {
+			// Guards with no verdict after them, all jumping just past
+			// themselves: a rule no request can reach (an earlier rule
+			// catches all it would). The verifier proves its last guard
+			// always taken and, loading as root, removes the dead
+			// verdict: this is what the kernel hands back.
+			if pc == 0 {
+				return nil, false, false
+			}
+			pc = next
+			continue
 		}
 		retVal, good := resolveReturn(prog, end)
 		if !good {
@@ -168,7 +185,9 @@ func decodeBlock(p []insn, pc int) (r Rule, guards, end, next int, ok bool) {
 		return t == next
 	}
 	seen := map[int]bool{}
-	for pc < len(p) {
+	// A guard can jump to just past itself (the rest of its block removed
+	// as dead code): the next block starts there, whatever it looks like.
+	for pc < len(p) && pc != next {
 		in := p[pc]
 		cls := in.code & 0x07
 		isJNEImm := (cls == clsJMP || cls == clsJMP32) && in.code&0xf8 == jNE
@@ -214,7 +233,7 @@ func decodeBlock(p []insn, pc int) (r Rule, guards, end, next int, ok bool) {
 		}
 		break
 	}
-	if guards > 0 && next <= pc {
+	if guards > 0 && next < pc {
 		return r, 0, 0, 0, false
 	}
 	return r, guards, pc, next, true

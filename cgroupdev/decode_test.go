@@ -93,3 +93,34 @@ func TestDecodeRulesRejects(t *testing.T) {
 		t.Error("garbage decoded")
 	}
 }
+
+// A rule that an earlier one makes unreachable comes back from the kernel
+// without its verdict: "deny a *:0" leaves every later path with minor > 0,
+// so the verifier (loading as root) proves the later "c 226:0" minor guard
+// always taken and removes what follows it. The remaining guards jump to
+// just past themselves, and the next block's access guard follows at once.
+// This is that program as the kernel hands it back (seed 1025 of the
+// kernel test).
+func TestDecodeRulesVerifierRemovedRule(t *testing.T) {
+	insns := append(prologue(),
+		asm.JNE.Imm(asm.R5, 0, "b1"), asm.Mov.Imm(asm.R0, 0), asm.Return(),
+		// deny c 226:* w
+		asm.Mov.Reg32(asm.R1, asm.R3).WithSymbol("b1"), asm.And.Imm32(asm.R1, int32(AccessWrite)), asm.JNE.Reg(asm.R1, asm.R3, "b2"),
+		asm.JNE.Imm(asm.R2, int32(TypeChar), "b2"), asm.JNE.Imm(asm.R4, 226, "b2"), asm.Mov.Imm(asm.R0, 0), asm.Return(),
+		// deny c 226:0 rwm, its minor guard and verdict removed
+		asm.JNE.Imm(asm.R2, int32(TypeChar), "b3").WithSymbol("b2"), asm.JNE.Imm(asm.R4, 226, "b3"),
+		// allow b *:255 w
+		asm.Mov.Reg32(asm.R1, asm.R3).WithSymbol("b3"), asm.And.Imm32(asm.R1, int32(AccessWrite)), asm.JNE.Reg(asm.R1, asm.R3, "b4"),
+		asm.JNE.Imm(asm.R2, int32(TypeBlock), "b4"), asm.JNE.Imm(asm.R5, 255, "b4"), asm.Mov.Imm(asm.R0, 1), asm.Return(),
+		asm.Mov.Imm(asm.R0, 1).WithSymbol("b4"), asm.Return(),
+	)
+	rules, def, ok := DecodeRules(assemble(t, insns))
+	want := []Rule{
+		{Type: TypeAll, Major: -1, Minor: 0, Access: AccessAll},
+		{Type: TypeChar, Major: 226, Minor: -1, Access: AccessWrite},
+		{Type: TypeBlock, Major: -1, Minor: 255, Access: AccessWrite, Allow: true},
+	}
+	if !ok || !def || fmt.Sprint(rules) != fmt.Sprint(want) {
+		t.Fatalf("decoded %v default %v ok %v, want %v default true", rules, def, ok, want)
+	}
+}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/cudatrace/cudatrace/annotate"
 	"github.com/cudatrace/cudatrace/cgroupdev"
+	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/snapshot"
 )
 
@@ -55,7 +56,7 @@ func parseContainer(cc snapshot.ContainerConfig) containerView {
 				v.mounts = append(v.mounts, mountEntry{line: l, source: f[0], optional: strings.Contains(","+f[3]+",", ",optional,")})
 			}
 		case strings.HasPrefix(l.Key, "dev"):
-			if p, _, _ := strings.Cut(l.Value, ","); strings.HasPrefix(p, "/dev/nvidia") {
+			if p, _, _ := strings.Cut(l.Value, ","); nvdev.IsNodePath(p) {
 				v.devs = append(v.devs, l)
 			}
 		}
@@ -99,12 +100,7 @@ func (v containerView) usesGPU(h *host) bool {
 	return false
 }
 
-func (v containerView) sep() string {
-	if v.cc.Manager == "proxmox" {
-		return ": "
-	}
-	return " = "
-}
+func (v containerView) sep() string { return snapshot.ConfigSeparator(v.cc.Manager) }
 
 func (v containerView) subject() string {
 	return fmt.Sprintf("%s container %s", v.cc.Manager, v.cc.Name)
@@ -172,7 +168,7 @@ func checkContainer(h *host, cc snapshot.ContainerConfig) Check {
 	}
 
 	var needs []majorNeed
-	needs = append(needs, majorNeed{annotate.ControlMajor, -1, "nvidia", "/dev/nvidiactl"})
+	needs = append(needs, majorNeed{nvdev.Major, -1, "nvidia", "/dev/nvidiactl"})
 	if m, ok := h.uvmMajor(); ok {
 		needs = append(needs, majorNeed{m, -1, "nvidia-uvm", "/dev/nvidia-uvm"})
 	}

@@ -44,17 +44,19 @@ func h200Survey() *snapshot.Survey {
 			{Node: "/dev/nvidia0", Link: "/dev/char/195:0", Exists: true, Dest: "../nvidia0", Resolves: true},
 			{Node: "/dev/nvidiactl", Link: "/dev/char/195:255", Exists: true, Dest: "../nvidiactl", Resolves: true},
 		},
-		GPUs:          []snapshot.GPUInfo{{Bus: "0000:00:06.0", Model: "NVIDIA H200", Minor: 0}},
-		ModuleVersion: "580.159.04",
 		Libraries: []snapshot.Library{
 			{Name: "libcuda.so.1", Path: "/usr/local/nvidia/lib64/libcuda.so.1", Via: "LD_LIBRARY_PATH", Resolved: "/usr/local/nvidia/lib64/libcuda.so.580.159.04", Version: "580.159.04"},
 			{Name: "libnvidia-ml.so.1", Path: "/usr/local/nvidia/lib64/libnvidia-ml.so.1", Via: "LD_LIBRARY_PATH", Resolved: "/usr/local/nvidia/lib64/libnvidia-ml.so.580.159.04", Version: "580.159.04"},
 		},
-		// The H200 has no /lib/firmware/nvidia: the firmware lives with the driver.
-		Firmware:     snapshot.Firmware{Version: "580.159.04", Searched: []string{"/lib/firmware/nvidia/580.159.04"}},
-		KernelConfig: map[string]string{"CONFIG_HMM_MIRROR": "y", "CONFIG_DEVICE_PRIVATE": "y"},
-		SMI:          []snapshot.SMIGPU{{Bus: "00000000:00:06.0", Persistence: "Disabled", ComputeMode: "Default"}},
-		MemfdProbed:  true,
+		DriverState: snapshot.DriverState{
+			GPUs:          []snapshot.GPUInfo{{Bus: "0000:00:06.0", Model: "NVIDIA H200", Minor: 0}},
+			ModuleVersion: "580.159.04",
+			// The H200 has no /lib/firmware/nvidia: the firmware lives with the driver.
+			Firmware:     snapshot.Firmware{Version: "580.159.04", Searched: []string{"/lib/firmware/nvidia/580.159.04"}},
+			KernelConfig: map[string]string{"CONFIG_HMM_MIRROR": "y", "CONFIG_DEVICE_PRIVATE": "y"},
+			SMI:          []snapshot.SMIGPU{{Bus: "00000000:00:06.0", Persistence: "Disabled", ComputeMode: "Default"}},
+		},
+		MemfdProbed: true,
 	}
 }
 

@@ -94,7 +94,7 @@ func checkVersions(h *host) Check {
 func checkFirmware(h *host) Check {
 	c := Check{ID: "gsp-firmware", Subject: "GSP firmware", Status: Pass}
 	fw := h.sv.Firmware
-	open := strings.Contains(h.b.Host.DriverLine, "Open Kernel Module")
+	open := h.b.Host.OpenModule()
 	if fw.Version == "" {
 		c.Status, c.Summary = Skip, "driver version unknown"
 		return c
@@ -113,7 +113,7 @@ func checkFirmware(h *host) Check {
 		c.Status = Fail
 		c.Summary = fmt.Sprintf("no gsp_*.bin for %s, and the kernel log shows the GPU failing to initialise", fw.Version)
 		c.Detail = append(failed, "Searched: "+strings.Join(fw.Searched, ", "))
-		c.Fix = fmt.Sprintf("Install the firmware of driver %s (it ships with the driver package, in /lib/firmware/nvidia/%s/), then reload the driver.", fw.Version, fw.Version)
+		c.Fix = annotate.GSPFirmwareFix(fw.Version)
 		return c
 	}
 	if !open {
@@ -138,18 +138,18 @@ func checkHMM(h *host) Check {
 	}
 	disabled := v == "Y" || v == "1"
 	kc := h.sv.KernelConfig
-	hmmKernel := kc["CONFIG_HMM_MIRROR"] == "y" && kc["CONFIG_DEVICE_PRIVATE"] == "y"
+	hmmKernel := annotate.HMMKernel(kc)
 	switch {
 	case disabled:
 		c.Summary = "HMM disabled (uvm_disable_hmm=" + v + ")"
 	case kc == nil:
 		c.Summary = "HMM enabled (uvm_disable_hmm=" + v + "); kernel config unreadable"
-		c.Detail = []string{"If cuInit returns 3 while nvidia-smi works, set `options nvidia_uvm uvm_disable_hmm=1` and reload nvidia_uvm (open-gpu-kernel-modules #947)."}
+		c.Detail = []string{"If cuInit returns 3 while nvidia-smi works: " + annotate.HMMFix}
 	case !hmmKernel:
 		c.Summary = "the kernel has no HMM (CONFIG_HMM_MIRROR/CONFIG_DEVICE_PRIVATE), so uvm_disable_hmm=" + v + " changes nothing"
 	default:
 		c.Summary = "HMM enabled on a kernel with HMM (uvm_disable_hmm=" + v + ")"
-		c.Detail = []string{"If cuInit returns 3 while nvidia-smi works, set `options nvidia_uvm uvm_disable_hmm=1` and reload nvidia_uvm (open-gpu-kernel-modules #947)."}
+		c.Detail = []string{"If cuInit returns 3 while nvidia-smi works: " + annotate.HMMFix}
 	}
 	return c
 }
@@ -189,7 +189,7 @@ func checkSMI(h *host) []Check {
 	if len(bad) > 0 {
 		cm.Summary = bad[0]
 		cm.Detail = bad[1:]
-		cm.Fix = "Set the default mode: `nvidia-smi -i BUS -c DEFAULT`, or schedule one process per GPU."
+		cm.Fix = annotate.ComputeModeFix
 	} else {
 		cm.Summary = "Default on every GPU"
 	}
@@ -211,7 +211,7 @@ func checkFabric(h *host) Check {
 	default:
 		c.Status = Fail
 		c.Summary = fmt.Sprintf("%s but nv-fabricmanager is not running: CUDA fails with 802 (system not yet initialized)", plural(len(h.sv.NVSwitches), "NVSwitch", "NVSwitches"))
-		c.Fix = "Install nvidia-fabricmanager of the same version as the driver (" + orDash(h.b.Host.DriverVersion) + ") and start it: `systemctl enable --now nvidia-fabricmanager`."
+		c.Fix = annotate.FabricManagerFix(h.b.Host.DriverVersion)
 	}
 	return c
 }
@@ -219,22 +219,16 @@ func checkFabric(h *host) Check {
 // checkExcluded: GPUs the driver was told to leave alone.
 func checkExcluded(h *host) Check {
 	c := Check{ID: "excluded-gpu", Subject: "NVreg_ExcludedGpus", Status: Pass}
-	var ex []string
-	if v := strings.TrimSpace(h.b.Driver.Params["ExcludedGpus"]); v != "" && v != `""` {
-		ex = append(ex, strings.Trim(v, `"`))
-	}
-	for _, g := range h.sv.GPUs {
-		if g.Excluded {
-			ex = append(ex, g.Bus)
-		}
-	}
+	b := *h.b
+	b.DriverState = &h.sv.DriverState
+	ex := annotate.ExcludedGPUs(&b)
 	if len(ex) == 0 {
 		c.Summary = fmt.Sprintf("no GPU excluded (%s)", plural(len(h.sv.GPUs), "GPU", "GPUs"))
 		return c
 	}
 	c.Status = Warn
 	c.Summary = "excluded by the driver: " + strings.Join(ex, ", ") + "; opening its node fails with EPERM, like a cgroup denial"
-	c.Fix = "If that GPU should be used, remove it from NVreg_ExcludedGpus (modprobe.d options for nvidia) and reload the driver."
+	c.Fix = annotate.ExcludedGPUFix
 	return c
 }
 
@@ -260,6 +254,9 @@ func checkKernelLog(h *host) Check {
 			m := xidRE.FindStringSubmatch(t)
 			xids[m[2]]++
 			if xids[m[2]] == 1 {
+				if s := annotate.KernelLineMeaning(t); s != "" {
+					t += " (" + s + ")"
+				}
 				warns = append(warns, t)
 			}
 		}

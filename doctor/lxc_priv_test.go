@@ -104,7 +104,7 @@ func TestRealLXCContainer(t *testing.T) {
 		key = "lxc.cgroup.devices.allow"
 	}
 	uvm := find("device-policy", "/dev/nvidia-uvm")
-	if uvm.Status != doctor.Fail || !strings.Contains(uvm.Fix, "`"+key+": c 238:* rwm`") {
+	if uvm.Status != doctor.Fail || !strings.Contains(uvm.Fix, "`"+key+" = c 238:* rwm`") {
 		t.Errorf("uvm: %s %q fix %q", uvm.Status, uvm.Summary, uvm.Fix)
 	}
 	if ctl := find("device-policy", "/dev/nvidiactl"); ctl.Status != doctor.Pass {

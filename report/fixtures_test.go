@@ -70,14 +70,15 @@ func buildFixture(t testing.TB, fx fixture) *Report {
 			Started:  fixedStart,
 			Duration: dur,
 			Events:   rec.Seen,
-			Stored:   len(rec.Events),
+			Stored:   len(rec.Events()),
 			Complete: true,
 		},
-		Events:   rec.Events,
+		Events:   rec.Events(),
 		Ioctls:   rec.Ioctls(),
+		Folded:   rec.Folded(),
 		Snapshot: snap,
 	}
-	rep.Analysis = annotate.Analyze(rep.Events, snap)
+	rep.Analysis = annotate.AnalyzeFacts(rep.Events, snap, rep.Facts())
 	return rep
 }
 
@@ -96,7 +97,7 @@ func importLog(t testing.TB, name string) *stracelog.Log {
 	return log
 }
 
-// h200Base is the recorded host (../shared/recordings/README.md): open
+// h200Base is the recorded host (testdata/strace/h200/README.md): open
 // kernel module 580.159.04, majors 195 nvidia/nvidiactl, 238 nvidia-uvm,
 // 241 nvidia-caps; every node 0666 except the caps.
 func h200Base(pid int, comm string) *snapshot.Snapshot {

@@ -31,7 +31,7 @@ func replay(t *testing.T, rep *Report) (loaded *Report, reanalysed annotate.Anal
 	if err != nil {
 		t.Fatalf("load what Save wrote: %v", err)
 	}
-	return loaded, annotate.Analyze(loaded.Events, loaded.Snapshot)
+	return loaded, annotate.AnalyzeFacts(loaded.Events, loaded.Snapshot, loaded.Facts())
 }
 
 func TestGolden(t *testing.T) {

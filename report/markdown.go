@@ -36,7 +36,9 @@ func renderMarkdown(w io.Writer, rep *Report, o RenderOptions) error {
 			fmt.Fprintf(&b, "- %s\n", mdEscape(d))
 		}
 		if f.Fix != "" {
-			fmt.Fprintf(&b, "\n**Fix:**\n\n```\n%s\n```\n", f.Fix)
+			// Prose with code spans, not a code block: a fence would show
+			// the backticks around commands literally.
+			fmt.Fprintf(&b, "\n**Fix:** %s\n", mdEscape(strings.ReplaceAll(f.Fix, "\n", " ")))
 		}
 		b.WriteString("\n")
 	}
@@ -58,7 +60,25 @@ func renderMarkdown(w io.Writer, rep *Report, o RenderOptions) error {
 	}
 
 	rows := timelineRows(rep, o.AllEvents)
-	fmt.Fprintf(&b, "<details><summary>Timeline (%d device calls)</summary>\n\n", len(rows))
+	if len(rows) == 0 {
+		b.WriteString("No NVIDIA device call was traced.\n\n")
+	} else {
+		writeTimelineMarkdown(&b, rows)
+	}
+
+	if s := rep.Snapshot; s != nil {
+		b.WriteString("<details><summary>System snapshot</summary>\n\n")
+		writeSnapshotMarkdown(&b, s)
+		b.WriteString("\n</details>\n\n")
+	}
+	fmt.Fprintf(&b, "<sub>%s · cudatrace %s</sub>\n", mdEscape(traceSummary(rep)), rep.Tool.Version)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// writeTimelineMarkdown is the timeline as a folded table.
+func writeTimelineMarkdown(b *strings.Builder, rows []timelineRow) {
+	fmt.Fprintf(b, "<details><summary>Timeline (%d device calls)</summary>\n\n", len(rows))
 	b.WriteString("| time | process | call | result | device |\n|---|---|---|---|---|\n")
 	for _, r := range rows {
 		cells := r.cells()
@@ -76,18 +96,9 @@ func renderMarkdown(w io.Writer, rep *Report, o RenderOptions) error {
 		if r.failing {
 			cells[3] = "**" + cells[3] + "**"
 		}
-		fmt.Fprintf(&b, "| %s |\n", strings.Join(cells, " | "))
+		fmt.Fprintf(b, "| %s |\n", strings.Join(cells, " | "))
 	}
 	b.WriteString("\n</details>\n\n")
-
-	if s := rep.Snapshot; s != nil {
-		b.WriteString("<details><summary>System snapshot</summary>\n\n")
-		writeSnapshotMarkdown(&b, s)
-		b.WriteString("\n</details>\n\n")
-	}
-	fmt.Fprintf(&b, "<sub>%s · cudatrace %s</sub>\n", mdEscape(traceSummary(rep)), rep.Tool.Version)
-	_, err := io.WriteString(w, b.String())
-	return err
 }
 
 func writeSnapshotMarkdown(b *strings.Builder, s *snapshot.Snapshot) {

@@ -1,7 +1,10 @@
 package report
 
 import (
+	"slices"
+
 	"github.com/cudatrace/cudatrace/annotate"
+
 	"github.com/cudatrace/cudatrace/tracer"
 )
 
@@ -17,14 +20,86 @@ const IoctlSamplePerSite = 8
 // device in a loop no longer grows memory without bound.
 const SamplePerSite = 32
 
-// maxStored caps the stored events; beyond it events are counted only.
-const maxStored = 200_000
+// Failures of one site (one process, call, path or device and request, and
+// errno) keep their first FailSamplePerSite and their last FailTailPerSite;
+// the rest are counted. A target retrying a refused ioctl a million times
+// then stores 12 events, and the call after them is still kept. Successes
+// keep only their first few, as the eBPF backend sends them, so that both
+// backends store the same events.
+const (
+	FailSamplePerSite = 8
+	FailTailPerSite   = 4
+)
 
-// callSite is a repeated successful call other than an ioctl.
-type callSite struct {
-	pid  int
-	kind tracer.Kind
-	path string
+// maxStored caps the stored events; beyond it events are counted only,
+// except the calls that decide a verdict (see decisive), which may use
+// maxReserved more.
+const (
+	maxStored   = 200_000
+	maxReserved = 20_000
+)
+
+// maxSites bounds the call sites followed, and the ioctl sites counted
+// (the target chooses paths and request numbers). Past it, a new site's
+// events are stored (within maxStored) but neither folded nor counted.
+const maxSites = 20_000
+
+// siteKey is what makes two calls repeats of each other.
+type siteKey struct {
+	pid     int
+	kind    tracer.Kind
+	path    string     // calls other than ioctls
+	dev     tracer.Dev // ioctls
+	request uint32     // ioctls
+	errno   int        // 0 for successful calls
+}
+
+// siteOf is e's call site; ok is false for events that are never folded:
+// execs, exits and CUDA/NVML returns.
+func siteOf(e *tracer.Event) (k siteKey, ok bool) {
+	switch e.Kind {
+	case tracer.KindExec, tracer.KindExit, tracer.KindAPI:
+		return k, false
+	}
+	k = siteKey{pid: e.PID, kind: e.Kind, errno: int(e.Errno())}
+	if e.Kind == tracer.KindIoctl {
+		if e.Dev != nil {
+			k.dev = *e.Dev
+		}
+		k.request = e.Request
+	} else {
+		k.path = e.Path
+	}
+	return k, true
+}
+
+// decisive reports whether e is a call a verdict can rest on, stored even
+// past maxStored: an exec or exit, a CUDA/NVML return, and a failed open,
+// mknod or unlink (the node that could not be opened or made).
+func decisive(e *tracer.Event) bool {
+	switch e.Kind {
+	case tracer.KindExec, tracer.KindExit, tracer.KindAPI:
+		return true
+	case tracer.KindOpen, tracer.KindMknod, tracer.KindUnlink:
+		return e.Failed()
+	}
+	return false
+}
+
+// site is what the recorder keeps per call site.
+type site struct {
+	calls  uint64 // every call, stored or not
+	stored int    // calls stored from the start (the head)
+	// tail holds the latest failures past the head, oldest at tailAt once
+	// it is full.
+	tail   []arrival
+	tailAt int
+}
+
+// arrival is a stored event with its position in the stream.
+type arrival struct {
+	n  uint64
+	ev tracer.Event
 }
 
 type ioctlSite struct {
@@ -33,55 +108,180 @@ type ioctlSite struct {
 	request uint32
 }
 
-// Recorder is the tracer.Sink that builds a report's event list: every
-// event except repetitive successful ioctls, which it aggregates.
+// Recorder is the tracer.Sink that builds a report's event list: the first
+// few calls of every site, the last few failures of each, and counts of
+// all.
 type Recorder struct {
-	Events   []tracer.Event
 	Seen     uint64 // events delivered
-	Overflow uint64 // events not stored because of maxStored
-	sites    map[ioctlSite]*IoctlSummary
-	order    []ioctlSite
-	calls    map[callSite]*FoldedSummary
-	// callOrder is calls' keys in first-seen order, which folding in the
-	// kernel (the first calls of a site are sent) leaves unchanged.
-	callOrder []callSite
+	Overflow uint64 // events neither stored nor folded, because of maxStored
+
+	head     []tracer.Event // in arrival order
+	headAt   []uint64       // each head event's arrival number
+	tailLen  int            // events held in the sites' tails
+	sites    map[siteKey]*site
+	order    []siteKey // sites' keys in first-seen order
+	ioctls   map[ioctlSite]*IoctlSummary
+	ioctlSeq []ioctlSite
+	merged   []tracer.Event // Events' result until the next event
 }
 
 // NewRecorder returns an empty recorder.
 func NewRecorder() *Recorder {
-	return &Recorder{sites: make(map[ioctlSite]*IoctlSummary), calls: make(map[callSite]*FoldedSummary)}
+	return &Recorder{sites: make(map[siteKey]*site), ioctls: make(map[ioctlSite]*IoctlSummary)}
 }
 
 // Event implements tracer.Sink.
 func (r *Recorder) Event(e *tracer.Event) {
 	r.Seen++
+	r.merged = nil
 	if e.Kind == tracer.KindIoctl {
 		var dev tracer.Dev
 		if e.Dev != nil {
 			dev = *e.Dev
 		}
-		site := ioctlSite{e.PID, dev, e.Request}
-		s := r.ioctlSummary(site)
-		s.Count++
-		if e.Failed() {
-			s.Failed++ // failures are the evidence: always stored
-		} else if s.Count-s.Failed > IoctlSamplePerSite && !annotate.InbandMayHaveFailed(e) {
-			// Counted, not stored; an in-band failure (ioctl 0, an error
-			// in the params' status) is evidence and is stored.
-			return
-		}
-	} else if !e.Failed() && e.Kind != tracer.KindExec && e.Kind != tracer.KindExit {
-		s := r.callSummary(callSite{e.PID, e.Kind, e.Path})
-		s.Calls++
-		if s.Calls > SamplePerSite {
-			return // counted, not stored
+		if s := r.ioctlSummary(ioctlSite{e.PID, dev, e.Request}); s != nil {
+			s.Count++
+			if e.Failed() {
+				s.Failed++
+			}
 		}
 	}
-	if len(r.Events) >= maxStored {
+	if e.Kind == tracer.KindIoctl && !e.Failed() && annotate.InbandMayHaveFailed(e) {
+		// ioctl 0 with an error in the params' status: evidence, stored
+		// however often its site repeats.
+		r.store(e, true)
+		return
+	}
+	k, ok := siteOf(e)
+	if !ok {
+		r.store(e, true)
+		return
+	}
+	s := r.site(k)
+	if s == nil {
+		// Too many sites to follow: a failure may be its site's first.
+		r.store(e, decisive(e) || k.errno != 0)
+		return
+	}
+	s.calls++
+	if s.stored < headSize(k) {
+		// The first stored failure of a site always counts as decisive:
+		// every failing site shows in the events.
+		if r.store(e, decisive(e) || (k.errno != 0 && s.stored == 0)) {
+			s.stored++
+		}
+		return
+	}
+	if k.errno != 0 {
+		r.keepLast(s, e)
+	}
+}
+
+func headSize(k siteKey) int {
+	switch {
+	case k.errno != 0:
+		return FailSamplePerSite
+	case k.kind == tracer.KindIoctl:
+		return IoctlSamplePerSite
+	}
+	return SamplePerSite
+}
+
+// room reports whether one more event may be stored.
+func (r *Recorder) room(decisive bool) bool {
+	n := len(r.head) + r.tailLen
+	return n < maxStored || (decisive && n < maxStored+maxReserved)
+}
+
+func (r *Recorder) store(e *tracer.Event, decisive bool) bool {
+	if !r.room(decisive) {
+		r.Overflow++
+		return false
+	}
+	r.head = append(r.head, e.Copy())
+	r.headAt = append(r.headAt, r.Seen)
+	return true
+}
+
+// keepLast puts a failure past the head into its site's tail, replacing the
+// oldest there once the tail is full (or may not grow: a site's last
+// failure is decisive, a second-to-last is not).
+func (r *Recorder) keepLast(s *site, e *tracer.Event) {
+	if len(s.tail) < FailTailPerSite && r.room(len(s.tail) == 0) {
+		s.tail = append(s.tail, arrival{r.Seen, e.Copy()})
+		r.tailLen++
+		return
+	}
+	if len(s.tail) == 0 {
 		r.Overflow++
 		return
 	}
-	r.Events = append(r.Events, e.Copy())
+	slot := &s.tail[s.tailAt]
+	slot.n = r.Seen
+	copyReusing(&slot.ev, e)
+	s.tailAt = (s.tailAt + 1) % len(s.tail)
+}
+
+// copyReusing is dst = src.Copy(), reusing dst's buffers: a tail slot is
+// rewritten for every repeat of a failing call.
+func copyReusing(dst, src *tracer.Event) {
+	arg, argv, dev := dst.Arg[:0], dst.Argv[:0], dst.Dev
+	*dst = *src
+	dst.Arg = append(arg, src.Arg...)
+	dst.Argv = append(argv, src.Argv...)
+	if src.Out != nil {
+		o := *src.Out
+		dst.Out = &o
+	}
+	if src.Dev == nil {
+		dst.Dev = nil
+		return
+	}
+	if dev == nil {
+		dev = new(tracer.Dev)
+	}
+	*dev = *src.Dev
+	dst.Dev = dev
+}
+
+// Events returns the stored events in arrival order: each site's first few
+// calls, its last few failures, and every exec, exit and CUDA/NVML return.
+// The slice is shared until the next Event.
+func (r *Recorder) Events() []tracer.Event {
+	if r.tailLen == 0 {
+		return r.head
+	}
+	if r.merged != nil {
+		return r.merged
+	}
+	tails := make([]arrival, 0, r.tailLen)
+	for _, k := range r.order {
+		s := r.sites[k]
+		tails = append(tails, s.tail[s.tailAt:]...)
+		tails = append(tails, s.tail[:s.tailAt]...)
+	}
+	slices.SortFunc(tails, func(a, b arrival) int { return cmpUint(a.n, b.n) })
+	out := make([]tracer.Event, 0, len(r.head)+len(tails))
+	i := 0
+	for _, t := range tails {
+		for i < len(r.head) && r.headAt[i] < t.n {
+			out = append(out, r.head[i])
+			i++
+		}
+		out = append(out, t.ev)
+	}
+	r.merged = append(out, r.head[i:]...)
+	return r.merged
+}
+
+func cmpUint(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
 }
 
 // AddFolded adds the calls a backend counted without delivering
@@ -90,56 +290,75 @@ func (r *Recorder) Event(e *tracer.Event) {
 func (r *Recorder) AddFolded(folded []tracer.Folded) {
 	for _, f := range folded {
 		r.Seen += f.Count
+		k := siteKey{pid: f.PID, kind: f.Kind, path: f.Path}
 		if f.Kind == tracer.KindIoctl {
-			r.ioctlSummary(ioctlSite{f.PID, f.Dev, f.Request}).Count += f.Count
-			continue
+			if s := r.ioctlSummary(ioctlSite{f.PID, f.Dev, f.Request}); s != nil {
+				s.Count += f.Count
+			}
+			k = siteKey{pid: f.PID, kind: f.Kind, dev: f.Dev, request: f.Request}
 		}
-		r.callSummary(callSite{f.PID, f.Kind, f.Path}).Calls += f.Count
+		if s := r.site(k); s != nil {
+			s.calls += f.Count
+		}
 	}
+	r.merged = nil
 }
 
 // Ioctls returns the per-site ioctl counts in first-seen order.
 func (r *Recorder) Ioctls() []IoctlSummary {
-	out := make([]IoctlSummary, 0, len(r.order))
-	for _, s := range r.order {
-		out = append(out, *r.sites[s])
+	out := make([]IoctlSummary, 0, len(r.ioctlSeq))
+	for _, s := range r.ioctlSeq {
+		out = append(out, *r.ioctls[s])
 	}
 	return out
 }
 
-// ioctlSummary returns site's summary, adding it (in first-seen order) if new.
+// ioctlSummary returns site's summary, adding it (in first-seen order) if
+// new, or nil when maxSites are counted already.
 func (r *Recorder) ioctlSummary(site ioctlSite) *IoctlSummary {
-	return summary(r.sites, &r.order, site, func() *IoctlSummary {
-		return &IoctlSummary{PID: site.pid, Dev: site.dev, Request: site.request}
-	})
-}
-
-// callSummary returns site's summary, adding it (in first-seen order) if new.
-func (r *Recorder) callSummary(site callSite) *FoldedSummary {
-	return summary(r.calls, &r.callOrder, site, func() *FoldedSummary {
-		return &FoldedSummary{PID: site.pid, Kind: site.kind, Path: site.path}
-	})
-}
-
-func summary[K comparable, S any](sites map[K]*S, order *[]K, site K, newSummary func() *S) *S {
-	s := sites[site]
+	s := r.ioctls[site]
 	if s == nil {
-		s = newSummary()
-		sites[site] = s
-		*order = append(*order, site)
+		if len(r.ioctls) >= maxSites {
+			return nil
+		}
+		s = &IoctlSummary{PID: site.pid, Dev: site.dev, Request: site.request}
+		r.ioctls[site] = s
+		r.ioctlSeq = append(r.ioctlSeq, site)
 	}
 	return s
 }
 
-// Folded returns, for each call site with more than SamplePerSite successful
-// calls, how many there were in all (the first SamplePerSite are stored), in
-// the order the sites were first seen.
+// site returns k's state, adding it (in first-seen order) if new, or nil
+// when maxSites are followed already.
+func (r *Recorder) site(k siteKey) *site {
+	s := r.sites[k]
+	if s == nil {
+		if len(r.sites) >= maxSites {
+			return nil
+		}
+		s = &site{}
+		r.sites[k] = s
+		r.order = append(r.order, k)
+	}
+	return s
+}
+
+// Folded returns, in the order the sites were first seen, every site with
+// calls that are counted but not stored, except successful ioctls (Ioctls
+// counts those): Calls is how many there were in all.
 func (r *Recorder) Folded() []FoldedSummary {
 	var out []FoldedSummary
-	for _, site := range r.callOrder {
-		if s := r.calls[site]; s.Calls > SamplePerSite {
-			out = append(out, *s)
+	for _, k := range r.order {
+		s := r.sites[k]
+		if s.calls == uint64(s.stored+len(s.tail)) || (k.kind == tracer.KindIoctl && k.errno == 0) {
+			continue
 		}
+		f := FoldedSummary{PID: k.pid, Kind: k.kind, Path: k.path, Errno: k.errno, Calls: s.calls}
+		if k.kind == tracer.KindIoctl {
+			d := k.dev
+			f.Dev, f.Request = &d, k.request
+		}
+		out = append(out, f)
 	}
 	return out
 }

@@ -57,7 +57,7 @@ func TestRecorderAggregatesIoctls(t *testing.T) {
 	}
 	stored := map[key]int{}
 	storedSeq := map[uint64]bool{}
-	for _, e := range r.Events {
+	for _, e := range r.Events() {
 		storedSeq[e.Seq] = true
 		if e.Kind == tracer.KindIoctl {
 			stored[key{e.PID, e.Request, !e.Failed()}]++
@@ -81,8 +81,8 @@ func TestRecorderAggregatesIoctls(t *testing.T) {
 	if !storedSeq[seq] {
 		t.Error("the open after the ioctls was not stored")
 	}
-	for i := 1; i < len(r.Events); i++ {
-		if r.Events[i].Seq <= r.Events[i-1].Seq {
+	for i := 1; i < len(r.Events()); i++ {
+		if r.Events()[i].Seq <= r.Events()[i-1].Seq {
 			t.Fatalf("stored events out of order at %d", i)
 		}
 	}
@@ -103,8 +103,8 @@ func TestRecorderAggregatesIoctls(t *testing.T) {
 func TestRecorderIoctlWithoutDevice(t *testing.T) {
 	r := NewRecorder()
 	r.Event(&tracer.Event{Seq: 1, PID: 7, Kind: tracer.KindIoctl, FD: -1, Request: 0x30000002, Ret: -9})
-	if len(r.Events) != 1 || r.Events[0].Dev != nil {
-		t.Fatalf("events %+v", r.Events)
+	if len(r.Events()) != 1 || r.Events()[0].Dev != nil {
+		t.Fatalf("events %+v", r.Events())
 	}
 	if s := r.Ioctls(); len(s) != 1 || s[0].Failed != 1 || s[0].Dev != (tracer.Dev{}) {
 		t.Errorf("summary %+v", s)
@@ -115,17 +115,20 @@ func TestRecorderOverflowIsCounted(t *testing.T) {
 	r := NewRecorder()
 	const extra = 7
 	for i := range maxStored + extra {
-		r.Event(&tracer.Event{Seq: uint64(i + 1), PID: 1, Kind: tracer.KindStat, Path: "/dev/nvidia" + strconv.Itoa(i)})
+		// 10,000 sites (fewer than maxSites), 20 stats each: all stored.
+		r.Event(&tracer.Event{Seq: uint64(i + 1), PID: 1, Kind: tracer.KindStat, Path: "/dev/nvidia" + strconv.Itoa(i%10_000)})
 	}
-	// Beyond the cap, ioctls are still summarised exactly.
+	// Beyond the cap, ioctls are still summarised exactly, and the first
+	// failure of a new site is still stored.
 	for i := range 3 {
 		r.Event(ioctlEv(uint64(maxStored+extra+i+1), 1, 8, tracer.Dev{Major: 195, Minor: 255}, 0xc020462a, -22))
 	}
-	if len(r.Events) != maxStored {
-		t.Errorf("stored %d, want the cap %d", len(r.Events), maxStored)
+	evs := r.Events()
+	if len(evs) != maxStored+1 {
+		t.Errorf("stored %d, want the cap %d and the first failed ioctl", len(evs), maxStored)
 	}
-	if r.Overflow != extra+3 {
-		t.Errorf("Overflow = %d, want %d", r.Overflow, extra+3)
+	if r.Overflow != extra+2 {
+		t.Errorf("Overflow = %d, want %d", r.Overflow, extra+2)
 	}
 	if r.Seen != maxStored+extra+3 {
 		t.Errorf("Seen = %d", r.Seen)
@@ -133,8 +136,125 @@ func TestRecorderOverflowIsCounted(t *testing.T) {
 	if s := r.Ioctls(); len(s) != 1 || s[0].Count != 3 || s[0].Failed != 3 {
 		t.Errorf("ioctl summary past the cap: %+v", s)
 	}
-	if last := r.Events[len(r.Events)-1].Seq; last != maxStored {
-		t.Errorf("kept up to seq %d: the first events must be the ones kept", last)
+	if e := evs[maxStored-1]; e.Seq != maxStored {
+		t.Errorf("kept up to seq %d: the first events must be the ones kept", e.Seq)
+	}
+	if e := evs[maxStored]; e.Kind != tracer.KindIoctl || e.Seq != maxStored+extra+1 {
+		t.Errorf("past the cap: %+v, want the first failed ioctl", e)
+	}
+}
+
+// Past the cap, the calls a verdict rests on (failed opens, execs, exits,
+// API returns) are still stored, up to a reserve that is itself bounded.
+func TestRecorderKeepsDecisiveCallsPastTheCap(t *testing.T) {
+	r := NewRecorder()
+	seq := uint64(0)
+	ev := func(e tracer.Event) *tracer.Event { seq++; e.Seq, e.PID, e.TID = seq, 3, 3; return &e }
+	for i := range maxStored {
+		r.Event(ev(tracer.Event{Kind: tracer.KindStat, Path: "/dev/nvidia" + strconv.Itoa(i)}))
+	}
+	r.Event(ev(tracer.Event{Kind: tracer.KindStat, Path: "/dev/nvidia-extra"}))
+	r.Event(ev(tracer.Event{Kind: tracer.KindOpen, Path: "/dev/nvidia-uvm", Ret: -1}))
+	r.Event(ev(tracer.Event{Kind: tracer.KindAPI, Func: "cuInit", Ret: 999}))
+	r.Event(ev(tracer.Event{Kind: tracer.KindExit}))
+	evs := r.Events()
+	var kinds []tracer.Kind
+	for _, e := range evs[maxStored:] {
+		kinds = append(kinds, e.Kind)
+	}
+	if fmt.Sprint(kinds) != "[open api exit]" || r.Overflow != 1 {
+		t.Errorf("past the cap stored %v (overflow %d), want [open api exit] and the stat counted", kinds, r.Overflow)
+	}
+	for i := range maxReserved + 10 {
+		r.Event(ev(tracer.Event{Kind: tracer.KindOpen, Path: "/dev/nvidia-caps/x" + strconv.Itoa(i), Ret: -2}))
+	}
+	if n := len(r.Events()); n != maxStored+maxReserved {
+		t.Errorf("stored %d, want at most %d", n, maxStored+maxReserved)
+	}
+	if r.Overflow != 1+13 {
+		t.Errorf("Overflow = %d, want %d", r.Overflow, 1+13)
+	}
+}
+
+// A target choosing a new ioctl request number (or path) for every call
+// cannot grow the recorder's per-site state without bound.
+func TestRecorderSitesAreBounded(t *testing.T) {
+	r := NewRecorder()
+	for i := range 3 * maxSites {
+		r.Event(ioctlEv(uint64(i+1), 4, 8, tracer.Dev{Major: 195, Minor: 255}, uint32(i), -25))
+		r.Event(&tracer.Event{Seq: uint64(i + 1), PID: 4, Kind: tracer.KindStat, Path: "/dev/nvidia-x" + strconv.Itoa(i)})
+	}
+	if len(r.ioctls) != maxSites || len(r.sites) != maxSites {
+		t.Errorf("following %d ioctl sites and %d call sites, want at most %d", len(r.ioctls), len(r.sites), maxSites)
+	}
+	if n := len(r.Events()); n != 6*maxSites {
+		t.Errorf("stored %d events, want all %d (under the cap)", n, 6*maxSites)
+	}
+}
+
+// The issue-12 run: a million failing ioctls on one site, then the failed
+// open that decides the verdict. The ioctls are folded to their first and
+// last few with exact counts, and the open is kept.
+func TestRecorderFoldsRepeatedFailures(t *testing.T) {
+	ctl := tracer.Dev{Major: 195, Minor: 255}
+	const n = 1_000_000
+	r := NewRecorder()
+	e := ioctlEv(0, 42, 8, ctl, 0xc020462a, -22)
+	for i := range n {
+		e.Seq = uint64(i + 1)
+		e.Arg[0] = byte(i)
+		r.Event(e)
+	}
+	r.Event(&tracer.Event{Seq: n + 1, PID: 42, TID: 42, Kind: tracer.KindOpen, Path: "/dev/nvidia-uvm", Ret: -1})
+
+	evs := r.Events()
+	var seqs []uint64
+	for _, e := range evs {
+		seqs = append(seqs, e.Seq)
+	}
+	want := []uint64{1, 2, 3, 4, 5, 6, 7, 8, n - 3, n - 2, n - 1, n, n + 1}
+	if fmt.Sprint(seqs) != fmt.Sprint(want) {
+		t.Fatalf("stored seqs %v, want %v", seqs, want)
+	}
+	if last := evs[len(evs)-2]; last.Arg[0] != byte((n-1)%256) || last.Request != 0xc020462a || last.Dev.Major != 195 {
+		t.Errorf("the last failed ioctl kept is not the last one seen: %+v", last)
+	}
+	if r.Overflow != 0 || r.Seen != n+1 {
+		t.Errorf("overflow %d seen %d", r.Overflow, r.Seen)
+	}
+	if s := r.Ioctls(); len(s) != 1 || s[0].Count != n || s[0].Failed != n {
+		t.Errorf("ioctl summary %+v, want %d failed of %d", s, n, n)
+	}
+	f := r.Folded()
+	if len(f) != 1 || f[0].Kind != tracer.KindIoctl || f[0].Calls != n || f[0].Errno != 22 ||
+		f[0].Dev == nil || *f[0].Dev != ctl || f[0].Request != 0xc020462a || f[0].PID != 42 {
+		t.Errorf("folded %+v, want the one ioctl site with %d EINVAL calls", f, n)
+	}
+}
+
+// Tails of interleaved sites come back in arrival order with the rest.
+func TestRecorderTailsInOrder(t *testing.T) {
+	r := NewRecorder()
+	for i := range 100 {
+		seq := uint64(2*i + 1)
+		r.Event(&tracer.Event{Seq: seq, PID: 5, Kind: tracer.KindOpen, Path: "/dev/nvidia0", Ret: -13})
+		r.Event(&tracer.Event{Seq: seq + 1, PID: 5, Kind: tracer.KindStat, Path: "/dev/nvidia0", Ret: -2})
+	}
+	evs := r.Events()
+	if len(evs) != 2*(FailSamplePerSite+FailTailPerSite) {
+		t.Fatalf("stored %d", len(evs))
+	}
+	for i := 1; i < len(evs); i++ {
+		if evs[i].Seq <= evs[i-1].Seq {
+			t.Fatalf("out of order at %d: %d after %d", i, evs[i].Seq, evs[i-1].Seq)
+		}
+	}
+	if evs[len(evs)-1].Seq != 200 || evs[len(evs)-2].Seq != 199 {
+		t.Errorf("last stored %d, %d, want 199, 200", evs[len(evs)-2].Seq, evs[len(evs)-1].Seq)
+	}
+	f := r.Folded()
+	if len(f) != 2 || f[0].Errno != 13 || f[0].Calls != 100 || f[1].Errno != 2 || f[1].Kind != tracer.KindStat {
+		t.Errorf("folded %+v", f)
 	}
 }
 
@@ -145,10 +265,10 @@ func TestRecorderFoldsRepeatedCalls(t *testing.T) {
 		r.Event(&tracer.Event{Seq: uint64(i + 1), PID: 7, Kind: tracer.KindOpen, Path: "/dev/nvidiactl", Ret: 3})
 	}
 	r.Event(&tracer.Event{Seq: 1001, PID: 7, Kind: tracer.KindOpen, Path: "/dev/nvidiactl", Ret: -1})
-	if len(r.Events) != SamplePerSite+1 {
-		t.Fatalf("stored %d events, want %d samples plus the failure", len(r.Events), SamplePerSite)
+	if len(r.Events()) != SamplePerSite+1 {
+		t.Fatalf("stored %d events, want %d samples plus the failure", len(r.Events()), SamplePerSite)
 	}
-	if last := r.Events[len(r.Events)-1]; last.Seq != 1001 || !last.Failed() {
+	if last := r.Events()[len(r.Events())-1]; last.Seq != 1001 || !last.Failed() {
 		t.Errorf("the failed open must always be stored, last = %+v", last)
 	}
 	f := r.Folded()
@@ -226,7 +346,7 @@ func TestRecorderAddFoldedMatchesWholeStream(t *testing.T) {
 		"seen":   {whole.Seen, folded.Seen},
 		"ioctls": {whole.Ioctls(), folded.Ioctls()},
 		"folded": {whole.Folded(), folded.Folded()},
-		"events": {len(whole.Events), len(folded.Events)},
+		"events": {len(whole.Events()), len(folded.Events())},
 	} {
 		if fmt.Sprint(pair[0]) != fmt.Sprint(pair[1]) {
 			t.Errorf("%s: whole stream %v, folded %v", what, pair[0], pair[1])
@@ -260,7 +380,7 @@ func TestRecorderStoresDeepCopies(t *testing.T) {
 	io.Arg[0] = 0xff
 	io.Dev.Major = 1
 
-	got := r.Events
+	got := r.Events()
 	if got[0].Seq != 1 || got[0].Path != "/usr/bin/python3" || got[0].Comm != "python3" ||
 		fmt.Sprint(got[0].Argv) != "[python3 -c pass]" {
 		t.Errorf("stored exec changed with the caller's event: %+v", got[0])
@@ -309,10 +429,24 @@ func BenchmarkRecorder(b *testing.B) {
 			n++
 		}
 		b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "events/s")
-		if len(r.Events) != len(sites)*IoctlSamplePerSite {
-			b.Fatalf("stored %d", len(r.Events))
+		if len(r.Events()) != len(sites)*IoctlSamplePerSite {
+			b.Fatalf("stored %d", len(r.Events()))
 		}
 	})
+}
+
+// A target retrying a refused ioctl forever: every call past the first few
+// rewrites a tail slot in place, so this path should not allocate.
+func BenchmarkRecorderFailingIoctls(b *testing.B) {
+	r := NewRecorder()
+	e := ioctlEv(1, 9, 8, tracer.Dev{Major: 195, Minor: 255}, 0xc020462a, -22)
+	b.ReportAllocs()
+	for b.Loop() {
+		r.Event(e)
+	}
+	if n := len(r.Events()); n > FailSamplePerSite+FailTailPerSite {
+		b.Fatalf("stored %d", n)
+	}
 }
 
 func BenchmarkRenderText(b *testing.B) {
@@ -336,8 +470,8 @@ func TestRecorderKeepsInbandFailures(t *testing.T) {
 	bad := make([]byte, 64)
 	bad[28] = 0x22 // NVOS54 status @28: NV_ERR_INVALID_CLASS
 	r.Event(&tracer.Event{Kind: tracer.KindIoctl, FD: 8, Request: 0xc020462a, Dev: ctl, Arg: bad, Seq: 99})
-	if len(r.Events) != IoctlSamplePerSite+1 || r.Events[len(r.Events)-1].Seq != 99 {
-		t.Fatalf("stored %d events, last seq %d; want %d with the in-band failure last", len(r.Events), r.Events[len(r.Events)-1].Seq, IoctlSamplePerSite+1)
+	if len(r.Events()) != IoctlSamplePerSite+1 || r.Events()[len(r.Events())-1].Seq != 99 {
+		t.Fatalf("stored %d events, last seq %d; want %d with the in-band failure last", len(r.Events()), r.Events()[len(r.Events())-1].Seq, IoctlSamplePerSite+1)
 	}
 	if s := r.Ioctls()[0]; s.Count != IoctlSamplePerSite+6 {
 		t.Errorf("count %d", s.Count)

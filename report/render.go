@@ -125,10 +125,15 @@ func renderText(w io.Writer, rep *Report, o RenderOptions) error {
 
 	rows := timelineRows(rep, o.AllEvents)
 	title := fmt.Sprintf("\nTimeline: %d device calls", len(rows))
-	if !o.AllEvents {
+	switch {
+	case len(rows) == 0:
+		title = "\nTimeline: no NVIDIA device call was traced"
+	case !o.AllEvents:
 		title += " (condensed; --all-events lists every call)"
 	}
-	fmt.Fprintln(w, title)
+	if _, err := fmt.Fprintln(w, title); err != nil {
+		return err
+	}
 	if len(rows) > 0 {
 		if err := writeTimelineTable(w, rows, width, p); err != nil {
 			return err
@@ -214,8 +219,8 @@ func traceSummary(rep *Report) string {
 // timelineRow is one line of the timeline, before layout.
 type timelineRow struct {
 	time, proc, call, result, dev string
-	repeat                        int  // events folded into this row, when more than one
-	failing                       bool // the analysis's failing call
+	repeat                        uint64 // calls this row stands for, when more than one
+	failing                       bool   // the analysis's failing call
 }
 
 // callCell is the call with its repeat count: `stat("/dev/nvidiactl") ×2`.
@@ -230,15 +235,22 @@ func (r timelineRow) cells() []string {
 	return []string{r.time, r.proc, r.callCell(), r.result, r.dev}
 }
 
-// timelineRows lists the events for the timeline. Condensed, runs of
-// successful ioctls by one thread on one fd fold into one row, and so do
-// repeats of the same call with the same result (libcuda stats each node
-// twice), so the rows that matter fit on a screen.
+// timelineRows lists the events for the timeline. Condensed, a call site
+// the recorder folded is one row with its true count, at its first call;
+// runs of successful ioctls by one thread on one fd fold into one row, and
+// so do repeats of the same call with the same result (libcuda stats each
+// node twice), so the rows that matter fit on a screen. The failing call
+// always has a row of its own.
 func timelineRows(rep *Report, all bool) []timelineRow {
 	var failSeq uint64
 	if f := rep.Analysis.Failing; f != nil {
 		failSeq = f.Seq
 	}
+	folded := make(map[siteKey]uint64, len(rep.Folded))
+	for i := range rep.Folded {
+		folded[rep.Folded[i].site()] = rep.Folded[i].Calls
+	}
+	shown := map[siteKey]bool{}
 	row := func(e *tracer.Event) timelineRow {
 		r := timelineRow{time: "+" + fmtDur(e.Time), proc: proc(e), call: timelineCall(e), result: resultCell(rep, e), dev: devCell(rep, e)}
 		if failSeq != 0 && e.Seq == failSeq {
@@ -254,6 +266,14 @@ func timelineRows(rep *Report, all bool) []timelineRow {
 		r := row(e)
 		if all || r.failing {
 			rows = append(rows, r)
+			continue
+		}
+		if k, ok := siteOf(e); ok && folded[k] > 0 {
+			if !shown[k] {
+				shown[k] = true
+				r.repeat = folded[k]
+				rows = append(rows, r)
+			}
 			continue
 		}
 		j := i
@@ -275,7 +295,7 @@ func timelineRows(rep *Report, all bool) []timelineRow {
 			}
 		}
 		if j > i {
-			r.repeat = j - i + 1
+			r.repeat = uint64(j - i + 1)
 			i = j
 		}
 		rows = append(rows, r)
@@ -378,45 +398,59 @@ func writeTimelineTable(w io.Writer, rows []timelineRow, width int, p palette) e
 
 // wrapCall breaks a formatted call into lines of at most width runes,
 // after ", " where it can, hard where a single argument is longer.
-// Continuation lines are indented by two spaces.
+// Continuation lines are indented by two spaces. It works on one line's
+// worth of text at a time, so a path of a megabyte (the target controls
+// paths) takes linear time.
 func wrapCall(s string, width int) []string {
 	if utf8.RuneCountInString(s) <= width || width < 8 {
 		return []string{s}
 	}
-	var pieces []string // each ends after ", " or at the end of s
-	for s != "" {
-		i := strings.Index(s, ", ")
-		if i < 0 {
-			pieces = append(pieces, s)
-			break
-		}
-		pieces = append(pieces, s[:i+2])
-		s = s[i+2:]
-	}
 	var lines []string
-	cur := ""
-	for _, pc := range pieces {
-		if cur != "" && utf8.RuneCountInString(cur+pc) > width {
-			lines = append(lines, strings.TrimRight(cur, " "))
-			cur = "  "
+	cur, curN := "", 0 // the line being built, and its length in runes
+	for s != "" {
+		// The next piece: up to and including ", ", or the rest.
+		pc := s
+		if i := strings.Index(s, ", "); i >= 0 {
+			pc = s[:i+2]
 		}
-		cur += pc
-		for utf8.RuneCountInString(cur) > width {
+		s = s[len(pc):]
+		n := utf8.RuneCountInString(pc)
+		if cur != "" && curN+n > width {
+			lines = append(lines, strings.TrimRight(cur, " "))
+			cur, curN = "  ", 2
+		}
+		for curN+n > width {
 			// Too long for one line even alone: break a path after a
 			// slash if there is one, else anywhere.
-			r := []rune(cur)
-			cut := width
-			if i := strings.LastIndex(string(r[:width]), "/"); i > 2 {
-				cut = utf8.RuneCountInString(string(r[:width])[:i+1])
+			k := width - curN
+			take := runePrefixLen(pc, k)
+			line := cur + pc[:take]
+			cut := len(line)
+			if i := strings.LastIndex(line, "/"); i > 2 {
+				cut = i + 1
 			}
-			lines = append(lines, string(r[:cut]))
-			cur = "  " + string(r[cut:])
+			lines = append(lines, line[:cut])
+			cur = "  " + line[cut:]
+			curN = 2 + utf8.RuneCountInString(line[cut:])
+			pc, n = pc[take:], n-k
 		}
+		cur += pc
+		curN += n
 	}
 	if strings.TrimSpace(cur) != "" {
 		lines = append(lines, strings.TrimRight(cur, " "))
 	}
 	return lines
+}
+
+// runePrefixLen is the length in bytes of s's first n runes.
+func runePrefixLen(s string, n int) int {
+	i := 0
+	for ; n > 0 && i < len(s); n-- {
+		_, size := utf8.DecodeRuneInString(s[i:])
+		i += size
+	}
+	return i
 }
 
 func proc(e *tracer.Event) string {

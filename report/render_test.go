@@ -160,11 +160,11 @@ func TestAllEventsListsEveryEvent(t *testing.T) {
 		t.Errorf("condensed timeline (%d rows) is no shorter than the full one (%d)", len(cond), len(all))
 	}
 	// Every event is in exactly one condensed row: the ×N counts add up.
-	n := 0
+	n := uint64(0)
 	for _, r := range cond {
 		n += max(r.repeat, 1)
 	}
-	if n != len(rep.Events) {
+	if n != uint64(len(rep.Events)) {
 		t.Errorf("condensed rows cover %d events, want %d", n, len(rep.Events))
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/cudatrace/cudatrace/annotate"
@@ -63,8 +62,8 @@ type Trace struct {
 	Started     time.Time     `json:"started"`
 	Duration    time.Duration `json:"duration_ns"`
 	// Events counts every event the tracer delivered; Stored those kept in
-	// Events (successful ioctls beyond a per-call-site sample are folded
-	// into Ioctls).
+	// Events (repeats of a call site beyond its first and last few are
+	// counted in Ioctls and Folded instead).
 	Events  uint64 `json:"events"`
 	Stored  int    `json:"stored"`
 	Dropped uint64 `json:"dropped"`
@@ -107,13 +106,30 @@ type IoctlSummary struct {
 	Failed  uint64     `json:"failed"`
 }
 
-// FoldedSummary counts the successful calls of one process on one path
-// (opens, stats, ...) when there were too many to store them all.
+// FoldedSummary counts the calls of one site when there were more than the
+// report stores: the successful calls of one process on one path (opens,
+// stats, ...) past the first SamplePerSite, and the failures of one
+// process, call, path or device and request, and errno past the first
+// FailSamplePerSite and the last FailTailPerSite.
 type FoldedSummary struct {
-	PID   int         `json:"pid"`
-	Kind  tracer.Kind `json:"kind"`
-	Path  string      `json:"path"`
-	Calls uint64      `json:"calls"` // in all; the first few are in events
+	PID     int         `json:"pid"`
+	Kind    tracer.Kind `json:"kind"`
+	Path    string      `json:"path"`
+	Dev     *tracer.Dev `json:"dev,omitempty"`     // ioctls
+	Request uint32      `json:"request,omitempty"` // ioctls
+	Errno   int         `json:"errno,omitempty"`   // failures: the error; absent for successful calls
+	Calls   uint64      `json:"calls"`             // in all; the first (and last) few are in events
+}
+
+func (f *FoldedSummary) site() siteKey {
+	k := siteKey{pid: f.PID, kind: f.Kind, path: f.Path, request: f.Request, errno: f.Errno}
+	if f.Kind == tracer.KindIoctl {
+		k.path = ""
+		if f.Dev != nil {
+			k.dev = *f.Dev
+		}
+	}
+	return k
 }
 
 // Errors from Load. Each is a one-line reason the CLI prints as is.
@@ -133,49 +149,231 @@ func (e *VersionError) Error() string {
 // bytes each fit many times over.
 const maxReportSize = 1 << 30
 
+var errTooLarge = fmt.Errorf("%w: larger than %d MiB", ErrCorrupt, maxReportSize>>20)
+
 // Load reads a report, checking that it is one and that its version is
-// readable.
+// readable. It decodes the events one at a time as they stream in, so
+// that the file's bytes and the decoded report are never both in memory:
+// a report of the stored-events cap loads in little more than its own
+// size (BenchmarkLoadMemory).
 func Load(r io.Reader) (*Report, error) {
-	data, err := io.ReadAll(io.LimitReader(r, maxReportSize+1))
+	rep, err := load(r)
+	if err == nil {
+		return rep, nil
+	}
+	var syn *json.SyntaxError
+	var ve *VersionError
+	switch {
+	case errors.As(err, &ve), errors.Is(err, ErrEmpty), errors.Is(err, ErrCorrupt):
+		return nil, err
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return nil, fmt.Errorf("%w: truncated JSON (the file ends early)", ErrCorrupt)
+	case errors.As(err, &syn):
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	var typ *json.UnmarshalTypeError
+	if errors.As(err, &typ) {
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, jsonError(err))
+	}
+	return nil, err // reading the file failed
+}
+
+// jsonKind names the JSON type a token starts.
+func jsonKind(tok json.Token) string {
+	switch v := tok.(type) {
+	case json.Delim:
+		if v == '{' {
+			return "object"
+		}
+		return "array"
+	case string:
+		return "string"
+	case bool:
+		return "bool"
+	case float64, json.Number:
+		return "number"
+	}
+	return "value"
+}
+
+// Facts are the analysis's inputs about the trace itself, with the calls
+// counted but not stored.
+func (r *Report) Facts() annotate.Facts {
+	f := r.Trace.Facts()
+	f.Unstored = r.Unstored()
+	return f
+}
+
+// jsonError words a decoding error without Go type names.
+func jsonError(err error) error {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		if te.Field != "" {
+			return fmt.Errorf("field %q holds a JSON %s, not what a report has there", te.Field, te.Value)
+		}
+		return fmt.Errorf("a JSON %s where a report has something else", te.Value)
+	}
+	return err
+}
+
+func load(r io.Reader) (*Report, error) {
+	lr := &limitReader{r: r, left: maxReportSize}
+	dec := json.NewDecoder(lr)
+	tok, err := dec.Token()
+	if err == io.EOF {
+		return nil, ErrEmpty
+	}
 	if err != nil {
 		return nil, err
 	}
-	if len(data) > maxReportSize {
-		// Cutting it would only make a misleading "truncated" error.
-		return nil, fmt.Errorf("%w: larger than %d MiB", ErrCorrupt, maxReportSize>>20)
+	if tok != json.Delim('{') {
+		return nil, fmt.Errorf("%w: a report is a JSON object, this file starts with %q", ErrCorrupt, bytes.TrimSpace(lr.head))
 	}
-	data = bytes.TrimSpace(data)
-	if len(data) == 0 {
-		return nil, ErrEmpty
-	}
-	var probe struct {
-		Schema *int `json:"schema"`
-		Tool   Tool `json:"tool"`
-	}
-	if err := json.Unmarshal(data, &probe); err != nil {
-		var syn *json.SyntaxError
-		if errors.As(err, &syn) && int(syn.Offset) >= len(data) {
-			return nil, fmt.Errorf("%w: truncated JSON (the file ends early)", ErrCorrupt)
+	// Every member but the events is kept raw (they are small) and decoded
+	// once the header is checked; the events are decoded as they come.
+	rest := map[string]json.RawMessage{}
+	var events []tracer.Event
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, err
 		}
-		if errors.Is(err, io.ErrUnexpectedEOF) {
-			return nil, fmt.Errorf("%w: truncated JSON (the file ends early)", ErrCorrupt)
+		key := tok.(string) // object keys are strings
+		if key != "events" {
+			var v json.RawMessage
+			if err := dec.Decode(&v); err != nil {
+				return nil, err
+			}
+			rest[key] = v
+			continue
 		}
-		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+		// The writer puts the header first: a newer report is said to be
+		// newer before its events are read with this version's types.
+		if h, err := header(rest); err == nil && h.Schema != nil && *h.Schema > SchemaVersion {
+			return nil, &VersionError{*h.Schema}
+		}
+		if events, err = decodeEvents(dec, storedHint(rest)); err != nil {
+			return nil, err
+		}
 	}
-	if probe.Schema == nil || probe.Tool.Name != "cudatrace" {
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		if err == nil {
+			err = fmt.Errorf("%w: data after the report", ErrCorrupt)
+		}
+		return nil, err
+	}
+
+	h, err := header(rest)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, jsonError(err))
+	}
+	if h.Schema == nil || h.Tool.Name != "cudatrace" {
 		return nil, fmt.Errorf("%w: no cudatrace schema field", ErrCorrupt)
 	}
-	if *probe.Schema < 1 {
-		return nil, fmt.Errorf("%w: schema %d", ErrCorrupt, *probe.Schema)
+	if *h.Schema < 1 {
+		return nil, fmt.Errorf("%w: schema %d", ErrCorrupt, *h.Schema)
 	}
-	if *probe.Schema > SchemaVersion {
-		return nil, &VersionError{*probe.Schema}
+	if *h.Schema > SchemaVersion {
+		return nil, &VersionError{*h.Schema}
 	}
 	var rep Report
-	if err := json.Unmarshal(data, &rep); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	if err := json.Unmarshal(rawObject(rest), &rep); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, jsonError(err))
+	}
+	if events != nil {
+		rep.Events = events
 	}
 	return &rep, nil
+}
+
+type reportHeader struct {
+	Schema *int `json:"schema"`
+	Tool   Tool `json:"tool"`
+}
+
+// header decodes the schema and tool among the members read so far.
+func header(members map[string]json.RawMessage) (reportHeader, error) {
+	var h reportHeader
+	err := json.Unmarshal(rawObject(members), &h)
+	return h, err
+}
+
+// rawObject puts members back into one JSON object.
+func rawObject(members map[string]json.RawMessage) []byte {
+	b, _ := json.Marshal(members) // RawMessages from the decoder are valid JSON
+	return b
+}
+
+// storedHint is trace.stored when it came before the events, bounded so
+// that a crafted number cannot make Load allocate much ahead of the data.
+func storedHint(members map[string]json.RawMessage) int {
+	var t struct {
+		Trace struct {
+			Stored int `json:"stored"`
+		} `json:"trace"`
+	}
+	if json.Unmarshal(rawObject(members), &t) != nil {
+		return 0
+	}
+	return min(max(t.Trace.Stored, 0), maxStored+maxReserved)
+}
+
+// decodeEvents reads the events array (or null) one event at a time.
+func decodeEvents(dec *json.Decoder, hint int) ([]tracer.Event, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	if tok == nil {
+		return []tracer.Event{}, nil
+	}
+	if tok != json.Delim('[') {
+		return nil, fmt.Errorf("%w: field \"events\" holds a JSON %s, not an array", ErrCorrupt, jsonKind(tok))
+	}
+	events := make([]tracer.Event, 0, hint)
+	for dec.More() {
+		events = append(events, tracer.Event{})
+		if err := dec.Decode(&events[len(events)-1]); err != nil {
+			var typ *json.UnmarshalTypeError
+			if errors.As(err, &typ) {
+				return nil, fmt.Errorf("%w: events[%d]: %v", ErrCorrupt, len(events)-1, jsonError(err))
+			}
+			return nil, err
+		}
+	}
+	_, err = dec.Token() // ]
+	return events, err
+}
+
+// limitReader fails with errTooLarge past left bytes: a cut report would
+// only give a misleading "truncated" error.
+type limitReader struct {
+	r    io.Reader
+	left int64
+	head []byte // the first bytes read, for an error message
+}
+
+func (l *limitReader) Read(p []byte) (int, error) {
+	if l.left <= 0 {
+		var one [1]byte
+		n, err := l.r.Read(one[:])
+		if n > 0 {
+			return 0, errTooLarge
+		}
+		return 0, err // EOF or the reader's error
+	}
+	if int64(len(p)) > l.left {
+		p = p[:l.left]
+	}
+	n, err := l.r.Read(p)
+	l.left -= int64(n)
+	if len(l.head) < 16 {
+		l.head = append(l.head, p[:min(n, 16-len(l.head))]...)
+	}
+	return n, err
 }
 
 // LoadFile is Load on a path.
@@ -184,44 +382,8 @@ func LoadFile(path string) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only: nothing to lose
 	return Load(f)
-}
-
-// Save writes the report atomically: a temporary file in the same
-// directory, fsynced, then renamed over path. A crash never leaves half a
-// report.
-func Save(path string, rep *Report) error {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name()) // no-op after a successful rename
-	if err := WriteJSON(tmp, rep); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	// Make the rename itself durable; the report is complete either way,
-	// so a directory that cannot be synced is not an error.
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
-	}
-	return nil
 }
 
 // WriteJSON writes the report as indented JSON.

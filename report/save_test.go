@@ -50,8 +50,8 @@ func TestSaveReplacesAtomically(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Mode().Perm() != 0o644 {
-		t.Errorf("mode %v, want 0644 (reports go into tickets)", st.Mode().Perm())
+	if want := 0o666 &^ currentUmask(); st.Mode().Perm() != os.FileMode(want) {
+		t.Errorf("mode %v, want %v (0666 less the umask)", st.Mode().Perm(), os.FileMode(want))
 	}
 
 	// Again over itself: still one file.

@@ -41,10 +41,10 @@ trap 'exit 130' INT TERM
 
 cd "$root"
 export CGO_ENABLED=0
-go build -trimpath -o "$bin/cudatrace" ./cmd/cudatrace
-go build -trimpath -o "$bin/workload" ./scripts/bench/workload
-go build -trimpath -o "$bin/run" ./scripts/bench/run
-go build -trimpath -o "$bin/plot" ./scripts/bench/plot
+"${GO:-go}" build -trimpath -o "$bin/cudatrace" ./cmd/cudatrace
+"${GO:-go}" build -trimpath -o "$bin/workload" ./scripts/bench/workload
+"${GO:-go}" build -trimpath -o "$bin/run" ./scripts/bench/run
+"${GO:-go}" build -trimpath -o "$bin/plot" ./scripts/bench/plot
 cd - >/dev/null
 
 mknod -m 0666 "$node" c 1 9

@@ -10,9 +10,9 @@ if [ "$(id -u)" != 0 ]; then
   exit 1
 fi
 mkdir -p bin
-[ -x bin/cudatrace ] || CGO_ENABLED=0 go build -o bin/cudatrace ./cmd/cudatrace
-[ -x bin/fakecuda ] || CGO_ENABLED=0 go build -o bin/fakecuda ./testdata/fakecuda
-CGO_ENABLED=0 go build -o bin/scenario ./scripts/scenario
+[ -x bin/cudatrace ] || CGO_ENABLED=0 "${GO:-go}" build -o bin/cudatrace ./cmd/cudatrace
+[ -x bin/fakecuda ] || CGO_ENABLED=0 "${GO:-go}" build -o bin/fakecuda ./testdata/fakecuda
+CGO_ENABLED=0 "${GO:-go}" build -o bin/scenario ./scripts/scenario
 
 # Stand-in nodes: nvidiactl c 1:7, nvidia0 c 1:5, nvidia-uvm c 7:0, with a
 # fake /proc/devices naming those majors after NVIDIA's drivers. The program

@@ -23,8 +23,13 @@ type Options struct {
 	ExtraPaths []string
 	// ProcDevicesPath replaces /proc/devices (tests, fake setups).
 	ProcDevicesPath string
-	// KmsgSince starts the kernel log window; zero skips the kernel log.
+	// KmsgSince starts the kernel log window, and is the origin of the
+	// kernel lines' times (the trace's start); zero skips the kernel log.
 	KmsgSince time.Time
+	// NvidiaSMI is the nvidia-smi to ask for persistence and compute mode
+	// (only NVML knows them): "" asks nothing, "auto" looks on PATH and in
+	// /usr/local/nvidia/bin.
+	NvidiaSMI string
 	// QueryCgroupPrograms lists the effective BPF_CGROUP_DEVICE programs of
 	// cgroupDir (a directory under the cgroup2 mount cgroupRoot). Injected
 	// (cgroupdev.QueryEffective) because cgroupdev imports this package.
@@ -39,6 +44,9 @@ type collector struct {
 	proc     string // "/proc"
 	sys      string // "/sys"
 	kmsgPath string // "/dev/kmsg"
+	// hostRoot ("/") prefixes the host files read: /lib/firmware, /boot,
+	// the container configs (/etc/pve, /var/lib/lxc); tests point it away.
+	hostRoot string
 	// selfMountinfo is cudatrace's own mount table, which locates the
 	// cgroup hierarchies it can read.
 	selfMountinfo func() (string, error)
@@ -53,6 +61,7 @@ func newCollector(opts Options) *collector {
 		proc:          "/proc",
 		sys:           "/sys",
 		kmsgPath:      "/dev/kmsg",
+		hostRoot:      "/",
 		selfMountinfo: func() (string, error) { return readString("/proc/self/mountinfo") },
 		mountCgroup2:  mountCgroup2,
 		now:           time.Now,
@@ -111,9 +120,16 @@ func (c *collector) run() *Snapshot {
 		c.collectCgroupV1(lines, self)
 		c.collectCgroupV2(lines, self)
 		s.Container = DetectContainer(text, c.initEnv(pidDir, targetMounts))
+		if s.Container.Runtime == "" || s.Container.Runtime == "systemd" {
+			if r := RuntimeFromAncestors(c.ancestorComms(pidDir)); r != "" {
+				s.Container.Runtime = r
+			}
+		}
+		placeLXC(&s.Container, c.hostExists)
 	}
 
 	c.collectDriver()
+	c.collectDriverState()
 	c.collectKernelLog()
 	if alive {
 		c.collectEnv(pidDir)
@@ -338,4 +354,61 @@ func (c *collector) readOptional(what, path string) (string, bool) {
 		return "", false
 	}
 	return text, true
+}
+
+// maxAncestors bounds the walk up the parent chain.
+const maxAncestors = 16
+
+// ancestorComms are the comms of the target's ancestors, nearest first,
+// up to cudatrace itself or PID 1.
+func (c *collector) ancestorComms(pidDir string) []string {
+	var out []string
+	self := os.Getpid()
+	dir := pidDir
+	for i := 0; i <= maxAncestors; i++ {
+		text, err := readString(filepath.Join(dir, "stat"))
+		if err != nil {
+			break
+		}
+		comm, ppid, ok := parseStatPPID(text)
+		if !ok {
+			break
+		}
+		if i > 0 {
+			out = append(out, comm)
+		}
+		if ppid <= 1 || ppid == self {
+			break
+		}
+		dir = filepath.Join(c.proc, strconv.Itoa(ppid))
+	}
+	return out
+}
+
+// parseStatPPID reads comm and the parent PID from /proc/PID/stat, whose
+// comm is in parentheses and may itself hold ") ".
+func parseStatPPID(text string) (comm string, ppid int, ok bool) {
+	open, end := strings.IndexByte(text, '('), strings.LastIndexByte(text, ')')
+	if open < 0 || end < open {
+		return "", 0, false
+	}
+	f := strings.Fields(text[end+1:])
+	if len(f) < 2 {
+		return "", 0, false
+	}
+	ppid, err := strconv.Atoi(f[1])
+	return text[open+1 : end], ppid, err == nil
+}
+
+// hostExists is whether a host path exists: a directory when p ends in
+// "/", else a regular file.
+func (c *collector) hostExists(p string) bool {
+	st, err := os.Stat(filepath.Join(c.hostRoot, p))
+	if err != nil {
+		return false
+	}
+	if strings.HasSuffix(p, "/") {
+		return st.IsDir()
+	}
+	return st.Mode().IsRegular()
 }

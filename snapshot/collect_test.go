@@ -75,7 +75,13 @@ func TestCollectFakeProc(t *testing.T) {
 		"sys/module/nvidia_uvm/parameters/uvm_perf_prefetch_enable": "1\n",
 		"cgroup/devices/lxc/200/devices.list":                       "c 195:* rwm\nc 509:* rwm\n",
 		"cgroup/unified/lxc/200/ns/user.slice/":                     "",
+		// The GSP firmware as the driver package installs it (file names
+		// from open-gpu-kernel-modules' README, "GSP firmware").
+		"lib/firmware/nvidia/580.159.04/gsp_ga10x.bin": "x",
+		"lib/firmware/nvidia/580.159.04/gsp_tu10x.bin": "x",
+		"sys/module/nvidia/version":                    "580.159.04\n",
 		"kmsg": "6,100,1000000,-;usb 1-1: new device\n" +
+			"3,99,3000000,-;NVRM: RmInitAdapter failed! (0x62:0x65:1792)\n" +
 			"4,101,2000000,-;NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  580.159.04\n SUBSYSTEM=module\n" +
 			"3,102,50000000,-;NVRM: Xid (PCI:0000:00:06): 79, GPU has fallen off the bus.\n",
 	})
@@ -90,7 +96,8 @@ func TestCollectFakeProc(t *testing.T) {
 			return []DeviceProgram{{ID: 7, AttachedTo: "/lxc/200"}}, nil
 		},
 	})
-	c.proc, c.sys, c.kmsgPath = proc, sys, filepath.Join(dir, "kmsg")
+	c.proc, c.sys, c.kmsgPath, c.hostRoot = proc, sys, filepath.Join(dir, "kmsg"), dir
+	fakeTree(t, c.hostRoot, map[string]string{"etc/pve/lxc/200.conf": "arch: amd64\n"})
 	c.selfMountinfo = func() (string, error) {
 		return "36 31 0:33 / " + cg + "/devices rw - cgroup cgroup rw,devices\n" +
 			"41 31 0:38 / " + cg + "/unified rw - cgroup2 cgroup2 rw\n", nil
@@ -109,7 +116,7 @@ func TestCollectFakeProc(t *testing.T) {
 		t.Errorf("proc devices = %v", s.ProcDevices)
 	}
 	wantProc := Process{PID: 4242, Comm: "python3", UID: 65534, GID: 65534, Groups: []uint32{44, 65534},
-		User: "nobody", CapEff: 1 << 27, CapBnd: 0x1ffffffffff, NoNewPrivs: true, Seccomp: 2, UserNS: true}
+		User: "nobody", CapEff: 1 << 27, CapBnd: 0x1ffffffffff, NoNewPrivs: true, Seccomp: 2, SeccompFilters: 1, UserNS: true}
 	if !reflect.DeepEqual(s.Process, wantProc) {
 		t.Errorf("process = %+v\nwant      %+v", s.Process, wantProc)
 	}
@@ -145,7 +152,7 @@ func TestCollectFakeProc(t *testing.T) {
 	if s.CgroupV2 == nil || s.CgroupV2.Path != "/lxc/200/ns/user.slice" || len(s.CgroupV2.Programs) != 1 || s.CgroupV2.MountPoint != cg+"/unified" {
 		t.Errorf("cgroup v2 = %+v", s.CgroupV2)
 	}
-	if s.Container != (Container{Runtime: "lxc", ID: "200", ProxmoxCTID: "200"}) {
+	if s.Container != (Container{Runtime: "lxc", ID: "200", ProxmoxCTID: "200", Manager: "proxmox", Config: "/etc/pve/lxc/200.conf"}) {
 		t.Errorf("container = %+v", s.Container)
 	}
 
@@ -154,9 +161,20 @@ func TestCollectFakeProc(t *testing.T) {
 		!reflect.DeepEqual(d.Modules, []string{"nvidia_uvm", "nvidia"}) || !reflect.DeepEqual(d.GPUs, []string{"0000:00:06.0"}) {
 		t.Errorf("driver = %+v", d)
 	}
-	// Boot at t=1000s, window from 1040s (less 1s slack): only the Xid at 1050s.
-	if len(s.KernelLog) != 1 || s.KernelLog[0].Seq != 102 || !strings.Contains(s.KernelLog[0].Text, "Xid") {
+	// Boot at t=1000s, window from 1040s (less 1s slack): the Xid at
+	// 1050s, 10s into the trace, and the error at 1003s as older; the
+	// older notice at 1002s is not an error.
+	if len(s.KernelLog) != 2 || s.KernelLog[1].Seq != 102 || !strings.Contains(s.KernelLog[1].Text, "Xid") ||
+		s.KernelLog[1].Older || s.KernelLog[1].T == nil || *s.KernelLog[1].T != 10*time.Second {
 		t.Errorf("kernel log = %+v", s.KernelLog)
+	}
+	if l := s.KernelLog[0]; l.Seq != 99 || !l.Older || l.T == nil || *l.T != -37*time.Second {
+		t.Errorf("older line = %+v", l)
+	}
+	ds := s.DriverState
+	if ds == nil || ds.ModuleVersion != "580.159.04" || ds.Firmware.Version != "580.159.04" ||
+		!reflect.DeepEqual(ds.Firmware.Files, []string{"/lib/firmware/nvidia/580.159.04/gsp_ga10x.bin", "/lib/firmware/nvidia/580.159.04/gsp_tu10x.bin"}) {
+		t.Errorf("driver state = %+v", ds)
 	}
 	if !reflect.DeepEqual(s.Env, map[string]string{"CUDA_VISIBLE_DEVICES": "0"}) {
 		t.Errorf("env = %v", s.Env)
@@ -200,7 +218,7 @@ func TestCollectNoDriver(t *testing.T) {
 	// What could not be read is said, once each: the cgroup2 mount and the kernel log.
 	want := []string{
 		"cgroup v2 device programs: cgroup2 is not mounted and mounting it failed: operation not permitted",
-		"kernel log: no such file or directory",
+		"kernel log: " + c.kmsgPath + ": no such file or directory", // names the path
 	}
 	if !reflect.DeepEqual(s.Unavailable, want) {
 		t.Errorf("unavailable = %q\nwant %q", s.Unavailable, want)

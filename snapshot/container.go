@@ -91,3 +91,67 @@ func lxcContainer(name string, c Container) Container {
 	}
 	return c
 }
+
+// runtimeComms are the process names of container runtimes that stay the
+// parent of the container's first process (a foreground `runc run`, crun,
+// podman's conmon, LXC's monitor), so a process whose cgroup names no
+// container is placed by its ancestors.
+var runtimeComms = map[string]string{
+	"runc":            "runc",
+	"crun":            "crun",
+	"conmon":          "podman",
+	"containerd-shim": "containerd",
+	"lxc-start":       "lxc",
+	"lxc-execute":     "lxc",
+}
+
+// RuntimeFromAncestors names the runtime among a process's ancestors'
+// comms, nearest first, or "".
+func RuntimeFromAncestors(comms []string) string {
+	for _, c := range comms {
+		if r, ok := runtimeComms[c]; ok {
+			return r
+		}
+		if strings.HasPrefix(c, "containerd-shim") {
+			return "containerd"
+		}
+	}
+	return ""
+}
+
+// lxcManager says whose config holds LXC container id, from what the host
+// shows: "proxmox" when /etc/pve/lxc/ID.conf exists (or /etc/pve, the
+// Proxmox cluster filesystem), "lxc" when LXC's own config dir holds it,
+// the name is not a Proxmox CTID, or LXC is installed and Proxmox is not;
+// "" when nothing says. exists reports whether a host path exists and is
+// a directory (for paths ending in "/") or a file.
+func lxcManager(id string, exists func(string) bool) (manager, config string) {
+	if id == "" {
+		return "", ""
+	}
+	if p := "/etc/pve/lxc/" + id + ".conf"; exists(p) {
+		return "proxmox", p
+	}
+	if p := "/var/lib/lxc/" + id + "/config"; exists(p) {
+		return "lxc", p
+	}
+	switch {
+	case exists("/etc/pve/"):
+		return "proxmox", ""
+	case strings.Trim(id, "0123456789") != "", exists("/var/lib/lxc/"):
+		return "lxc", ""
+	}
+	return "", ""
+}
+
+// placeLXC fills in an LXC container's manager and drops the Proxmox CTID
+// guessed from a numeric name when the host is plain LXC.
+func placeLXC(c *Container, exists func(string) bool) {
+	if c.Runtime != "lxc" {
+		return
+	}
+	c.Manager, c.Config = lxcManager(c.ID, exists)
+	if c.Manager == "lxc" {
+		c.ProxmoxCTID = ""
+	}
+}

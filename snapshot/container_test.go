@@ -1,6 +1,9 @@
 package snapshot
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestDetectContainer(t *testing.T) {
 	const dockerID = "4f1c2b3a9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b3a2f1e0d9c8b7a6f5e4d3c2b"
@@ -53,5 +56,64 @@ func TestDetectContainer(t *testing.T) {
 				t.Errorf("got  %+v\nwant %+v", got, tt.want)
 			}
 		})
+	}
+}
+
+// Whose config an LXC container lives in decides the fix's syntax:
+// Proxmox "key: value", LXC "key = value".
+func TestLXCManager(t *testing.T) {
+	cases := []struct {
+		id      string
+		host    []string
+		manager string
+		config  string
+		ctid    string
+	}{
+		{"901", []string{"/etc/pve/lxc/901.conf", "/etc/pve/"}, "proxmox", "/etc/pve/lxc/901.conf", "901"},
+		{"901", []string{"/etc/pve/"}, "proxmox", "", "901"},
+		{"ct901", []string{"/var/lib/lxc/ct901/config", "/var/lib/lxc/"}, "lxc", "/var/lib/lxc/ct901/config", ""},
+		{"ct901", nil, "lxc", "", ""}, // lxc-execute -f FILE: no config dir, but no CTID either
+		{"901", []string{"/var/lib/lxc/"}, "lxc", "", ""},
+		{"901", nil, "", "", "901"}, // nothing says: the numeric guess stands
+	}
+	for _, c := range cases {
+		host := map[string]bool{}
+		for _, p := range c.host {
+			host[p] = true
+		}
+		ct := Container{Runtime: "lxc", ID: c.id}
+		if strings.Trim(c.id, "0123456789") == "" {
+			ct.ProxmoxCTID = c.id
+		}
+		placeLXC(&ct, func(p string) bool { return host[p] })
+		if ct.Manager != c.manager || ct.Config != c.config || ct.ProxmoxCTID != c.ctid {
+			t.Errorf("%s on %v: got %+v, want manager %q config %q ctid %q", c.id, c.host, ct, c.manager, c.config, c.ctid)
+		}
+	}
+}
+
+func TestRuntimeFromAncestors(t *testing.T) {
+	cases := map[string][]string{
+		"runc":       {"sh", "runc", "bash"},
+		"crun":       {"crun", "runc"},
+		"podman":     {"conmon"},
+		"containerd": {"containerd-shim-runc-v2"},
+		"lxc":        {"lxc-execute"},
+		"":           {"bash", "sshd"},
+	}
+	for want, comms := range cases {
+		if got := RuntimeFromAncestors(comms); got != want {
+			t.Errorf("%v: %q, want %q", comms, got, want)
+		}
+	}
+}
+
+func TestParseStatPPID(t *testing.T) {
+	comm, ppid, ok := parseStatPPID("42 (a) b) (c) S 7 42 42 0 -1 4194560")
+	if !ok || comm != "a) b) (c" || ppid != 7 {
+		t.Errorf("got %q %d %v", comm, ppid, ok)
+	}
+	if _, _, ok := parseStatPPID("42 (x"); ok {
+		t.Error("truncated stat parsed")
 	}
 }

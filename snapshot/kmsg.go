@@ -13,13 +13,18 @@ import (
 // in a loop.
 const kmsgCap = 200
 
+// kmsgOlderCap bounds the errors kept from before the window (the latest
+// ones): history must not crowd out the trace's own lines.
+const kmsgOlderCap = 50
+
 // kmsgSlack widens the window because printk timestamps and the wall clock
 // drift apart (suspend, NTP); a line too many beats the one that explains
 // the failure.
 const kmsgSlack = time.Second
 
 // collectKernelLog keeps the driver-related kernel lines logged since
-// KmsgSince. /dev/kmsg is read without blocking: each read returns one
+// KmsgSince, and the driver's errors before it (marked Older), each with
+// its time on the trace's timeline. /dev/kmsg is read without blocking: each read returns one
 // record until EAGAIN says the buffer is drained.
 func (c *collector) collectKernelLog() {
 	if c.opts.KmsgSince.IsZero() {
@@ -31,7 +36,7 @@ func (c *collector) collectKernelLog() {
 		if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
 			hint = " (needs root or CAP_SYSLOG when kernel.dmesg_restrict=1)"
 		}
-		c.snap.Unavailable = append(c.snap.Unavailable, "kernel log: "+err.Error()+hint)
+		c.snap.Unavailable = append(c.snap.Unavailable, "kernel log: "+c.kmsgPath+": "+err.Error()+hint)
 		return
 	}
 	defer unix.Close(fd)
@@ -39,6 +44,7 @@ func (c *collector) collectKernelLog() {
 	boot := c.bootTime()
 	since := c.opts.KmsgSince.Add(-kmsgSlack)
 	dropped := 0
+	var older []KernelLine
 	buf := make([]byte, 16384)
 	for {
 		n, err := unix.Read(fd, buf)
@@ -65,16 +71,29 @@ func (c *collector) collectKernelLog() {
 			if !ok || !kmsgInteresting.MatchString(rec.Text) {
 				continue
 			}
-			if boot.Add(time.Duration(rec.Usec) * time.Microsecond).Before(since) {
+			at := boot.Add(time.Duration(rec.Usec) * time.Microsecond)
+			t := at.Sub(c.opts.KmsgSince)
+			line := KernelLine{Seq: rec.Seq, Text: rec.Text, T: &t}
+			if at.Before(since) {
+				// An error since boot (a GPU that failed to initialise
+				// at boot, an Xid an hour ago) may be why CUDA fails now.
+				if rec.Level <= 3 || strings.Contains(rec.Text, "Xid") {
+					line.Older = true
+					if len(older) == kmsgOlderCap {
+						older = older[1:]
+					}
+					older = append(older, line)
+				}
 				continue
 			}
 			if len(c.snap.KernelLog) >= kmsgCap {
 				dropped++
 				continue
 			}
-			c.snap.KernelLog = append(c.snap.KernelLog, KernelLine{Seq: rec.Seq, Text: rec.Text})
+			c.snap.KernelLog = append(c.snap.KernelLog, line)
 		}
 	}
+	c.snap.KernelLog = append(older, c.snap.KernelLog...)
 	if dropped > 0 {
 		c.snap.Unavailable = append(c.snap.Unavailable,
 			fmt.Sprintf("kernel log: %d later matching lines dropped (kept the first %d)", dropped, kmsgCap))

@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cudatrace/cudatrace/nvdev"
 )
 
 // nvidiaDirs are the /dev subdirectories whose entries are all NVIDIA nodes.
@@ -91,7 +93,7 @@ func expectedNodes(devs []DriverMajor) []string {
 	var out []string
 	for _, d := range devs {
 		switch {
-		case d.Major == 195 && (d.Name == "nvidiactl" || d.Name == "nvidia-frontend"):
+		case d.Major == nvdev.Major && (d.Name == "nvidiactl" || d.Name == "nvidia-frontend"):
 			out = append(out, "/dev/nvidiactl")
 		case d.Name == "nvidia-uvm":
 			out = append(out, "/dev/nvidia-uvm")

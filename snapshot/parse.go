@@ -262,9 +262,10 @@ func keepEnv(name string) bool {
 
 // kmsgRecord is one /dev/kmsg record: "prio,seq,usec,flags[,...];text".
 type kmsgRecord struct {
-	Seq  uint64
-	Usec uint64 // since boot
-	Text string
+	Level int // syslog level: 3 err, 4 warning
+	Seq   uint64
+	Usec  uint64 // since boot
+	Text  string
 }
 
 func parseKmsgRecord(rec string) (kmsgRecord, bool) {
@@ -276,14 +277,15 @@ func parseKmsgRecord(rec string) (kmsgRecord, bool) {
 	if len(f) < 3 {
 		return kmsgRecord{}, false
 	}
+	prio, err0 := strconv.Atoi(f[0])
 	seq, err1 := strconv.ParseUint(f[1], 10, 64)
 	usec, err2 := strconv.ParseUint(f[2], 10, 64)
-	if err1 != nil || err2 != nil {
+	if err0 != nil || err1 != nil || err2 != nil {
 		return kmsgRecord{}, false
 	}
 	// Continuation lines (" SUBSYSTEM=...") follow the message after a newline.
 	text, _, _ = strings.Cut(text, "\n")
-	return kmsgRecord{Seq: seq, Usec: usec, Text: text}, true
+	return kmsgRecord{Level: prio & 7, Seq: seq, Usec: usec, Text: text}, true
 }
 
 var kmsgInteresting = regexp.MustCompile(`NVRM|Xid|nvidia-uvm|nvidia-modeset|API mismatch|RmInitAdapter|GSP|nvidia-nvlink|NVIDIA`)

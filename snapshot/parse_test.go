@@ -214,7 +214,7 @@ CapAmb:	0000000000000000
 func TestParseStatus(t *testing.T) {
 	got := parseStatus(statusNobody)
 	want := procStatus{Name: "python3", UID: 65534, GID: 65534, Groups: []uint32{44, 65534},
-		CapEff: 1 << 27, CapBnd: 0x1ffffffffff, NoNewPrivs: true, Seccomp: 2}
+		CapEff: 1 << 27, CapBnd: 0x1ffffffffff, NoNewPrivs: true, Seccomp: 2, SeccompFilters: 1}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %+v\nwant %+v", got, want)
 	}

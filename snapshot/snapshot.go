@@ -15,15 +15,18 @@ type Snapshot struct {
 	ProcDevices []DriverMajor `json:"proc_devices"`
 	// Nodes are the /dev/nvidia* nodes (and /dev/char links) as the target
 	// sees them through /proc/PID/root, plus nodes the trace touched.
-	Nodes     []Node            `json:"nodes"`
-	Process   Process           `json:"process"`
-	Mounts    []Mount           `json:"mounts,omitempty"` // mounts that hold traced nodes (/dev and below)
-	CgroupV1  *CgroupV1         `json:"cgroup_v1,omitempty"`
-	CgroupV2  *CgroupV2         `json:"cgroup_v2,omitempty"`
-	Driver    Driver            `json:"driver"`
-	KernelLog []KernelLine      `json:"kernel_log,omitempty"`
-	Container Container         `json:"container"`
-	Env       map[string]string `json:"env,omitempty"` // only CUDA_*, NVIDIA_*, LD_LIBRARY_PATH (never secrets)
+	Nodes    []Node    `json:"nodes"`
+	Process  Process   `json:"process"`
+	Mounts   []Mount   `json:"mounts,omitempty"` // mounts that hold traced nodes (/dev and below)
+	CgroupV1 *CgroupV1 `json:"cgroup_v1,omitempty"`
+	CgroupV2 *CgroupV2 `json:"cgroup_v2,omitempty"`
+	Driver   Driver    `json:"driver"`
+	// DriverState is nil when the driver is not loaded (and in reports
+	// from before it was collected).
+	DriverState *DriverState      `json:"driver_state,omitempty"`
+	KernelLog   []KernelLine      `json:"kernel_log,omitempty"`
+	Container   Container         `json:"container"`
+	Env         map[string]string `json:"env,omitempty"` // only CUDA_*, NVIDIA_*, LD_LIBRARY_PATH (never secrets)
 	// Unavailable lists what could not be collected and why, one line each
 	// ("cgroup v2 programs: BPF_PROG_QUERY: operation not permitted").
 	Unavailable []string `json:"unavailable,omitempty"`
@@ -135,10 +138,18 @@ type Driver struct {
 	GPUs      []string          `json:"gpus,omitempty"`       // /proc/driver/nvidia/gpus/* bus ids
 }
 
-// KernelLine is one kernel log line from the trace window.
+// KernelLine is one kernel log line from the trace window, or an older
+// error since boot.
 type KernelLine struct {
 	Seq  uint64 `json:"seq"`
 	Text string `json:"text"`
+	// T is when the kernel logged it on the trace's timeline (like
+	// tracer.Event.Time: since the trace started; negative before it);
+	// nil when unknown (reports from before it was recorded).
+	T *time.Duration `json:"t_ns,omitempty"`
+	// Older marks an error logged before the trace window: history, not
+	// necessarily this run's cause.
+	Older bool `json:"older,omitempty"`
 }
 
 // Container describes where the target runs.
@@ -146,8 +157,14 @@ type Container struct {
 	Runtime     string `json:"runtime,omitempty"` // lxc, docker, podman, containerd, kubernetes, systemd, "" for none
 	ID          string `json:"id,omitempty"`
 	ProxmoxCTID string `json:"proxmox_ctid,omitempty"`
-	Unit        string `json:"unit,omitempty"` // systemd unit or scope
-	PodUID      string `json:"pod_uid,omitempty"`
+	// Manager is, for LXC, whose config holds the container: "proxmox"
+	// (/etc/pve/lxc/ID.conf) or "lxc" (LXC's own, e.g. /var/lib/lxc/NAME/config);
+	// "" when unknown (traced from inside, where the host is not visible).
+	Manager string `json:"manager,omitempty"`
+	// Config is the container's config file on the host, when found.
+	Config string `json:"config,omitempty"`
+	Unit   string `json:"unit,omitempty"` // systemd unit or scope
+	PodUID string `json:"pod_uid,omitempty"`
 }
 
 // MajorName returns the /proc/devices name for a character major, or "".

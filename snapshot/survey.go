@@ -31,28 +31,12 @@ type Survey struct {
 	// link costs running containers their GPUs at the next daemon-reload.
 	SystemdRuntimes []string `json:"systemd_runtimes,omitempty"`
 
-	GPUs          []GPUInfo `json:"gpus,omitempty"`
-	ModuleVersion string    `json:"module_version,omitempty"` // /sys/module/nvidia/version
+	// DriverState is the driver's own state (also in every trace's
+	// snapshot); its fields are inlined in the JSON.
+	DriverState
 	// Libraries are the driver's user-space libraries as the dynamic
 	// loader would find them for the subject.
 	Libraries []Library `json:"libraries,omitempty"`
-	// Firmware is where GSP firmware files for the running driver version
-	// were looked for and found.
-	Firmware Firmware `json:"firmware"`
-	// KernelConfig holds the few CONFIG_ options the checks need (HMM),
-	// from /proc/config.gz or /boot/config-RELEASE; empty when neither is
-	// readable.
-	KernelConfig map[string]string `json:"kernel_config,omitempty"`
-	// NVSwitches are the NVSwitch devices the driver found
-	// (/proc/driver/nvidia-nvswitch/devices).
-	NVSwitches []string `json:"nvswitches,omitempty"`
-	// Daemons are the NVIDIA daemons running (by comm):
-	// nv-fabricmanager, nvidia-persistenced.
-	Daemons []string `json:"daemons,omitempty"`
-	// SMI is nvidia-smi's view of persistence and compute mode; nil with
-	// SMIError when it could not be asked.
-	SMI      []SMIGPU `json:"smi,omitempty"`
-	SMIError string   `json:"smi_error,omitempty"`
 	// MemfdProbed is set when memfd_create(2) was tried in this process
 	// (only when the subject is this process), and MemfdError is its error
 	// ("" when it worked): CUDA needs it, and a seccomp filter may refuse it.

@@ -1,15 +1,10 @@
 package snapshot
 
 import (
-	"bytes"
-	"compress/gzip"
-	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
 	"sort"
@@ -20,6 +15,8 @@ import (
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/yaml"
 	cdi "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/cudatrace/cudatrace/nvdev"
 )
 
 // SurveyOptions says whose view SurveyHost takes. The zero value surveys
@@ -71,8 +68,16 @@ func SurveyHost(opts SurveyOptions) *Survey {
 	if pid <= 0 {
 		pid, subject = os.Getpid(), "this process"
 	}
+	smi := opts.NvidiaSMI
+	switch smi {
+	case "":
+		smi = "auto"
+	case "-":
+		smi = ""
+	}
 	c := newCollector(Options{PID: pid, ProcDevicesPath: opts.ProcDevicesPath,
 		KmsgSince:           time.Unix(1, 0), // since boot
+		NvidiaSMI:           smi,
 		QueryCgroupPrograms: opts.QueryCgroupPrograms})
 	c.mountCgroup2 = func() (string, func() error, error) {
 		return "", nil, errors.New("doctor mounts nothing")
@@ -118,10 +123,9 @@ func SurveyHost(opts SurveyOptions) *Survey {
 		}
 	}
 
-	sv.collectDriverExtras(c, base)
-	sv.collectDaemons(c)
-	if base.Driver.Loaded && opts.NvidiaSMI != "-" {
-		sv.collectSMI(opts.NvidiaSMI)
+	if base.DriverState != nil {
+		sv.DriverState = *base.DriverState
+		base.DriverState = nil // the survey holds it (one copy in doctor's JSON)
 	}
 	if pid == os.Getpid() {
 		sv.MemfdProbed = true
@@ -187,7 +191,7 @@ func (sv *Survey) collectCharLinks(r *rootFS) {
 		sv.CharDir = true
 	}
 	for _, n := range sv.Base.Nodes {
-		if n.Type != "c" || !strings.HasPrefix(n.Path, "/dev/nvidia") {
+		if n.Type != "c" || !nvdev.IsNodePath(n.Path) {
 			continue
 		}
 		cl := CharLink{Node: n.Path, Link: fmt.Sprintf("/dev/char/%d:%d", n.Major, n.Minor)}
@@ -242,188 +246,6 @@ func (sv *Survey) collectLibraries(r *rootFS) {
 		}
 		sv.Libraries = append(sv.Libraries, findLibrary(r, name, ldPath, hits))
 	}
-}
-
-// collectDriverExtras reads the driver facts beyond Collect's: module
-// version, GPUs, NVSwitches, GSP firmware files, kernel config.
-func (sv *Survey) collectDriverExtras(c *collector, base *Snapshot) {
-	if v, err := readString(filepath.Join(c.sys, "module", "nvidia", "version")); err == nil {
-		sv.ModuleVersion = strings.TrimSpace(v)
-	}
-	gpuDir := filepath.Join(c.proc, "driver", "nvidia", "gpus")
-	for _, bus := range base.Driver.GPUs {
-		g := GPUInfo{Bus: bus, Minor: -1}
-		if text, err := readString(filepath.Join(gpuDir, bus, "information")); err == nil {
-			for _, line := range strings.Split(text, "\n") {
-				k, v, ok := strings.Cut(line, ":")
-				if !ok {
-					continue
-				}
-				v = strings.TrimSpace(v)
-				switch strings.TrimSpace(k) {
-				case "Model":
-					g.Model = v
-				case "Device Minor":
-					if n, err := strconv.Atoi(v); err == nil {
-						g.Minor = n
-					}
-				case "Excluded":
-					g.Excluded = strings.EqualFold(v, "yes")
-				}
-			}
-		}
-		sv.GPUs = append(sv.GPUs, g)
-	}
-	if names, err := os.ReadDir(filepath.Join(c.proc, "driver", "nvidia-nvswitch", "devices")); err == nil {
-		for _, n := range names {
-			sv.NVSwitches = append(sv.NVSwitches, n.Name())
-		}
-	}
-
-	ver := base.Host.DriverVersion
-	if ver == "" {
-		ver = sv.ModuleVersion
-	}
-	if ver != "" {
-		sv.Firmware.Version = ver
-		rel := base.Host.Kernel
-		var dirs []string
-		if p, err := readString(filepath.Join(c.sys, "module", "firmware_class", "parameters", "path")); err == nil && strings.TrimSpace(p) != "" {
-			dirs = append(dirs, strings.TrimSpace(p))
-		}
-		dirs = append(dirs, "/lib/firmware/updates/"+rel, "/lib/firmware/updates", "/lib/firmware/"+rel, "/lib/firmware")
-		for _, d := range dirs {
-			d = filepath.Join(d, "nvidia", ver)
-			sv.Firmware.Searched = append(sv.Firmware.Searched, d)
-			if names, err := os.ReadDir(d); err == nil {
-				for _, n := range names {
-					if strings.HasPrefix(n.Name(), "gsp") && strings.HasSuffix(n.Name(), ".bin") {
-						sv.Firmware.Files = append(sv.Firmware.Files, filepath.Join(d, n.Name()))
-					}
-				}
-			}
-		}
-	}
-	sv.collectKernelConfig(c, base.Host.Kernel)
-}
-
-var kernelConfigKeys = []string{"CONFIG_HMM_MIRROR", "CONFIG_DEVICE_PRIVATE"}
-
-func (sv *Survey) collectKernelConfig(c *collector, release string) {
-	var text []byte
-	if f, err := os.Open(filepath.Join(c.proc, "config.gz")); err == nil {
-		if zr, err := gzip.NewReader(f); err == nil {
-			text, _ = io.ReadAll(io.LimitReader(zr, 16<<20))
-		}
-		f.Close()
-	}
-	if text == nil {
-		text, _ = os.ReadFile(filepath.Join("/boot", "config-"+release))
-	}
-	if text == nil {
-		return
-	}
-	sv.KernelConfig = map[string]string{}
-	for _, line := range bytes.Split(text, []byte("\n")) {
-		for _, k := range kernelConfigKeys {
-			if v, ok := bytes.CutPrefix(line, []byte(k+"=")); ok {
-				sv.KernelConfig[k] = string(v)
-			}
-		}
-	}
-	for _, k := range kernelConfigKeys {
-		if _, ok := sv.KernelConfig[k]; !ok {
-			sv.KernelConfig[k] = "n"
-		}
-	}
-}
-
-// daemonComms are the NVIDIA daemons worth knowing about, by their
-// (15-byte) comm.
-var daemonComms = map[string]string{"nv-fabricmanager": "nv-fabricmanager", "nvidia-persiste": "nvidia-persistenced"}
-
-func (sv *Survey) collectDaemons(c *collector) {
-	entries, err := os.ReadDir(c.proc)
-	if err != nil {
-		sv.unavailable("process list", err)
-		return
-	}
-	found := map[string]bool{}
-	for _, e := range entries {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		comm, err := readString(filepath.Join(c.proc, e.Name(), "comm"))
-		if err != nil {
-			continue
-		}
-		if d, ok := daemonComms[strings.TrimSpace(comm)]; ok && !found[d] {
-			found[d] = true
-			sv.Daemons = append(sv.Daemons, d)
-		}
-	}
-	sort.Strings(sv.Daemons)
-}
-
-// collectSMI asks nvidia-smi for persistence and compute mode, which only
-// NVML knows. It is a read-only query, bounded in time and output.
-func (sv *Survey) collectSMI(smi string) {
-	if smi == "" {
-		for _, p := range []string{"nvidia-smi", "/usr/local/nvidia/bin/nvidia-smi", "/usr/bin/nvidia-smi"} {
-			if lp, err := exec.LookPath(p); err == nil {
-				smi = lp
-				break
-			}
-		}
-		if smi == "" {
-			sv.SMIError = "nvidia-smi not found on PATH"
-			return
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), smiTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, smi, "--query-gpu=pci.bus_id,persistence_mode,compute_mode", "--format=csv,noheader")
-	var out, errOut cappedBuffer
-	out.limit, errOut.limit = 64<<10, 4<<10
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	cmd.WaitDelay = time.Second
-	if err := cmd.Run(); err != nil {
-		msg := strings.TrimSpace(firstLine(out.String() + "\n" + errOut.String()))
-		if ctx.Err() != nil {
-			msg = "timed out after " + smiTimeout.String()
-		}
-		sv.SMIError = strings.TrimSpace(fmt.Sprintf("%s: %v %s", smi, err, msg))
-		return
-	}
-	for _, line := range strings.Split(out.String(), "\n") {
-		f := strings.Split(line, ",")
-		if len(f) != 3 {
-			continue
-		}
-		sv.SMI = append(sv.SMI, SMIGPU{Bus: strings.TrimSpace(f[0]), Persistence: strings.TrimSpace(f[1]), ComputeMode: strings.TrimSpace(f[2])})
-	}
-}
-
-func firstLine(s string) string {
-	for _, l := range strings.Split(s, "\n") {
-		if strings.TrimSpace(l) != "" {
-			return l
-		}
-	}
-	return ""
-}
-
-// cappedBuffer keeps the first limit bytes written and drops the rest.
-type cappedBuffer struct {
-	bytes.Buffer
-	limit int
-}
-
-func (b *cappedBuffer) Write(p []byte) (int, error) {
-	if room := b.limit - b.Len(); room > 0 {
-		b.Buffer.Write(p[:min(len(p), room)])
-	}
-	return len(p), nil
 }
 
 // collectSystemdRuntimes notes runc-based runtimes on a systemd host.
@@ -484,11 +306,20 @@ func (sv *Survey) collectContainers(r *rootFS) {
 				cc.ReadError = shortErr(err)
 			} else {
 				cc.Truncated = trunc
-				cc.Lines = ParseContainerConfig(string(data), cd.manager == "proxmox")
+				cc.Lines = ParseContainerConfig(string(data), ConfigSeparator(cd.manager) == ": ")
 			}
 			sv.Containers = append(sv.Containers, cc)
 		}
 	}
+}
+
+// ConfigSeparator is how a manager's config writes "key SEP value":
+// Proxmox's /etc/pve/lxc/ID.conf uses ": ", LXC's own config " = ".
+func ConfigSeparator(manager string) string {
+	if manager == "proxmox" {
+		return ": "
+	}
+	return " = "
 }
 
 // ParseContainerConfig keeps the lines of an LXC config ("key = value") or

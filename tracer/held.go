@@ -6,9 +6,10 @@ import (
 	"slices"
 	"sort"
 	"strconv"
-	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cudatrace/cudatrace/nvdev"
 )
 
 // HeldDeviceNotes lists the NVIDIA device fds in an fd directory
@@ -37,7 +38,7 @@ func HeldDeviceNotes(fdDir string, majors []uint32) []string {
 		}
 		path, _ := os.Readlink(name)
 		major, minor := unix.Major(st.Rdev), unix.Minor(st.Rdev)
-		if !slices.Contains(majors, major) && !strings.HasPrefix(path, "/dev/nvidia") {
+		if !slices.Contains(majors, major) && !nvdev.IsNodePath(path) {
 			continue
 		}
 		notes = append(notes, fmt.Sprintf("fd %d → %s (c %d:%d), held before the attach", fd, path, major, minor))

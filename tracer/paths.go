@@ -1,6 +1,10 @@
 package tracer
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/cudatrace/cudatrace/nvdev"
+)
 
 // The path rules every backend applies (the eBPF programs in bpf/cudatrace.c
 // implement the same in the kernel), so that all of them record the same
@@ -9,7 +13,7 @@ import "strings"
 // IsDevicePath: NVIDIA device nodes and the /dev/char/M:m links libcuda
 // creates for them.
 func IsDevicePath(p string) bool {
-	return strings.HasPrefix(p, "/dev/nvidia") || strings.HasPrefix(p, "/dev/char/")
+	return nvdev.IsNodePath(p) || strings.HasPrefix(p, "/dev/char/")
 }
 
 // IsInterestingOpen adds the files that tell which driver and library were

@@ -160,7 +160,6 @@ func attachedBy(backend string, tracerPid, target int) bool {
 }
 
 func TestAttach(t *testing.T) {
-	privtest.RequireRoot(t)
 	needBinaries(t)
 	t.Parallel()
 	for _, b := range backends {
@@ -180,6 +179,7 @@ func TestAttach(t *testing.T) {
 		} {
 			t.Run(b+"/"+tc.name, func(t *testing.T) {
 				t.Parallel()
+				privtest.RequireRoot(t) // after Parallel: a paused test's deadline runs
 				env := denyUVM()
 				env.Prepare(t)
 				target, lines := startTarget(t, env, tc.target(env)...)
@@ -214,6 +214,7 @@ func TestAttach(t *testing.T) {
 		// Ctrl-C ends an attach like --duration does.
 		t.Run(b+"/sigint", func(t *testing.T) {
 			t.Parallel()
+			privtest.RequireRoot(t)
 			env := denyUVM()
 			env.Prepare(t)
 			target, lines := startTarget(t, env, fakecuda(env, "--loop", "0", "--interval", "50ms")...)

@@ -103,7 +103,7 @@ func TestBinaryUsageErrors(t *testing.T) {
 }
 
 func TestHelp(t *testing.T) {
-	for _, args := range [][]string{{"--help"}, {"-h"}, {"report", "--help"}} {
+	for _, args := range [][]string{{"--help"}, {"-h"}, {"help"}} {
 		r := runCLI(t, args...)
 		if r.code != exitOK {
 			t.Errorf("%v: exit %d, want 0", args, r.code)
@@ -254,12 +254,12 @@ func TestExplainBadInput(t *testing.T) {
 // Without root the eBPF backend says what is missing, in one line, and
 // fails with 1 rather than silently using ptrace.
 func TestEBPFWithoutRoot(t *testing.T) {
+	t.Parallel()
 	privtest.RequireRoot(t) // to become nobody
 	needBinaries(t)
 	if _, err := exec.LookPath("setpriv"); err != nil {
 		privtest.Skip(t, "needs setpriv")
 	}
-	t.Parallel()
 	cmd := exec.Command("setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--", cudatraceBin, "--backend", "ebpf", "--", "true")
 	r := runBinary(t, cmd)
 	if r.code != exitFailure {

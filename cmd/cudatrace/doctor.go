@@ -111,7 +111,8 @@ func doctorCommand(args []string, stdout, stderr io.Writer) int {
 	res.Tool = toolVersion()
 	ro := report.RenderOptions{}
 	if file, ok := stdout.(*os.File); ok {
-		ro.Color, ro.Width = terminal(file)
+		ro.Width = terminalWidth(file)
+		ro.Color = ro.Width > 0 && wantColor(os.Getenv)
 	}
 	if err := report.RenderDoctor(stdout, res, f, ro); err != nil {
 		fmt.Fprintf(stderr, "cudatrace doctor: print: %v\n", err)

@@ -785,8 +785,7 @@ func TestThreadFails(t *testing.T) {
 
 // cudatrace exits as its target did.
 func TestExitStatusPassthrough(t *testing.T) {
-	t.Parallel()
-	privtest.RequireRoot(t)
+	t.Parallel() // each subtest checks for root and holds its own deadline
 	for _, tc := range []struct {
 		name   string
 		mk     func() *scenario.Env
@@ -822,11 +821,11 @@ func TestExitStatusPassthrough(t *testing.T) {
 // show.
 func TestSnapshotOfExitingTarget(t *testing.T) {
 	t.Parallel()
-	privtest.RequireRoot(t)
 	needBinaries(t)
 	for _, b := range backends {
 		t.Run(b, func(t *testing.T) {
 			t.Parallel()
+			privtest.RequireRoot(t)
 			env := denyUVM()
 			env.Prepare(t)
 			for i := range 6 {
@@ -909,9 +908,9 @@ func sharedDir(t *testing.T) string {
 // unreachable, it traces fakecuda's opens, and the namespace's mount table
 // is the same while it traces (read by the target) and afterwards.
 func TestTracesWithoutTracefs(t *testing.T) {
+	t.Parallel()
 	privtest.RequireRoot(t)
 	needBinaries(t)
-	t.Parallel()
 	// Runs inside the scenario's namespace: $1 and $2 receive the mount
 	// tables before and after; the rest is the cudatrace command line.
 	script := `set -e

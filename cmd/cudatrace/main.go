@@ -14,17 +14,48 @@ import (
 	"github.com/cudatrace/cudatrace/tracer/launch"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
+// version is set at build time with -ldflags "-X main.version=..."
+// (make build); otherwise it comes from the module's build info.
 var version = ""
 
 func toolVersion() string {
 	if version != "" {
 		return version
 	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
 	}
-	return "dev"
+	return buildInfoVersion(bi)
+}
+
+// buildInfoVersion is the module version (go install m@v), else the VCS
+// revision go build stamps from a git checkout: 12 hex digits, "-dirty"
+// when the tree had changes.
+func buildInfoVersion(bi *debug.BuildInfo) string {
+	if v := bi.Main.Version; v != "" && v != "(devel)" {
+		return v
+	}
+	var rev string
+	var dirty bool
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if rev == "" {
+		return "unknown"
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	if dirty {
+		rev += "-dirty"
+	}
+	return rev
 }
 
 func main() {
@@ -38,12 +69,15 @@ func main() {
 type exitError struct {
 	code int
 	msg  string
+	// saveFailed: the -o write failed after the report was printed; a
+	// launched command's own exit status still wins.
+	saveFailed bool
 }
 
 func (e *exitError) Error() string { return e.msg }
 
 func fail(code int, format string, args ...any) error {
-	return &exitError{code, fmt.Sprintf(format, args...)}
+	return &exitError{code: code, msg: fmt.Sprintf(format, args...)}
 }
 
 // run parses args and dispatches; it returns the process exit status.
@@ -53,24 +87,21 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.SetInterspersed(false) // everything after COMMAND belongs to COMMAND
 	err := fs.Parse(args)
 	if err == nil && !o.help && !o.version && fs.NArg() > 0 && fs.ArgsLenAtDash() != 0 {
-		switch sub := fs.Arg(0); sub {
-		case "doctor": // its own flags: --cgroup, and --pid taking one PID
-			return doctorCommand(append(append([]string{}, args[:len(args)-fs.NArg()]...), fs.Args()[1:]...), stdout, stderr)
-		case "report", "explain", "version":
-			// Subcommands take flags anywhere: re-parse without the word.
+		word := fs.Arg(0)
+		if sc := lookupSubcommand(word); sc != nil {
+			// Subcommands take their own flags anywhere: re-parse without
+			// the word.
 			leading := args[:len(args)-fs.NArg()]
 			rest := append(append([]string{}, leading...), fs.Args()[1:]...)
-			o = options{}
-			fs = newFlagSet(&o, stderr)
-			if err = fs.Parse(rest); err == nil && !o.help {
-				return finish(dispatchSub(sub, fs.Args(), &o, stdout, stderr), stderr)
-			}
+			return runSubcommand(sc, rest, stdout, stderr)
+		}
+		if s := suggestion(word); s != "" {
+			fmt.Fprintf(stderr, "cudatrace: %s: no such command or program; did you mean %q? (cudatrace help %s)\n", word, s, s)
+			return exitUsage
 		}
 	}
 	if errors.Is(err, pflag.ErrHelp) || (err == nil && o.help) {
-		fs.SetOutput(stdout)
-		fmt.Fprintf(stdout, usageText, flagUsages(fs))
-		return exitOK
+		return finish(writeMainHelp(stdout), stderr)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "cudatrace: %v\nRun 'cudatrace --help' for usage.\n", err)
@@ -83,16 +114,21 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return finish(traceCommand(fs.Args(), &o, stdout, stderr), stderr)
 }
 
-func dispatchSub(sub string, args []string, o *options, stdout, stderr io.Writer) error {
-	switch sub {
-	case "version":
-		fmt.Fprintln(stdout, "cudatrace", toolVersion())
-		return nil
-	case "report":
-		return reportCommand(args, o, stdout, stderr)
-	default:
-		return explainCommand(args, o, stdout, stderr)
+func runSubcommand(sc *subcommand, args []string, stdout, stderr io.Writer) int {
+	if sc.direct != nil {
+		return sc.direct(args, stdout, stderr)
 	}
+	var o options
+	fs := flagSetFor(sc, &o, stderr)
+	err := fs.Parse(args)
+	if errors.Is(err, pflag.ErrHelp) || (err == nil && o.help) {
+		return finish(writeSubHelp(stdout, sc), stderr)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "cudatrace %s: %v\nRun 'cudatrace help %s' for usage.\n", sc.name, err, sc.name)
+		return exitUsage
+	}
+	return finish(sc.run(fs.Args(), &o, stdout, stderr), stderr)
 }
 
 // finish maps an error to an exit status, printing its one line.

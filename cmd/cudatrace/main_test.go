@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/moby/sys/mountinfo"
 
 	"github.com/cudatrace/cudatrace/internal/scenario"
 	"github.com/cudatrace/cudatrace/tracer/launch"
@@ -83,20 +83,22 @@ func needBinaries(t *testing.T) {
 }
 
 // leftovers is what cudatrace must not leave behind: its BPF programs and
-// mounts, and this test binary's scratch cgroups.
+// mounts, and this test binary's scratch cgroups. Each is found by its
+// name, so other tools' programs and mounts on a shared host do not count.
 type leftovers struct {
 	progs  map[ebpf.ProgramID]string
 	mounts []string
 }
 
 func takeLeftovers() leftovers {
-	return leftovers{progs: ourPrograms(), mounts: mountPoints()}
+	return leftovers{progs: ourPrograms(), mounts: ourMounts()}
 }
 
 // checkLeftovers compares with the state before the tests. Programs are
 // freed asynchronously (after an RCU grace period, and other test binaries
 // may be loading their own), so a new program counts only when no process
-// holds it and it is still there after a grace wait.
+// holds it and it is still there after a grace wait. A map outlives its
+// programs only when pinned or held, so programs stand for maps.
 func checkLeftovers(before leftovers) []string {
 	var msgs []string
 	for range 50 {
@@ -112,15 +114,9 @@ func checkLeftovers(before leftovers) []string {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	after := mountPoints()
-	for _, m := range after {
+	for _, m := range ourMounts() {
 		if !slices.Contains(before.mounts, m) {
 			msgs = append(msgs, "mount "+m)
-		}
-	}
-	for _, m := range before.mounts {
-		if !slices.Contains(after, m) {
-			msgs = append(msgs, "mount removed (not ours to unmount): "+m)
 		}
 	}
 	mine := scenario.ScratchPrefix + strconv.Itoa(os.Getpid()) + "-"
@@ -138,30 +134,11 @@ func checkLeftovers(before leftovers) []string {
 	return msgs
 }
 
-// programNames are the BPF program names cudatrace loads, read from the
-// bpf2go output (the kernel keeps the first 15 bytes of a name).
-func programNames() map[string]bool {
-	src, err := os.ReadFile("../../tracer/ebpf/bpf_bpfel.go")
-	if err != nil {
-		panic(err) // the source tree is where go test runs
-	}
-	names := map[string]bool{}
-	for _, m := range regexp.MustCompile("\\*ebpf\\.Program `ebpf:\"(\\w+)\"`").FindAllSubmatch(src, -1) {
-		n := string(m[1])
-		if len(n) > 15 {
-			n = n[:15]
-		}
-		names[n] = true
-	}
-	if len(names) == 0 {
-		panic("no program names in tracer/ebpf/bpf_bpfel.go")
-	}
-	return names
-}
+// programPrefix starts the name of every program in bpf/cudatrace.c.
+const programPrefix = "ct_"
 
 // ourPrograms lists loaded BPF programs whose names are cudatrace's.
 func ourPrograms() map[ebpf.ProgramID]string {
-	names := programNames()
 	out := map[ebpf.ProgramID]string{}
 	var id ebpf.ProgramID
 	for {
@@ -174,7 +151,7 @@ func ourPrograms() map[ebpf.ProgramID]string {
 		if err != nil {
 			continue // freed meanwhile
 		}
-		if info, err := p.Info(); err == nil && names[info.Name] {
+		if info, err := p.Info(); err == nil && strings.HasPrefix(info.Name, programPrefix) {
 			out[id] = info.Name
 		}
 		p.Close()
@@ -206,19 +183,17 @@ func heldPrograms() map[ebpf.ProgramID]bool {
 	return held
 }
 
-// mountPoints lists this mount namespace's mount points and types.
-func mountPoints() []string {
-	b, _ := os.ReadFile("/proc/self/mountinfo")
+// ourMounts lists this mount namespace's mounts that are cudatrace's: the
+// snapshot's temporary cgroup2 mount (cudatrace-cgroup2-*) and anything
+// else on a cudatrace-* directory or from a cudatrace-* source (the
+// scenarios' /dev, should it ever escape their private namespace).
+func ourMounts() []string {
+	mounts, _ := mountinfo.GetMounts(func(m *mountinfo.Info) (skip, stop bool) {
+		return !strings.HasPrefix(filepath.Base(m.Mountpoint), "cudatrace-") && !strings.HasPrefix(m.Source, "cudatrace-"), false
+	})
 	var out []string
-	for line := range strings.SplitSeq(string(b), "\n") {
-		pre, post, ok := strings.Cut(line, " - ")
-		if !ok {
-			continue
-		}
-		f, g := strings.Fields(pre), strings.Fields(post)
-		if len(f) > 4 && len(g) > 0 {
-			out = append(out, f[4]+" "+g[0])
-		}
+	for _, m := range mounts {
+		out = append(out, m.Mountpoint+" "+m.FSType)
 	}
 	return out
 }

@@ -22,6 +22,9 @@ func reportCommand(args []string, o *options, stdout, stderr io.Writer) error {
 	if err := checkFormat(o.format); err != nil {
 		return err
 	}
+	if err := checkOutput(o, stderr); err != nil {
+		return err
+	}
 	if len(args) != 1 {
 		return fail(exitUsage, "usage: cudatrace report FILE [--format text|json|markdown]")
 	}
@@ -37,7 +40,7 @@ func reportCommand(args []string, o *options, stdout, stderr io.Writer) error {
 	if snap == nil {
 		snap = &snapshot.Snapshot{}
 	}
-	rep.Analysis = annotate.AnalyzeFacts(rep.Events, snap, rep.Trace.Facts())
+	rep.Analysis = annotate.AnalyzeFacts(rep.Events, snap, rep.Facts())
 	if changed := verdictChange(stored, rep.Analysis); changed != "" && !o.quiet {
 		fmt.Fprintf(stderr, "cudatrace: note: this version's analysis differs from the stored one (%s)\n", changed)
 	}
@@ -73,6 +76,9 @@ func verdictChange(old, cur annotate.Analysis) string {
 // explainCommand analyses strace output.
 func explainCommand(args []string, o *options, stdout, stderr io.Writer) error {
 	if err := checkFormat(o.format); err != nil {
+		return err
+	}
+	if err := checkOutput(o, stderr); err != nil {
 		return err
 	}
 	if len(args) == 0 {

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 
@@ -24,15 +26,15 @@ const (
 const usageText = `cudatrace: find the /dev/nvidia* call that makes CUDA initialisation fail.
 
 Usage:
-  cudatrace [flags] -- COMMAND [ARGS...]   run COMMAND traced, then report
-  cudatrace [flags] -p PID[,PID...]        attach to running processes until Ctrl-C or --duration
-  cudatrace report FILE [--format F]       re-render and re-analyse a saved JSON report (no root needed)
-  cudatrace explain LOG [LOG...]           analyse 'strace -f -o LOG' output (several files for -ff)
-  cudatrace doctor [-u USER] [--pid PID | --cgroup PATH]   check, without a target, whether CUDA can start
-  cudatrace version
+  cudatrace [flags] [--] COMMAND [ARGS...]   run COMMAND traced, then report
+  cudatrace [flags] -p PID[,PID...]          attach to running processes until Ctrl-C or --duration
+  cudatrace COMMAND-WORD ...                 one of the commands below
 
+Commands:
+%s
 Tracing needs root (or CAP_BPF and CAP_PERFMON) for eBPF; without it the ptrace
-backend traces processes you own.
+backend traces processes you own. A launched COMMAND keeps its stdout: the
+report goes to stderr. Attached, and with --format json, it goes to stdout.
 
 Flags:
 %s
@@ -52,7 +54,15 @@ Examples:
   sudo cudatrace -u nobody -o report.json -- ./train
   sudo cudatrace -p 4242 --duration 30s
   cudatrace report report.json --format markdown
+  cudatrace help report
 `
+
+// writeMainHelp prints cudatrace --help.
+func writeMainHelp(w io.Writer) error {
+	var o options
+	_, err := fmt.Fprintf(w, usageText, commandList(), flagUsages(newFlagSet(&o, io.Discard)))
+	return err
+}
 
 // options holds every flag; registerFlags is the only place they are
 // defined.
@@ -69,6 +79,7 @@ type options struct {
 	debug     bool
 	version   bool
 	help      bool
+	follow    bool // strace's -f: always on
 
 	// Hidden, for tests and benchmarks.
 	procDevices  string
@@ -78,12 +89,13 @@ type options struct {
 }
 
 func registerFlags(fs *pflag.FlagSet, o *options) {
-	fs.StringVarP(&o.output, "output", "o", "", "also write the JSON report to `FILE` (atomically)")
-	fs.StringVarP(&o.format, "format", "f", "text", "print `FORMAT`: text, json or markdown")
-	fs.StringVarP(&o.user, "user", "u", "", "run COMMAND as `USER` (permission failures depend on who opens)")
-	fs.IntSliceVarP(&o.pids, "pid", "p", nil, "attach to `PID` (repeatable, or comma-separated)")
+	fs.StringVarP(&o.output, "output", "o", "", "also write the JSON report to `FILE` (- for stdout); a device or FIFO is written through")
+	fs.StringVar(&o.format, "format", "text", "print `FORMAT`: text, json or markdown")
+	fs.StringVarP(&o.user, "user", "u", "", "run COMMAND as `USER` or UID[:GID] (permission failures depend on who opens)")
+	fs.VarP((*pidList)(&o.pids), "pid", "p", "attach to `PID` (repeatable, or comma-separated)")
 	fs.DurationVar(&o.duration, "duration", 0, "stop tracing after `DURATION` (e.g. 30s); attached processes keep running")
 	fs.StringVar(&o.backend, "backend", "auto", "tracer `NAME`: auto (eBPF, else ptrace), ebpf or ptrace")
+	fs.BoolVarP(&o.follow, "follow", "f", true, "follow forks and threads, as strace -f (always on; accepted for habit)")
 	fs.BoolVar(&o.allEvents, "all-events", false, "list every recorded call, not only the condensed timeline")
 	fs.BoolVar(&o.redact, "redact", false, "replace user names, home paths and arguments in the report")
 	fs.BoolVarP(&o.quiet, "quiet", "q", false, "print only the verdict line")
@@ -96,7 +108,7 @@ func registerFlags(fs *pflag.FlagSet, o *options) {
 	fs.IntVar(&o.ringBufBytes, "ringbuf-size", 0, "eBPF ring buffer size in bytes (testing)")
 	fs.BoolVar(&o.noFold, "no-fold", false, "send every call through the ring buffer, repeats too (benchmarks)")
 	for _, name := range []string{"proc-devices", "device-major", "ringbuf-size", "no-fold"} {
-		fs.MarkHidden(name)
+		_ = fs.MarkHidden(name) // cannot fail: the flag was just defined
 	}
 }
 
@@ -105,7 +117,7 @@ func newFlagSet(o *options, stderr io.Writer) *pflag.FlagSet {
 	fs.SetOutput(io.Discard) // errors are printed once, by main
 	fs.SetInterspersed(true)
 	registerFlags(fs, o)
-	fs.Usage = func() { fmt.Fprintf(stderr, usageText, flagUsages(fs)) }
+	fs.Usage = func() { _ = writeMainHelp(stderr) }
 	return fs
 }
 
@@ -139,3 +151,28 @@ func flagUsages(fs *pflag.FlagSet) string {
 	}
 	return b.String()
 }
+
+// pidList is -p: PIDs, repeatable or comma-separated, with an error a
+// person can read (pflag's own int list says "strconv.ParseInt: ...").
+type pidList []int
+
+func (p *pidList) String() string {
+	parts := make([]string, len(*p))
+	for i, pid := range *p {
+		parts[i] = strconv.Itoa(pid)
+	}
+	return "[" + strings.Join(parts, ",") + "]"
+}
+
+func (p *pidList) Set(s string) error {
+	for _, f := range strings.Split(s, ",") {
+		pid, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return errors.New("not a process ID (give numbers: -p 4242 or -p 4242,4243)")
+		}
+		*p = append(*p, pid)
+	}
+	return nil
+}
+
+func (p *pidList) Type() string { return "pids" }

@@ -4,49 +4,90 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/cudatrace/cudatrace/report"
 )
 
-// emit finishes every command that produces a report: redact, save (-o),
-// print, and map the verdict to the exit status (3 when a call failed).
-func emit(rep *report.Report, o *options, stdout, stderr io.Writer, tracing bool) error {
-	if o.redact {
-		report.Redact(rep)
+// stdoutPath is the -o value that means standard output.
+const stdoutPath = "-"
+
+// checkOutput vets -o before anything runs: a trace may take hours, and a
+// path that cannot be written should not be found after it. It also warns
+// when the path looks like a format (-o json writes a file named json).
+func checkOutput(o *options, stderr io.Writer) error {
+	if o.output == "" || o.output == stdoutPath {
+		return nil
 	}
-	if o.output != "" {
-		if err := report.Save(o.output, rep); err != nil {
-			return fail(exitFailure, "write report: %v", err)
+	if isFormatName(filepath.Base(o.output)) && filepath.Base(o.output) == o.output {
+		if _, err := os.Lstat(o.output); err != nil {
+			fmt.Fprintf(stderr, "cudatrace: warning: -o %s writes a file named %q; --format %s prints that format (-o - writes JSON to stdout)\n", o.output, o.output, o.output)
 		}
 	}
-	if err := render(stdout, stderr, rep, o, tracing); err != nil {
-		return err
-	}
-	if o.output != "" && tracing && !o.quiet {
-		fmt.Fprintf(stderr, "cudatrace: report written to %s\n", o.output)
-	}
-	if rep.Analysis.Failing != nil {
-		return &exitError{code: exitFound}
+	if err := report.CheckOutput(o.output); err != nil {
+		return fail(exitFailure, "-o %v", err)
 	}
 	return nil
 }
 
-// render prints the report: on stderr while tracing (stdout belongs to the
-// target), on stdout for report and explain.
-func render(stdout, stderr io.Writer, rep *report.Report, o *options, tracing bool) error {
-	w := stdout
-	if tracing {
-		w = stderr
+func isFormatName(s string) bool { return checkFormat(s) == nil }
+
+// emit finishes every command that produces a report: redact, save (-o),
+// print, and map the verdict to the exit status (3 when a call failed).
+//
+// Where it goes follows strace: a launched command keeps its stdout, so
+// the human report goes to stderr. Everything else (report, explain,
+// attach) and --format json print to stdout; -o - puts the JSON report on
+// stdout, and then the human one goes to stderr.
+func emit(rep *report.Report, o *options, stdout, stderr io.Writer, launched bool) error {
+	if o.redact {
+		report.Redact(rep)
 	}
 	f := report.Format(o.format)
 	if o.format == "md" {
 		f = report.FormatMarkdown
 	}
+	var saveErr error
+	switch o.output {
+	case "":
+	case stdoutPath:
+		if err := report.WriteJSON(stdout, rep); err != nil {
+			return fail(exitFailure, "write report to stdout: %v", err)
+		}
+	default:
+		saveErr = report.Save(o.output, rep)
+	}
+	w := stdout
+	if (launched && f != report.FormatJSON) || o.output == stdoutPath {
+		w = stderr
+	}
+	if !(f == report.FormatJSON && o.output == stdoutPath) {
+		if err := render(w, rep, f, o); err != nil {
+			return err
+		}
+	}
+	switch {
+	case saveErr != nil:
+		// The report is on the screen; say what was not saved, once, last.
+		fmt.Fprintf(stderr, "cudatrace: report not saved: %v\n", saveErr)
+		return &exitError{code: exitFailure, saveFailed: true}
+	case o.output != "" && o.output != stdoutPath && !o.quiet:
+		fmt.Fprintf(stderr, "cudatrace: report written to %s\n", o.output)
+	}
+	if rep.Analysis.Failing != nil || (rep.Analysis.CUDA != nil && rep.Analysis.CUDA.Status == "failed") {
+		return &exitError{code: exitFound}
+	}
+	return nil
+}
+
+// render prints the report in format f on w.
+func render(w io.Writer, rep *report.Report, f report.Format, o *options) error {
 	ro := report.RenderOptions{AllEvents: o.allEvents, Quiet: o.quiet}
 	if file, ok := w.(*os.File); ok {
-		ro.Color, ro.Width = terminal(file)
+		ro.Width = terminalWidth(file)
+		ro.Color = ro.Width > 0 && wantColor(os.Getenv)
 	}
 	if err := report.Render(w, rep, f, ro); err != nil {
 		return fail(exitFailure, "print report: %v", err)
@@ -54,13 +95,18 @@ func render(stdout, stderr io.Writer, rep *report.Report, o *options, tracing bo
 	return nil
 }
 
-// terminal reports whether f is a terminal that wants colour (NO_COLOR
-// unset) and its width.
-func terminal(f *os.File) (color bool, width int) {
+// terminalWidth is f's width in columns, or 0 when f is not a terminal.
+func terminalWidth(f *os.File) int {
 	ws, err := unix.IoctlGetWinsize(int(f.Fd()), unix.TIOCGWINSZ)
 	if err != nil {
-		return false, 0
+		return 0
 	}
-	_, noColor := os.LookupEnv("NO_COLOR")
-	return !noColor, int(ws.Col)
+	return int(ws.Col)
+}
+
+// wantColor applies the conventions for a terminal: NO_COLOR set to
+// anything but the empty string turns colour off (no-color.org), and so
+// does TERM=dumb.
+func wantColor(getenv func(string) string) bool {
+	return getenv("NO_COLOR") == "" && getenv("TERM") != "dumb"
 }

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"os/user"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,16 +14,20 @@ import (
 
 	"github.com/cudatrace/cudatrace/annotate"
 	"github.com/cudatrace/cudatrace/cgroupdev"
+	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
-	ebpftrace "github.com/cudatrace/cudatrace/tracer/ebpf"
-	ptracetrace "github.com/cudatrace/cudatrace/tracer/ptrace"
+	"github.com/cudatrace/cudatrace/tracer/ebpf"
+	"github.com/cudatrace/cudatrace/tracer/ptrace"
 )
 
 // traceCommand runs or attaches, then reports.
 func traceCommand(argv []string, o *options, stdout, stderr io.Writer) error {
 	if err := checkFormat(o.format); err != nil {
+		return err
+	}
+	if err := checkOutput(o, stderr); err != nil {
 		return err
 	}
 	switch {
@@ -94,25 +97,34 @@ func traceCommand(argv []string, o *options, stdout, stderr io.Writer) error {
 
 	rec := report.NewRecorder()
 	snapper := &failureSnapshot{opts: snapshotOptions(o)}
+	status := newStatusLine(stderr, statusTarget(spec.Argv, spec.PIDs), len(spec.PIDs) > 0)
 	sink := tracer.SinkFunc(func(e *tracer.Event) {
+		status.count(e)
 		rec.Event(e)
 		// The snapshot is taken while the failing process still exists.
 		switch {
-		case e.Failed() && e.Kind == tracer.KindOpen && strings.HasPrefix(e.Path, "/dev/nvidia"):
+		case e.Failed() && e.Kind == tracer.KindOpen && nvdev.IsNodePath(e.Path):
+			snapper.triggerAs(e.PID, e.Path, true)
+		case e.Kind == tracer.KindOpen && !e.Failed() && e.Dev == nil && nvdev.IsNodePath(e.Path):
+			// The live backends read the new fd's inode: no device number
+			// means it is not a device (LXC's placeholder file). Snapshot
+			// it in the target's view, which the exit snapshot may lose.
 			snapper.trigger(e.PID, e.Path)
 		case e.APIFailed() || (e.Failed() && (e.NoEntry || e.Kind == tracer.KindIoctl)):
 			snapper.trigger(e.PID, "")
 		}
 	})
 	started := time.Now()
+	status.start()
 	res, err := runBackend(ctx, backend, o.backend == "auto", spec, sink, func() bool { return rec.Seen == 0 }, stderr)
+	status.stop()
 	if err != nil {
 		return traceError(err, o)
 	}
 	rec.AddFolded(res.Folded)
 	snapOpts := snapper.opts
-	snapOpts.PID = firstPID(spec, rec.Events)
-	snapOpts.ExtraPaths = touchedPaths(rec.Events)
+	snapOpts.PID = firstPID(spec, rec.Events())
+	snapOpts.ExtraPaths = touchedPaths(rec.Events())
 	snap := snapper.wait()
 	if snap == nil {
 		snap = snapshot.Collect(snapOpts)
@@ -121,14 +133,14 @@ func traceCommand(argv []string, o *options, stdout, stderr io.Writer) error {
 
 	rep := buildReport(spec, res, rec, snap, started)
 	rep.Target.User = o.user
-	err = emit(rep, o, stdout, stderr, true)
+	err = emit(rep, o, stdout, stderr, len(spec.Argv) > 0)
 	if res.Finish != nil {
 		if ferr := res.Finish(); ferr != nil {
 			fmt.Fprintf(stderr, "cudatrace: cleanup: %v\n", ferr)
 		}
 	}
 	var ee *exitError
-	if res.Exit != nil && (err == nil || errors.As(err, &ee) && ee.code == exitFound) {
+	if res.Exit != nil && (err == nil || errors.As(err, &ee) && (ee.code == exitFound || ee.saveFailed)) {
 		// A launched command's own status wins, as with strace.
 		return &exitError{code: res.Exit.ShellCode()}
 	}
@@ -143,33 +155,11 @@ func checkFormat(f string) error {
 	return fail(exitUsage, "unknown format %q: use text, json or markdown", f)
 }
 
-func lookupUser(name string) (*tracer.Cred, error) {
-	u, err := user.Lookup(name)
-	if err != nil {
-		if u2, err2 := user.LookupId(name); err2 == nil {
-			u = u2
-		} else {
-			return nil, fmt.Errorf("unknown user %q", name)
-		}
-	}
-	uid, _ := strconv.ParseUint(u.Uid, 10, 32)
-	gid, _ := strconv.ParseUint(u.Gid, 10, 32)
-	cred := &tracer.Cred{UID: uint32(uid), GID: uint32(gid), User: u.Username, Home: u.HomeDir}
-	if gids, err := u.GroupIds(); err == nil {
-		for _, g := range gids {
-			if n, err := strconv.ParseUint(g, 10, 32); err == nil {
-				cred.Groups = append(cred.Groups, uint32(n))
-			}
-		}
-	}
-	return cred, nil
-}
-
 // nvidiaMajors picks the majors whose fds count as NVIDIA devices. 195 is
 // fixed by the driver, so it is included even when nothing is registered.
 func nvidiaMajors(devs []snapshot.DriverMajor, extra []uint) []uint32 {
-	seen := map[uint32]bool{195: true}
-	out := []uint32{195}
+	seen := map[uint32]bool{nvdev.Major: true}
+	out := []uint32{nvdev.Major}
 	add := func(m uint32) {
 		if !seen[m] {
 			seen[m] = true
@@ -192,25 +182,25 @@ func nvidiaMajors(devs []snapshot.DriverMajor, extra []uint) []uint32 {
 func chooseBackend(name string, stderr io.Writer) (tracer.Backend, error) {
 	switch name {
 	case "ebpf":
-		if err := ebpftrace.Probe(); err != nil {
+		if err := ebpf.Probe(); err != nil {
 			return nil, fail(exitFailure, "eBPF backend unavailable: %v", err)
 		}
-		return ebpftrace.New(), nil
+		return ebpf.New(), nil
 	case "ptrace":
-		if err := ptracetrace.Probe(); err != nil {
+		if err := ptrace.Probe(); err != nil {
 			return nil, fail(exitFailure, "ptrace backend unavailable: %v", err)
 		}
-		return ptracetrace.New(), nil
+		return ptrace.New(), nil
 	case "auto":
-		ebpfErr := ebpftrace.Probe()
+		ebpfErr := ebpf.Probe()
 		if ebpfErr == nil {
-			return ebpftrace.New(), nil
+			return ebpf.New(), nil
 		}
-		if err := ptracetrace.Probe(); err != nil {
+		if err := ptrace.Probe(); err != nil {
 			return nil, fail(exitFailure, "cannot trace: eBPF: %v; ptrace: %v", ebpfErr, err)
 		}
 		fmt.Fprintf(stderr, "cudatrace: eBPF unavailable (%v); using ptrace\n", ebpfErr)
-		return ptracetrace.New(), nil
+		return ptrace.New(), nil
 	}
 	return nil, fail(exitUsage, "unknown backend %q: use auto, ebpf or ptrace", name)
 }
@@ -224,11 +214,11 @@ func runBackend(ctx context.Context, backend tracer.Backend, fallback bool, spec
 	if err == nil || !fallback || backend.Name() != "ebpf" || !errors.Is(err, tracer.ErrUnavailable) || !untouched() {
 		return res, err
 	}
-	if perr := ptracetrace.Probe(); perr != nil {
+	if perr := ptrace.Probe(); perr != nil {
 		return nil, err
 	}
 	fmt.Fprintf(stderr, "cudatrace: eBPF unavailable (%v); using ptrace\n", err)
-	return ptracetrace.New().Run(ctx, spec, sink)
+	return ptrace.New().Run(ctx, spec, sink)
 }
 
 func traceError(err error, o *options) error {
@@ -243,37 +233,55 @@ func traceError(err error, o *options) error {
 	return fail(exitFailure, "%s", msg)
 }
 
-// failureSnapshot takes the system snapshot once, at the first failed
-// device open, while the failing process still exists. It runs beside the
-// event stream so the tracer never stalls.
+// failureSnapshot takes the system snapshot at the first failed device
+// open, while the failing process still exists. It runs beside the event
+// stream so the tracer never stalls. An earlier, weaker trigger (a failed
+// ioctl, a non-device open: a container runtime's setup can make those
+// before the target's cgroup is in place) is replaced by the first failed
+// open of an NVIDIA node.
 type failureSnapshot struct {
-	opts snapshot.Options
-	once sync.Once
-	done chan struct{}
-	snap *snapshot.Snapshot
+	opts   snapshot.Options
+	mu     sync.Mutex
+	closed bool
+	strong bool // a failed NVIDIA open triggered it
+	wg     sync.WaitGroup
+	snap   *snapshot.Snapshot
+	gen    int
 }
 
-func (f *failureSnapshot) trigger(pid int, path string) {
-	f.once.Do(func() {
-		f.done = make(chan struct{})
-		opts := f.opts
-		opts.PID = pid
-		if path != "" {
-			opts.ExtraPaths = []string{path} // described even if it is missing
+func (f *failureSnapshot) trigger(pid int, path string) { f.triggerAs(pid, path, false) }
+
+func (f *failureSnapshot) triggerAs(pid int, path string, strong bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed || f.strong || (f.gen > 0 && !strong) {
+		return
+	}
+	f.strong = strong
+	f.gen++
+	gen := f.gen
+	opts := f.opts
+	opts.PID = pid
+	if path != "" {
+		opts.ExtraPaths = []string{path} // described even if it is missing
+	}
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		snap := snapshot.Collect(opts)
+		// A target that exited while it was being read leaves a snapshot
+		// that is part its view, part cudatrace's (mounts or cgroups
+		// lost on the way): drop it, and the exit snapshot is taken
+		// instead.
+		if exited(pid) {
+			snap = nil
 		}
-		go func() {
-			defer close(f.done)
-			snap := snapshot.Collect(opts)
-			// A target that exited while it was being read leaves a snapshot
-			// that is part its view, part cudatrace's (mounts or cgroups
-			// lost on the way): drop it, and the exit snapshot is taken
-			// instead.
-			if exited(pid) {
-				snap = nil
-			}
+		f.mu.Lock()
+		if gen == f.gen {
 			f.snap = snap
-		}()
-	})
+		}
+		f.mu.Unlock()
+	}()
 }
 
 // exited reports whether pid is a zombie or gone.
@@ -288,15 +296,10 @@ func exited(pid int) bool {
 }
 
 func (f *failureSnapshot) wait() *snapshot.Snapshot {
-	triggered := false
-	f.once.Do(func() {}) // no trigger after this point
-	if f.done != nil {
-		triggered = true
-		<-f.done
-	}
-	if !triggered {
-		return nil
-	}
+	f.mu.Lock()
+	f.closed = true // no trigger after this point
+	f.mu.Unlock()
+	f.wg.Wait()
 	return f.snap
 }
 
@@ -304,6 +307,7 @@ func snapshotOptions(o *options) snapshot.Options {
 	return snapshot.Options{
 		ProcDevicesPath:     o.procDevices,
 		KmsgSince:           time.Now(),
+		NvidiaSMI:           "auto", // compute and persistence mode; nvidia-smi is not a traced child
 		QueryCgroupPrograms: cgroupdev.QueryEffective,
 	}
 }
@@ -363,7 +367,7 @@ func buildReport(spec tracer.Spec, res *tracer.Result, rec *report.Recorder, sna
 			Started:     res.Started,
 			Duration:    res.Ended.Sub(res.Started),
 			Events:      rec.Seen,
-			Stored:      len(rec.Events),
+			Stored:      len(rec.Events()),
 			Dropped:     res.Dropped,
 			Complete:    res.Dropped == 0,
 			Notes:       res.Notes,
@@ -371,7 +375,7 @@ func buildReport(spec tracer.Spec, res *tracer.Result, rec *report.Recorder, sna
 			APIReturns:   res.APIReturns,
 			APILibraries: res.APILibraries,
 		},
-		Events:   rec.Events,
+		Events:   rec.Events(),
 		Ioctls:   rec.Ioctls(),
 		Folded:   rec.Folded(),
 		Snapshot: snap,
@@ -385,11 +389,11 @@ func buildReport(spec tracer.Spec, res *tracer.Result, rec *report.Recorder, sna
 	if rec.Overflow > 0 {
 		// The failing call may be among them: as incomplete as a drop.
 		rep.Trace.Complete = false
-		rep.Trace.Notes = append(rep.Trace.Notes, fmt.Sprintf("%d events beyond the first %d were counted but not stored: the trace is incomplete", rec.Overflow, len(rec.Events)))
+		rep.Trace.Notes = append(rep.Trace.Notes, fmt.Sprintf("%d events were counted but not stored, past the %d kept: the trace is incomplete", rec.Overflow, len(rec.Events())))
 	}
 	if rep.Trace.Started.IsZero() {
 		rep.Trace.Started = started
 	}
-	rep.Analysis = annotate.AnalyzeFacts(rep.Events, snap, rep.Trace.Facts())
+	rep.Analysis = annotate.AnalyzeFacts(rep.Events, snap, rep.Facts())
 	return rep
 }

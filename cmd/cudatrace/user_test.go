@@ -1,24 +1,174 @@
 package main
 
 import (
-	"os/user"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime/debug"
+	"slices"
+	"strings"
 	"testing"
+
+	"github.com/cudatrace/cudatrace/internal/privtest"
 )
 
-// -u gives the target the user's home from the passwd entry (HOME used to
-// stay /root).
-func TestLookupUserHome(t *testing.T) {
-	u, err := user.Lookup("nobody")
-	if err != nil {
-		t.Skip("no user nobody here")
+// withAccounts points -u's lookups at the given passwd and group text
+// ("" means the file is missing, as in a scratch image).
+func withAccounts(t *testing.T, passwd, group string) {
+	t.Helper()
+	dir := t.TempDir()
+	set := func(v *string, name, text string) {
+		old := *v
+		*v = filepath.Join(dir, name)
+		t.Cleanup(func() { *v = old })
+		if text != "" {
+			if err := os.WriteFile(*v, []byte(text), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
-	for _, name := range []string{"nobody", u.Uid} {
-		c, err := lookupUser(name)
+	set(&passwdFile, "passwd", passwd)
+	set(&groupFile, "group", group)
+}
+
+func TestLookupUser(t *testing.T) {
+	withAccounts(t,
+		"# comment\nroot:x:0:0:root:/root:/bin/sh\nalice:x:1000:1000:Alice:/home/alice:/bin/sh\n+nis\nbroken:x:abc:1\n",
+		"root:x:0:\nalice:x:1000:\nvideo:x:44:alice,bob\nrender:x:105:bob\ndocker:x:999:carol,alice\n")
+	for _, tc := range []struct {
+		spec     string
+		uid, gid uint32
+		user     string
+		groups   []uint32
+	}{
+		{"alice", 1000, 1000, "alice", []uint32{1000, 44, 999}},
+		{"1000", 1000, 1000, "alice", []uint32{1000, 44, 999}},
+		{"alice:video", 1000, 44, "alice", []uint32{44, 999}},
+		{"alice:105", 1000, 105, "alice", []uint32{105, 44, 999}},
+		{"4242:4343", 4242, 4343, "", []uint32{4343}}, // no entry needed
+		{"root", 0, 0, "root", []uint32{0}},
+	} {
+		c, err := lookupUser(tc.spec)
 		if err != nil {
-			t.Fatal(err)
+			t.Errorf("-u %s: %v", tc.spec, err)
+			continue
 		}
-		if c.Home != u.HomeDir || c.User != "nobody" {
-			t.Errorf("lookupUser(%q) = %+v, want home %q", name, c, u.HomeDir)
+		if c.UID != tc.uid || c.GID != tc.gid || c.User != tc.user || !slices.Equal(c.Groups, tc.groups) {
+			t.Errorf("-u %s = %+v, want uid %d gid %d user %q groups %v", tc.spec, *c, tc.uid, tc.gid, tc.user, tc.groups)
 		}
+		// HOME comes from the entry (it used to stay /root).
+		if want := map[string]string{"alice": "/home/alice", "root": "/root"}[tc.user]; c.Home != want {
+			t.Errorf("-u %s: home %q, want %q", tc.spec, c.Home, want)
+		}
+	}
+	for spec, want := range map[string]string{
+		"mallory":     `unknown user "mallory"`,
+		"4242":        "uid 4242 has no entry",
+		"alice:nogrp": `unknown group "nogrp"`,
+		"alice:":      "give USER, UID",
+		":44":         "give USER, UID",
+		"broken":      `unknown user "broken"`,
+	} {
+		if _, err := lookupUser(spec); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("-u %s: %v, want %q", spec, err, want)
+		}
+	}
+}
+
+// A scratch image has no /etc/passwd: nobody is the kernel's overflow id
+// and numeric ids need nothing.
+func TestLookupUserWithoutPasswd(t *testing.T) {
+	withAccounts(t, "", "")
+	c, err := lookupUser("nobody")
+	if err != nil || c.UID != 65534 || c.GID != 65534 || c.User != "nobody" {
+		t.Errorf("-u nobody without /etc/passwd: %+v, %v", c, err)
+	}
+	c, err = lookupUser("65534:65534")
+	if err != nil || c.UID != 65534 || c.GID != 65534 {
+		t.Errorf("-u 65534:65534: %+v, %v", c, err)
+	}
+}
+
+// The binary itself, with /etc hidden as in a scratch image, runs the
+// target as nobody for both spellings.
+func TestUserInScratchLikeRoot(t *testing.T) {
+	privtest.RequireRoot(t)
+	needBinaries(t)
+	if _, err := exec.LookPath("unshare"); err != nil {
+		privtest.Skip(t, "needs unshare (util-linux)")
+	}
+	for _, spec := range []string{"nobody", "65534:65534"} {
+		script := `mount -t tmpfs none /etc && exec "$@"`
+		cmd := exec.Command("unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", script, "sh",
+			cudatraceBin, "--backend", "ptrace", "-q", "-u", spec, "--", "/bin/sh", "-c", `echo "$(id -u):$(id -g)"`)
+		r := runBinary(t, cmd)
+		if r.code != 0 || r.stdout != "65534:65534\n" {
+			t.Errorf("-u %s without /etc/passwd: exit %d, stdout %q, stderr %q", spec, r.code, r.stdout, r.stderr)
+		}
+	}
+}
+
+// cudatrace links no cgo package: go install gives a static binary.
+func TestNoCgoImports(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{if .CgoFiles}}{{.ImportPath}}{{end}}", ".").Output()
+	if err != nil {
+		t.Skipf("go list: %v", err)
+	}
+	for _, p := range strings.Fields(string(out)) {
+		switch p {
+		case "runtime/cgo":
+		case "net":
+			// pflag's IP flags import net; see the report to the lead.
+			t.Log("net (via github.com/spf13/pflag) still uses cgo when CGO_ENABLED=1")
+		default:
+			t.Errorf("%s uses cgo: a plain go install would link it dynamically", p)
+		}
+	}
+}
+
+func TestBuildInfoVersion(t *testing.T) {
+	for _, tc := range []struct {
+		bi   debug.BuildInfo
+		want string
+	}{
+		{debug.BuildInfo{Main: debug.Module{Version: "v1.2.3"}}, "v1.2.3"},
+		{debug.BuildInfo{Main: debug.Module{Version: "(devel)"}, Settings: []debug.BuildSetting{
+			{Key: "vcs.revision", Value: "0123456789abcdef0123"}, {Key: "vcs.modified", Value: "true"}}}, "0123456789ab-dirty"},
+		{debug.BuildInfo{Main: debug.Module{Version: "(devel)"}, Settings: []debug.BuildSetting{
+			{Key: "vcs.revision", Value: "0123456789abcdef0123"}, {Key: "vcs.modified", Value: "false"}}}, "0123456789ab"},
+		{debug.BuildInfo{Main: debug.Module{Version: "(devel)"}}, "unknown"},
+	} {
+		if got := buildInfoVersion(&tc.bi); got != tc.want {
+			t.Errorf("buildInfoVersion(%+v) = %q, want %q", tc.bi, got, tc.want)
+		}
+	}
+}
+
+// A plain go build in this checkout stamps the git revision, not "dev".
+func TestBinaryVersionFromVCS(t *testing.T) {
+	rev, gitErr := exec.Command("git", "rev-parse", "HEAD").Output()
+	if gitErr != nil {
+		t.Skipf("not a git checkout: %v", gitErr)
+	}
+	top, _ := exec.Command("git", "rev-parse", "--show-toplevel").Output()
+	if st, err := os.Stat(filepath.Join(strings.TrimSpace(string(top)), ".git")); err != nil || !st.IsDir() {
+		t.Skip("a git worktree (.git is a file): go stamps no VCS info there")
+	}
+	// This machine's GOFLAGS may say -buildvcs=false; a plain go install
+	// elsewhere stamps by default.
+	bin := filepath.Join(t.TempDir(), "cudatrace")
+	build := exec.Command("go", "build", "-buildvcs=true", "-o", bin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, b)
+	}
+	out, err := exec.Command(bin, "version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A checkout's build is stamped with the revision (Go 1.24+ as a
+	// pseudo-version, v0.0.0-DATE-REV[+dirty]).
+	if want := string(rev[:12]); !strings.HasPrefix(string(out), "cudatrace ") || !strings.Contains(string(out), want) {
+		t.Errorf("version %q, want it to name revision %q", out, want)
 	}
 }

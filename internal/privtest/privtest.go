@@ -1,6 +1,7 @@
 // Package privtest gates tests that need root, BPF or cgroups. Locally they
 // skip with a reason; in CI (CUDATRACE_REQUIRE_PRIVILEGED=1) a skip is a
-// failure, so privileged tests cannot silently stop running.
+// failure, so privileged tests cannot silently stop running. Each one that
+// runs has a deadline (Deadline), so a hang fails that test in minutes.
 package privtest
 
 import (
@@ -24,10 +25,12 @@ func Skip(t testing.TB, reason string) {
 	t.Skip(reason)
 }
 
-// RequireRoot skips (or fails, in CI) unless running as root.
+// RequireRoot skips (or fails, in CI) unless running as root, and arms the
+// test's Deadline.
 func RequireRoot(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		Skip(t, "needs root: run the tests with sudo")
 	}
+	Deadline(t)
 }

@@ -79,7 +79,7 @@ func withoutNode(nodes []Node, path string) []Node {
 }
 
 // The cuInit results and the calls that explain them, for each fault the
-// recordings and the failure catalog describe.
+// H200 recordings (testdata/strace/h200) show or users have reported.
 func TestScenarios(t *testing.T) {
 	privtest.RequireRoot(t)
 	nodes := StandInNodes()

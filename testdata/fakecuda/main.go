@@ -1,5 +1,5 @@
 // Command fakecuda performs the device-node part of libcuda's cuInit, as
-// recorded on a real H200 host (/work/shared/recordings), with the same
+// recorded on a real H200 host (testdata/strace/h200), with the same
 // syscalls, and prints "cuInit N" like
 // python3 -c 'import ctypes; print("cuInit", ctypes.CDLL("libcuda.so.1").cuInit(0))'.
 // End-to-end tests of cudatrace run it inside broken environments built by
@@ -12,8 +12,13 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
 	"time"
 )
 
@@ -34,6 +39,7 @@ type options struct {
 	exitNonzero bool
 	memfd       bool
 	verbose     bool
+	hostDev     bool
 }
 
 func parseFlags(args []string) (*options, error) {
@@ -52,6 +58,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.BoolVar(&o.exitNonzero, "exit-nonzero", false, "exit 1 when cuInit is not 0")
 	fs.BoolVar(&o.memfd, "memfd", false, "call memfd_create after nvidiactl (a seccomp denial gives cuInit 304)")
 	fs.BoolVar(&o.verbose, "v", false, "log each call and its result to stderr")
+	fs.BoolVar(&o.hostDev, "host-dev", false, "as root, really create missing nodes in this host's /dev (outside a scenario)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -74,6 +81,58 @@ func main() {
 		os.Exit(2)
 	}
 	os.Exit(run(o))
+}
+
+// scenarioDevSource is the tmpfs internal/scenario mounts on /dev.
+const scenarioDevSource = "cudatrace-scenario"
+
+// checkDev refuses, as root, to repair nodes in a /dev that is not a
+// scenario's private one: fakecuda creates /dev/nvidiactl and friends as
+// libcuda would, and run by hand that is the host's /dev.
+func checkDev(o *options, euid int, mountinfo string) error {
+	if euid != 0 || o.hostDev || filepath.Clean(o.dev) != "/dev" {
+		return nil
+	}
+	b, err := readRaw(mountinfo)
+	if err != nil {
+		return fmt.Errorf("cannot tell whether /dev is a scenario's (%w): pass --dev DIR, or --host-dev", err)
+	}
+	source := ""
+	for _, line := range strings.Split(string(b), "\n") {
+		// id parent maj:min root mountpoint opts [optional...] - fstype source superopts
+		f := strings.Fields(line)
+		sep := slices.Index(f, "-")
+		if len(f) > 4 && sep > 0 && sep+2 < len(f) && f[4] == "/dev" {
+			source = f[sep+2] // the last mount on /dev is the one seen
+		}
+	}
+	if source != scenarioDevSource {
+		return errors.New("as root this creates missing NVIDIA nodes in /dev, and this /dev is the host's, not a scenario's: run it through make demo or scripts/scenario, or pass --dev DIR (or --host-dev to mean it)")
+	}
+	return nil
+}
+
+// readRaw reads a file with plain syscalls and one fd: os.ReadFile would
+// first need the runtime's epoll fd, which a low RLIMIT_NOFILE refuses.
+func readRaw(p string) ([]byte, error) {
+	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	var out []byte
+	buf := make([]byte, 16<<10)
+	for len(out) < 1<<20 {
+		n, err := unix.Read(fd, buf)
+		if err != nil {
+			return nil, err
+		}
+		if n <= 0 {
+			break
+		}
+		out = append(out, buf[:n]...)
+	}
+	return out, nil
 }
 
 // run returns the exit status.
@@ -103,6 +162,19 @@ func run(o *options) int {
 
 func cuInit(o *options) (int, error) {
 	q := &sequence{
+		// Checked when it first changes /dev, not up front: a target under
+		// a low fd limit cannot read mountinfo, and never gets that far.
+		sys: sys{beforeWrite: func() error {
+			err := checkDev(o, os.Geteuid(), "/proc/self/mountinfo")
+			if errors.Is(err, unix.EMFILE) || errors.Is(err, unix.ENFILE) {
+				return err // out of fds: the repair fails, as libcuda's would
+			}
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "fakecuda:", err)
+				os.Exit(2)
+			}
+			return nil
+		}},
 		dev:         o.dev,
 		procDevices: o.procDevices,
 		modprobe:    o.modprobe,

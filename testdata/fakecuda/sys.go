@@ -13,6 +13,19 @@ import (
 // failure can be compared with what the tracer recorded.
 type sys struct {
 	log io.Writer // nil: quiet
+	// beforeWrite runs before the first call that changes /dev (unlink,
+	// symlink, mknod): the check that it is not the host's. An error
+	// fails that call and the later ones without issuing them.
+	beforeWrite func() error
+	writeErr    error
+}
+
+func (s *sys) writing() error {
+	if s.beforeWrite != nil {
+		s.writeErr = s.beforeWrite()
+		s.beforeWrite = nil
+	}
+	return s.writeErr
 }
 
 func (s *sys) logf(format string, args ...any) {
@@ -63,18 +76,27 @@ func (s *sys) access(path string, mode uint32) error {
 }
 
 func (s *sys) unlink(path string) error {
+	if err := s.writing(); err != nil {
+		return err
+	}
 	err := rawUnlink(path)
 	s.logf("%s(%q) = %s", unlinkName, path, result(0, err))
 	return err
 }
 
 func (s *sys) symlink(target, link string) error {
+	if err := s.writing(); err != nil {
+		return err
+	}
 	err := rawSymlink(target, link)
 	s.logf("%s(%q, %q) = %s", symlinkName, target, link, result(0, err))
 	return err
 }
 
 func (s *sys) mknodat(path string, mode uint32, major, minor uint32) error {
+	if err := s.writing(); err != nil {
+		return err
+	}
 	err := unix.Mknodat(unix.AT_FDCWD, path, mode, int(unix.Mkdev(major, minor)))
 	s.logf("mknodat(AT_FDCWD, %q, %#o, makedev(%d, %d)) = %s", path, mode, major, minor, result(0, err))
 	return err

@@ -1,4 +1,4 @@
-package ebpftrace
+package ebpf
 
 import (
 	"bytes"
@@ -57,7 +57,7 @@ const (
 	// Records are cut after what their kind uses (cudatrace.c): an exit
 	// event is the header alone.
 	eventHeaderSize = int(unsafe.Offsetof(bpfEvent{}.Arg))
-	argvSlot        = 64 // ARGV_SLOT in cudatrace.c
+	argvSlot        = int(bpfLimitsARGV_SLOT)
 	maxIntern       = 4096
 )
 

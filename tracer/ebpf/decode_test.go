@@ -1,4 +1,4 @@
-package ebpftrace
+package ebpf
 
 import (
 	"errors"
@@ -58,8 +58,8 @@ func TestDecode(t *testing.T) {
 
 	exec := bpfEvent{Tgid: 7, Tid: 7, Syscall: uint16(bpfSyscallIdSC_EXECVE), Kind: uint8(bpfEventKindKIND_EXEC), Argc: 2}
 	putStr(exec.Path[:], "/usr/bin/nvidia-modprobe")
-	putStr(exec.Aux[0:64], "nvidia-modprobe")
-	putStr(exec.Aux[64:128], "-u")
+	putStr(exec.Aux[0:argvSlot], "nvidia-modprobe")
+	putStr(exec.Aux[argvSlot:2*argvSlot], "-u")
 	ev, err = d.decode(sample(&exec))
 	if err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
-package ebpftrace
+package ebpf
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -166,7 +165,7 @@ func traceCmd(t *testing.T, spec tracer.Spec, script string) (*tracer.Result, *r
 		spec.DeviceMajors = []uint32{1}
 	}
 	rec := &recorder{}
-	res, err := New().Run(context.Background(), spec, rec)
+	res, err := New().Run(privtest.Deadline(t), spec, rec)
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
@@ -285,7 +284,7 @@ func TestIoctlOnBadFD(t *testing.T) {
 	}
 	privtest.RequireRoot(t)
 	rec := &recorder{}
-	res, err := New().Run(context.Background(), tracer.Spec{
+	res, err := New().Run(privtest.Deadline(t), tracer.Spec{
 		Argv: []string{self, helperArg, "ioctl-badfd", "-"}, DeviceMajors: []uint32{1},
 	}, rec)
 	if err != nil {
@@ -494,7 +493,7 @@ func TestFailedUnmatchedOpenNotRecorded(t *testing.T) {
 	}
 	privtest.RequireRoot(t)
 	rec := &recorder{}
-	res, err := New().Run(context.Background(), tracer.Spec{Argv: args, DeviceMajors: []uint32{1}}, rec)
+	res, err := New().Run(privtest.Deadline(t), tracer.Spec{Argv: args, DeviceMajors: []uint32{1}}, rec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -563,7 +562,7 @@ func TestExitReportedByLeader(t *testing.T) {
 	}
 	privtest.RequireRoot(t)
 	rec := &recorder{}
-	res, err := New().Run(context.Background(), tracer.Spec{
+	res, err := New().Run(privtest.Deadline(t), tracer.Spec{
 		Argv: []string{self, helperArg, "leader-exits-first", "-"}, DeviceMajors: []uint32{1},
 	}, rec)
 	if err != nil {

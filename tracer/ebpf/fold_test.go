@@ -1,7 +1,6 @@
-package ebpftrace
+package ebpf
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -83,7 +82,7 @@ func TestFoldRepeats(t *testing.T) {
 				spec.FoldIoctlsAfter, spec.FoldCallsAfter = ioctlsAfter, callsAfter
 			}
 			rec := &recorder{}
-			res, err := New().Run(context.Background(), spec, rec)
+			res, err := New().Run(privtest.Deadline(t), spec, rec)
 			if err != nil {
 				t.Fatal(err)
 			}

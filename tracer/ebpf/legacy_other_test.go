@@ -1,6 +1,6 @@
 //go:build !amd64
 
-package ebpftrace
+package ebpf
 
 import "golang.org/x/sys/unix"
 

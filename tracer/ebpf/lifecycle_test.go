@@ -1,4 +1,4 @@
-package ebpftrace
+package ebpf
 
 import (
 	"context"
@@ -51,7 +51,7 @@ func TestTinyRingCountsEveryDrop(t *testing.T) {
 		os.ReadFile(fifo)
 		close(sink.release)
 	}()
-	res, err := New().Run(context.Background(), tracer.Spec{
+	res, err := New().Run(privtest.Deadline(t), tracer.Spec{
 		Argv:            []string{"/bin/sh", "-c", fmt.Sprintf("i=0; while [ $i -lt %d ]; do : < %s; i=$((i+1)); done; echo done > %s", opens, node, fifo)},
 		DeviceMajors:    []uint32{1},
 		RingBufferBytes: os.Getpagesize(),
@@ -187,7 +187,7 @@ func TestNothingLeftBehind(t *testing.T) {
 	fdsBefore := bpfFDs(t)
 	mountsBefore := tracefsMounts(t)
 	mountsWhileTracing := -1
-	res, err := New().Run(context.Background(), tracer.Spec{Argv: []string{"/bin/sh", "-c", "exit 3"}},
+	res, err := New().Run(privtest.Deadline(t), tracer.Spec{Argv: []string{"/bin/sh", "-c", "exit 3"}},
 		tracer.SinkFunc(func(*tracer.Event) {
 			mountsWhileTracing = max(mountsWhileTracing, tracefsMounts(t))
 		}))
@@ -205,7 +205,7 @@ func TestNothingLeftBehind(t *testing.T) {
 	for i := range majors {
 		majors[i] = uint32(i)
 	}
-	if _, err := New().Run(context.Background(), tracer.Spec{Argv: []string{"/bin/true"}, DeviceMajors: majors},
+	if _, err := New().Run(privtest.Deadline(t), tracer.Spec{Argv: []string{"/bin/true"}, DeviceMajors: majors},
 		tracer.SinkFunc(func(*tracer.Event) {})); err == nil || !strings.Contains(err.Error(), "too many device majors") {
 		t.Fatalf("err = %v, want too many device majors", err)
 	}
@@ -237,7 +237,7 @@ func TestBadSpecs(t *testing.T) {
 		{"ring below a page", tracer.Spec{Argv: []string{"/bin/true"}, RingBufferBytes: 64}, "power of two"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := New().Run(context.Background(), tc.spec, sink)
+			_, err := New().Run(privtest.Deadline(t), tc.spec, sink)
 			if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
 				t.Errorf("err = %v, want one line containing %q", err, tc.want)
 			}
@@ -267,7 +267,7 @@ func TestAttach(t *testing.T) {
 	}()
 	pid := target.Process.Pid
 	ids := watchPrograms(t)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(privtest.Deadline(t))
 	defer cancel()
 	rec := &recorder{}
 	var fromParent, fromChild int
@@ -338,7 +338,7 @@ func TestAttachEndsWhenTargetExits(t *testing.T) {
 	rec := &recorder{}
 	// A safety net, not a timing assertion: if Run misses the exit, fail
 	// with the events seen rather than hang the suite.
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(privtest.Deadline(t), 2*time.Minute)
 	defer cancel()
 	// Kill the target once its calls show the attach is live; Run must
 	// then return by itself.
@@ -377,7 +377,7 @@ func TestAttachEndsDespiteLostExit(t *testing.T) {
 	defer target.Wait()
 	pid := target.Process.Pid
 	var once sync.Once
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // safety net only
+	ctx, cancel := context.WithTimeout(privtest.Deadline(t), 2*time.Minute) // safety net only
 	defer cancel()
 	res, err := New().Run(ctx, tracer.Spec{PIDs: []int{pid}, DeviceMajors: []uint32{1}, RingBufferBytes: os.Getpagesize()},
 		tracer.SinkFunc(func(e *tracer.Event) {
@@ -407,7 +407,7 @@ func TestDeferredRelease(t *testing.T) {
 	ids := watchPrograms(t)
 	fdsBefore := bpfFDs(t)
 	var events int
-	res, err := New().Run(context.Background(), tracer.Spec{Argv: []string{"/bin/sh", "-c", "exit 5"}, DeferRelease: true},
+	res, err := New().Run(privtest.Deadline(t), tracer.Spec{Argv: []string{"/bin/sh", "-c", "exit 5"}, DeferRelease: true},
 		tracer.SinkFunc(func(*tracer.Event) { events++ }))
 	if err != nil {
 		t.Fatal(err)

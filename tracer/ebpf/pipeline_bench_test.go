@@ -1,7 +1,6 @@
-package ebpftrace
+package ebpf
 
 import (
-	"context"
 	"maps"
 	"slices"
 	"testing"
@@ -168,7 +167,7 @@ func BenchmarkLoad(b *testing.B) {
 func BenchmarkStartup(b *testing.B) {
 	privtest.RequireRoot(b)
 	for b.Loop() {
-		res, err := New().Run(context.Background(), tracer.Spec{Argv: []string{"/bin/true"}}, &recorder{})
+		res, err := New().Run(privtest.Deadline(b), tracer.Spec{Argv: []string{"/bin/true"}}, &recorder{})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package ebpftrace
+package ebpf
 
 import (
 	"errors"

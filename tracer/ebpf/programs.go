@@ -1,4 +1,4 @@
-package ebpftrace
+package ebpf
 
 import (
 	"fmt"
@@ -7,10 +7,12 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
 )
 
 // Two raw tracepoints, sys_enter and sys_exit, see every syscall and turn
@@ -23,9 +25,8 @@ var syscallProgs = []string{bpfProgCtSysExit, bpfProgCtSysEnter}
 // lifecycleProgs follow the process tree; they are BTF tracepoints.
 var lifecycleProgs = []string{bpfProgCtFork, bpfProgCtExit}
 
-// nrTableSize is NR_TABLE in the C: syscall numbers at or above it are not
-// looked at.
-const nrTableSize = 512
+// nrTableSize: syscall numbers at or above it are not looked at.
+const nrTableSize = int(bpfLimitsNR_TABLE)
 
 // syscallTable maps this arch's syscall numbers to the programs' syscall
 // ids; a zero entry is a syscall not traced.
@@ -67,10 +68,9 @@ func configure(spec *ebpf.CollectionSpec, cache *btf.Cache, fold foldAfter) erro
 	if err != nil {
 		return err
 	}
-	modeOff, rdevOff := uint32(24), uint32(40) // x86-64 struct stat
-	if runtime.GOARCH != "amd64" {
-		modeOff, rdevOff = 16, 32 // asm-generic struct stat (arm64, riscv64)
-	}
+	// The user's struct stat is this arch's (compat calls are not traced).
+	var st unix.Stat_t
+	modeOff, rdevOff := uint32(unsafe.Offsetof(st.Mode)), uint32(unsafe.Offsetof(st.Rdev))
 	table, err := syscallTable()
 	if err != nil {
 		return err

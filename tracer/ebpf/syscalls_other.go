@@ -1,6 +1,6 @@
 //go:build !amd64 && !arm64
 
-package ebpftrace
+package ebpf
 
 // syscallNumbers is empty where the BPF programs do not know the syscall
 // register layout: configure refuses to load them.

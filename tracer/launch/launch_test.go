@@ -39,6 +39,7 @@ func TestMain(m *testing.M) {
 }
 
 func TestTargetWaitsForRelease(t *testing.T) {
+	privtest.Deadline(t) // a loader that never execs would hang Wait
 	c, err := Start(Options{Argv: []string{"/bin/sh", "-c", "exit 7"}})
 	if err != nil {
 		t.Fatal(err)
@@ -64,6 +65,7 @@ func TestTargetWaitsForRelease(t *testing.T) {
 }
 
 func TestSignalledTarget(t *testing.T) {
+	privtest.Deadline(t)
 	c, err := Start(Options{Argv: []string{"/bin/sh", "-c", "kill -9 $$"}})
 	if err != nil {
 		t.Fatal(err)
@@ -76,6 +78,7 @@ func TestSignalledTarget(t *testing.T) {
 }
 
 func TestExecFailure(t *testing.T) {
+	privtest.Deadline(t)
 	c, err := Start(Options{Argv: []string{"/nonexistent/cmd"}})
 	if err != nil {
 		t.Fatal(err)
@@ -88,6 +91,7 @@ func TestExecFailure(t *testing.T) {
 }
 
 func TestAbortBeforeRelease(t *testing.T) {
+	privtest.Deadline(t)
 	c, err := Start(Options{Argv: []string{"/bin/true"}})
 	if err != nil {
 		t.Fatal(err)

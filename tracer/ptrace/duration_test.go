@@ -1,4 +1,4 @@
-package ptracetrace
+package ptrace
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package ptracetrace
+package ptrace
 
 import (
 	"sort"
@@ -12,15 +12,22 @@ const (
 	seccompDataArch = 4
 )
 
+// filterWatch are the calls that install a seccomp filter. They stop too: a
+// filter of the target's own that refuses a call outranks our
+// SECCOMP_RET_TRACE, so from then on its tasks stop at every syscall entry
+// (before seccomp runs) to see what it refuses.
+var filterWatch = []uint64{unix.SYS_SECCOMP, unix.SYS_PRCTL}
+
 // seccompFilter builds the classic-BPF program installed in a launched
 // target: SECCOMP_RET_TRACE for the traced syscalls of the native
 // architecture, SECCOMP_RET_ALLOW for everything else. Only traced syscalls
 // stop the target; the rest run at full speed.
 func seccompFilter() []unix.SockFilter {
-	nrs := make([]uint64, 0, len(nativeSyscalls))
+	nrs := make([]uint64, 0, len(nativeSyscalls)+len(filterWatch))
 	for nr := range nativeSyscalls {
 		nrs = append(nrs, nr)
 	}
+	nrs = append(nrs, filterWatch...)
 	sort.Slice(nrs, func(i, j int) bool { return nrs[i] < nrs[j] })
 	n := len(nrs)
 

@@ -1,6 +1,6 @@
 //go:build !amd64
 
-package ptracetrace
+package ptrace
 
 func legacyCalls(prefix string) {}
 

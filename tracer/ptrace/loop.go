@@ -1,4 +1,4 @@
-package ptracetrace
+package ptrace
 
 import (
 	"bufio"
@@ -42,6 +42,11 @@ type task struct {
 	// inSyscall (attach mode): the last syscall stop was an entry, so the
 	// next one is its exit. Lets an untraced exit skip GET_SYSCALL_INFO.
 	inSyscall bool
+	// filtered (launch mode): the task runs under a seccomp filter besides
+	// ours, whose refusals our RET_TRACE never sees; it stops at every
+	// syscall entry instead, and a traced call with no seccomp stop after
+	// its entry is one that filter answered. sawSeccomp: this call's stop.
+	filtered, sawSeccomp bool
 	// fdDir is an O_PATH descriptor of /proc/TID/fd plus one (0: not open
 	// yet). A stat relative to it skips the lookups of /proc and the tid,
 	// a third of the cost of the stat every ioctl and open takes.
@@ -257,7 +262,7 @@ func isStopSignal(sig unix.Signal) bool {
 // traced syscall.
 func (s *session) resume(t *task, sig int) {
 	var err error
-	if s.mode == stopEverySyscall || t.call != nil {
+	if s.mode == stopEverySyscall || t.call != nil || t.filtered {
 		err = toSyscall(t.tid, sig)
 	} else {
 		err = cont(t.tid, sig)
@@ -278,8 +283,36 @@ func (s *session) seccompStop(t *task) {
 		s.resume(t, 0)
 		return
 	}
+	if installsFilter(&si) {
+		// Whether or not it succeeds, stop at every entry from now on:
+		// the new filter applies to this thread (all of them with TSYNC)
+		// and to every child it forks.
+		for _, o := range s.tasks {
+			if o.tgid == t.tgid {
+				o.filtered = true
+			}
+		}
+	}
+	if t.filtered && t.call != nil && t.inSyscall {
+		// Entered at the syscall-entry stop already; this is the same call.
+		t.sawSeccomp = true
+		s.resume(t, 0)
+		return
+	}
 	s.enter(t, &si)
+	t.sawSeccomp = true
 	s.resume(t, 0)
+}
+
+// installsFilter: seccomp(SECCOMP_SET_MODE_*) or prctl(PR_SET_SECCOMP).
+func installsFilter(si *syscallInfo) bool {
+	switch si.Nr {
+	case unix.SYS_SECCOMP:
+		return true
+	case unix.SYS_PRCTL:
+		return si.Args[0] == unix.PR_SET_SECCOMP
+	}
+	return false
 }
 
 func (s *session) syscallStop(t *task) {
@@ -302,11 +335,15 @@ func (s *session) syscallStop(t *task) {
 	t.inSyscall = si.Op == unix.PTRACE_SYSCALL_INFO_ENTRY
 	switch si.Op {
 	case unix.PTRACE_SYSCALL_INFO_ENTRY:
+		t.sawSeccomp = false
 		s.enter(t, &si)
 	case unix.PTRACE_SYSCALL_INFO_EXIT:
 		if c := t.call; c != nil {
 			t.call = nil
-			s.finish(t, c, si.rval())
+			// Launched, a traced call always reaches our filter unless
+			// another filter answered it first.
+			refused := s.mode == stopSeccomp && t.filtered && !t.sawSeccomp
+			s.finishRefused(t, c, si.rval(), refused)
 		}
 	}
 	s.resume(t, 0)
@@ -326,13 +363,19 @@ func (s *session) enter(t *task, si *syscallInfo) {
 		return
 	}
 	t.call = &t.buf
-	// The comm at entry: an execve's event names the program that called it.
+	// The comm at entry; a successful execve's is replaced at its exit
+	// (execStop) by the new program's, as the eBPF backend reports it.
 	t.call.ev.Comm = t.comm
 }
 
-func (s *session) finish(t *task, c *call, ret int64) {
+func (s *session) finish(t *task, c *call, ret int64) { s.finishRefused(t, c, ret, false) }
+
+// finishRefused completes a call; refused marks one a seccomp filter
+// answered before the kernel ran it.
+func (s *session) finishRefused(t *task, c *call, ret int64, refused bool) {
 	s.noteStops(t)
 	if e := s.rules.exit(t.tid, t.fds(), c, ret); e != nil {
+		e.NoEntry = refused && e.Failed()
 		s.emit(t, e)
 	}
 }
@@ -358,6 +401,8 @@ func (s *session) execStop(t *task) {
 	}
 	t.comm = readComm(t.tid)
 	if c := t.call; c != nil && (c.id == sysExecve || c.id == sysExecveat) {
+		// Named after the program it started, not cudatrace's own loader.
+		c.ev.Comm = t.comm
 		t.call = nil
 		s.finish(t, c, 0)
 	}
@@ -398,6 +443,8 @@ func (s *session) adopt(tid, event int, comm string) *task {
 		return t
 	}
 	t := &task{tid: tid, tgid: tid, fresh: true, comm: comm, detaching: s.detachAll}
+	// A filter besides ours (inherited, or installed by an ancestor).
+	t.filtered = s.mode == stopSeccomp && seccompFilters(tid) > 1
 	if event != unix.PTRACE_EVENT_FORK && event != unix.PTRACE_EVENT_VFORK {
 		// A clone may be a thread or a process; /proc knows.
 		if tgid, ok := readTgid(tid); ok {

@@ -1,9 +1,10 @@
-package ptracetrace
+package ptrace
 
 import (
 	"runtime"
 	"testing"
 
+	"github.com/cudatrace/cudatrace/internal/privtest"
 	"github.com/cudatrace/cudatrace/tracer"
 )
 
@@ -12,7 +13,7 @@ func TestRunSparesAP(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	var during int
 	b := New().(*Backend)
-	_, err := b.Run(t.Context(), tracer.Spec{Argv: []string{"/bin/true"}}, tracer.SinkFunc(func(*tracer.Event) {
+	_, err := b.Run(privtest.Deadline(t), tracer.Spec{Argv: []string{"/bin/true"}}, tracer.SinkFunc(func(*tracer.Event) {
 		during = runtime.GOMAXPROCS(0)
 	}))
 	if err != nil {

@@ -1,4 +1,4 @@
-// Package ptracetrace is the ptrace backend: it works where eBPF cannot
+// Package ptrace is the ptrace backend: it works where eBPF cannot
 // (no root, no CAP_BPF, nested containers) and emits the same events.
 //
 // A launched target runs under a seccomp filter that returns
@@ -12,7 +12,7 @@
 // SIG_DFL (discarded): a program that asks for it with signal.Notify misses
 // those sent meanwhile (sigchld.go says why), and GOMAXPROCS is at least 2
 // (procs.go says why).
-package ptracetrace
+package ptrace
 
 import (
 	"context"
@@ -190,7 +190,10 @@ func (b *Backend) launch(ctx context.Context, spec tracer.Spec, sink tracer.Sink
 	s := newSession(stopSeccomp, spec, sink)
 	s.waker = w
 	s.root = child.PID
-	s.tasks[child.PID] = &task{tid: child.PID, tgid: child.PID, comm: readComm(child.PID)}
+	// Filters the loader has before it installs ours are inherited from
+	// cudatrace (run in a container, say): the target's calls may be
+	// refused by them.
+	s.tasks[child.PID] = &task{tid: child.PID, tgid: child.PID, comm: readComm(child.PID), filtered: seccompFilters(child.PID) > 0}
 	s.start = time.Now()
 	res.Started = s.start
 	if err := child.Release(); err != nil {

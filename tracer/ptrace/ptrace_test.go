@@ -1,4 +1,4 @@
-package ptracetrace
+package ptrace
 
 import (
 	"bytes"
@@ -93,7 +93,7 @@ func runLaunch(t *testing.T, argv []string, majors []uint32) (*tracer.Result, *c
 	t.Helper()
 	b := New().(*Backend)
 	c := &collector{}
-	res, err := b.Run(context.Background(), tracer.Spec{Argv: argv, DeviceMajors: majors}, c)
+	res, err := b.Run(privtest.Deadline(t), tracer.Spec{Argv: argv, DeviceMajors: majors}, c)
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
@@ -345,7 +345,7 @@ func assertUntraced(t *testing.T, pid int) {
 // attachUntil attaches to pid and cancels once enough events matched.
 func attachUntil(t *testing.T, pid int, majors []uint32, enough func(*tracer.Event) bool, n int) (*tracer.Result, *collector) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(privtest.Deadline(t))
 	defer cancel()
 	seen := 0
 	c := &collector{onAdd: func(e *tracer.Event) {
@@ -436,7 +436,7 @@ func TestAttachThreadedProcess(t *testing.T) {
 
 func TestAttachDuration(t *testing.T) {
 	cmd, log := startLoop(t, "/dev/null")
-	res, err := New().Run(context.Background(), tracer.Spec{PIDs: []int{cmd.Process.Pid}, Duration: 200 * time.Millisecond}, &collector{})
+	res, err := New().Run(privtest.Deadline(t), tracer.Spec{PIDs: []int{cmd.Process.Pid}, Duration: 200 * time.Millisecond}, &collector{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -463,12 +463,12 @@ func TestAttachErrors(t *testing.T) {
 		{[]int{unix.Gettid()}, "cudatrace itself"}, // this thread
 	}
 	for _, tc := range cases {
-		_, err := New().Run(context.Background(), tracer.Spec{PIDs: tc.pids}, &collector{})
+		_, err := New().Run(privtest.Deadline(t), tracer.Spec{PIDs: tc.pids}, &collector{})
 		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
 			t.Errorf("attach %v: err = %v, want %q", tc.pids, err, tc.want)
 		}
 	}
-	if _, err := New().Run(context.Background(), tracer.Spec{}, &collector{}); err == nil {
+	if _, err := New().Run(privtest.Deadline(t), tracer.Spec{}, &collector{}); err == nil {
 		t.Error("empty spec accepted")
 	}
 }
@@ -478,7 +478,7 @@ func TestAttachRefused(t *testing.T) {
 	if os.Geteuid() == 0 {
 		t.Skip("root may trace anything; TestUnprivileged runs this as nobody")
 	}
-	_, err := New().Run(context.Background(), tracer.Spec{PIDs: []int{1}}, &collector{})
+	_, err := New().Run(privtest.Deadline(t), tracer.Spec{PIDs: []int{1}}, &collector{})
 	if err == nil || !strings.Contains(err.Error(), "ptrace refused") {
 		t.Fatalf("err = %v", err)
 	}
@@ -589,7 +589,7 @@ func TestAttachHeldDevices(t *testing.T) {
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	held := func(majors []uint32) []string {
 		t.Helper()
-		res, err := New().Run(context.Background(), tracer.Spec{PIDs: []int{cmd.Process.Pid}, DeviceMajors: majors, Duration: 50 * time.Millisecond}, &collector{})
+		res, err := New().Run(privtest.Deadline(t), tracer.Spec{PIDs: []int{cmd.Process.Pid}, DeviceMajors: majors, Duration: 50 * time.Millisecond}, &collector{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package ptracetrace
+package ptrace
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cudatrace/cudatrace/internal/privtest"
 	"github.com/cudatrace/cudatrace/tracer"
 )
 
@@ -100,7 +101,7 @@ func runForkRace(t *testing.T, d time.Duration, during func(child, waker int, de
 	}
 	defer release.Close()
 	marker := "/dev/nvidia-cudatrace-ptest-missing-" + randName()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(privtest.Deadline(t), 60*time.Second)
 	defer cancel()
 	deadline, _ := ctx.Deadline()
 
@@ -266,7 +267,7 @@ func TestChildGoneBeforeForkEvent(t *testing.T) {
 		}
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(privtest.Deadline(t), 60*time.Second)
 	defer cancel()
 	var res *tracer.Result
 	var err error
@@ -321,7 +322,7 @@ func TestSIGCHLDQuietDuringRun(t *testing.T) {
 			rtSigaction(unix.SIGCHLD, nil, &during)
 		}
 	}}
-	if _, err := New().Run(context.Background(), tracer.Spec{Argv: []string{"/bin/true"}}, c); err != nil {
+	if _, err := New().Run(privtest.Deadline(t), tracer.Spec{Argv: []string{"/bin/true"}}, c); err != nil {
 		t.Fatal(err)
 	}
 	rtSigaction(unix.SIGCHLD, nil, &after)

@@ -1,4 +1,4 @@
-package ptracetrace
+package ptrace
 
 import (
 	"encoding/binary"
@@ -20,6 +20,17 @@ var (
 	isDevicePath      = tracer.IsDevicePath
 	isInterestingOpen = tracer.IsInterestingOpen
 	isInterestingStat = tracer.IsInterestingStat
+)
+
+// The layouts of this arch's struct stat and of struct statx, from x/sys.
+const (
+	statSize        = unsafe.Sizeof(unix.Stat_t{})
+	statModeOff     = unsafe.Offsetof(unix.Stat_t{}.Mode)
+	statRdevOff     = unsafe.Offsetof(unix.Stat_t{}.Rdev)
+	statxModeOff    = unsafe.Offsetof(unix.Statx_t{}.Mode)
+	statxRdevMajOff = unsafe.Offsetof(unix.Statx_t{}.Rdev_major)
+	statxRdevMinOff = unsafe.Offsetof(unix.Statx_t{}.Rdev_minor)
+	statxSize       = statxRdevMinOff + 4 // read no further than the fields used
 )
 
 // call is a traced syscall seen at entry whose exit must be seen too. Each
@@ -195,13 +206,13 @@ func (r *rules) exit(tid, fdDir int, c *call, ret int64) *tracer.Event {
 		}
 	case sysStatx:
 		if ret == 0 {
-			var stx [0x88]byte
+			var stx [statxSize]byte
 			if readMem(tid, a[4], stx[:]) {
-				e.Mode = uint32(binary.NativeEndian.Uint16(stx[0x1c:]))
+				e.Mode = uint32(binary.NativeEndian.Uint16(stx[statxModeOff:]))
 				if isDevMode(e.Mode) {
 					c.setDev(tracer.Dev{
-						Major: binary.NativeEndian.Uint32(stx[0x80:]),
-						Minor: binary.NativeEndian.Uint32(stx[0x84:]),
+						Major: binary.NativeEndian.Uint32(stx[statxRdevMajOff:]),
+						Minor: binary.NativeEndian.Uint32(stx[statxRdevMinOff:]),
 					})
 				}
 			}

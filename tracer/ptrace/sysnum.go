@@ -1,4 +1,4 @@
-package ptracetrace
+package ptrace
 
 // sysID names a traced syscall independently of the architecture's numbers.
 type sysID uint8

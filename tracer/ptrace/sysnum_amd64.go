@@ -1,4 +1,4 @@
-package ptracetrace
+package ptrace
 
 import "golang.org/x/sys/unix"
 
@@ -20,10 +20,3 @@ var nativeSyscalls = map[uint64]sysID{
 	unix.SYS_MEMFD_CREATE: sysMemfdCreate,
 	unix.SYS_EXECVE:       sysExecve, unix.SYS_EXECVEAT: sysExecveat,
 }
-
-// struct stat layout (asm/stat.h, x86-64).
-const (
-	statSize    = 144
-	statModeOff = 24
-	statRdevOff = 40
-)

@@ -1,4 +1,4 @@
-package ptracetrace
+package ptrace
 
 import "golang.org/x/sys/unix"
 
@@ -19,10 +19,3 @@ var nativeSyscalls = map[uint64]sysID{
 	unix.SYS_MEMFD_CREATE: sysMemfdCreate,
 	unix.SYS_EXECVE:       sysExecve, unix.SYS_EXECVEAT: sysExecveat,
 }
-
-// struct stat layout (asm-generic/stat.h).
-const (
-	statSize    = 128
-	statModeOff = 16
-	statRdevOff = 32
-)

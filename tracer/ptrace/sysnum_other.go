@@ -1,6 +1,6 @@
 //go:build !amd64 && !arm64
 
-package ptracetrace
+package ptrace
 
 // Other architectures: no table, and Probe reports the backend unavailable.
 const nativeArch = 0
@@ -8,9 +8,3 @@ const nativeArch = 0
 const x32SyscallBit = 0
 
 var nativeSyscalls = map[uint64]sysID{}
-
-const (
-	statSize    = 0
-	statModeOff = 0
-	statRdevOff = 0
-)

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/tracer"
 )
 
@@ -296,19 +297,15 @@ var (
 	isInterestingStat = tracer.IsInterestingStat
 )
 
-// nvidiaMajor is nvidia.ko's fixed major (nvidia0..N, nvidiactl); the
-// other NVIDIA majors are dynamic, so only the path can tell them.
-const nvidiaMajor = 195
-
 // isNvidiaNode says whether a path names an NVIDIA device node for sure.
 // /dev/char/M:m does only for the fixed major; without -yy the log cannot
 // tell what a dynamic major such as nvidia-uvm's was.
 func isNvidiaNode(p string) bool {
-	return strings.HasPrefix(p, "/dev/nvidia") || strings.HasPrefix(p, "/dev/char/195:")
+	return nvdev.IsNodePath(p) || nvdev.IsFixedMajorLink(p)
 }
 
 func isNvidiaAnnotation(a annotation) bool {
-	return isNvidiaNode(a.path) || (a.char && a.dev != nil && a.dev.Major == nvidiaMajor)
+	return isNvidiaNode(a.path) || (a.char && a.dev != nil && a.dev.Major == nvdev.Major)
 }
 
 // pathArg reads the path at args[i], or for the *at forms at args[i+1]

@@ -13,7 +13,7 @@ import (
 )
 
 // The recordings are real strace -f -yy -tt -T logs of cuInit on an H200
-// (see /work/shared/recordings/README.md); every value asserted here was
+// (see testdata/strace/h200/README.md); every value asserted here was
 // read off the log lines quoted in the comments.
 
 const recordings = "../../testdata/strace/h200"

@@ -15,7 +15,7 @@ import (
 
 // namesFile holds the RM class and control-command names, extracted from
 // NVIDIA's headers with their source files.
-const namesFile = "testdata/nvidia-rm-names.json"
+const namesFile = "internal/gentables/nvidia-rm-names.json"
 
 // rmName is one #define taken from a header.
 type rmName struct {

@@ -141,7 +141,7 @@ func main() {
 	if err != nil {
 		fatal("%v", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // written through runsCSV, whose Error() is checked
 	b.runsCSV = csv.NewWriter(f)
 	b.runsCSV.Write(runHeader)
 
@@ -306,7 +306,7 @@ func (b *bench) measureTrue(c config, rep int) {
 	}
 	res, err := b.exec(argv)
 	if !b.keepReports {
-		os.Remove(path)
+		_ = os.Remove(path) // a missing report is the run's failure, reported below
 	}
 	if err != nil {
 		r.Note = err.Error()
@@ -389,7 +389,7 @@ func (r *run) readReport(path, node string, keep bool) error {
 		r.FirstEventNs = rep.Events[0].Time
 	}
 	if !keep {
-		os.Remove(path) // tens of MB per repetition otherwise
+		_ = os.Remove(path) // tens of MB per repetition otherwise
 	}
 	return nil
 }
@@ -442,12 +442,12 @@ func (b *bench) runBeside(report string, argv []string) (*result, error) {
 	}
 	sleeper, err := waitChild(tr.Process.Pid, "sleep", 10*time.Second)
 	if err != nil {
-		tr.Process.Kill()
-		tr.Wait()
+		_ = tr.Process.Kill()
+		_ = tr.Wait() // killed: its status says nothing
 		return nil, fmt.Errorf("neighbour: %v: %s", err, lastLine(errb.String()))
 	}
 	res, werr := b.exec(argv)
-	syscall.Kill(sleeper, syscall.SIGKILL)
+	_ = syscall.Kill(sleeper, syscall.SIGKILL) // it may have exited already
 	err = tr.Wait()
 	var ee *exec.ExitError
 	if err != nil && !(errors.As(err, &ee) && ee.ExitCode() == 128+int(syscall.SIGKILL)) {

@@ -205,7 +205,7 @@ func writeSummary(path string, rows []row) error {
 	}
 	w.Flush()
 	if err := w.Error(); err != nil {
-		f.Close()
+		_ = f.Close()
 		return err
 	}
 	return f.Close()

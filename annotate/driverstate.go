@@ -1,0 +1,247 @@
+package annotate
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/cudatrace/cudatrace/snapshot"
+	"github.com/cudatrace/cudatrace/tracer"
+)
+
+// CUDA driver API codes the driver's state explains (cuda.h).
+const (
+	cudaNotInitialized = 3
+	cudaNoDevice       = 100
+	cudaSystemNotReady = 802
+	cudaDriverMismatch = 803
+	cudaDevUnavailable = 46
+	nvmlRMVersionMism  = 18 // NVML_ERROR_LIB_RM_VERSION_MISMATCH
+)
+
+// checkDriverState explains a CUDA failure that no traced call explains
+// from the driver's own state (the snapshot's DriverState, the kernel log),
+// and names the driver's kernel messages with the call nearest in time.
+func (a *analyzer) checkDriverState() {
+	a.checkKernelMessages()
+	a.checkLibraryVersions()
+	a.checkExcludedGPU()
+	f := a.cudaFailed()
+	ds := a.s.DriverState
+	if f == nil || a.fail >= 0 || ds == nil || !strings.HasPrefix(f.Func, "cu") {
+		return
+	}
+	switch f.Ret {
+	case cudaNotInitialized:
+		if !a.gspFirmwareMissing(f, ds) {
+			a.hmmSuspect(f, ds)
+		}
+	case cudaDevUnavailable:
+		a.computeModeExclusive(f, ds)
+	case cudaSystemNotReady:
+		a.fabricManagerMissing(f, ds)
+	}
+}
+
+// gspFirmwareMissing: cuInit 3 with no GSP firmware files for the running
+// version. The error needs the kernel log's word that the GPU failed to
+// initialise: the H200 keeps its firmware with the driver, outside
+// /lib/firmware, and works.
+func (a *analyzer) gspFirmwareMissing(f *tracer.Event, ds *snapshot.DriverState) bool {
+	fw := ds.Firmware
+	if fw.Version == "" || len(fw.Files) > 0 || !a.s.Host.OpenModule() {
+		return false
+	}
+	lines := a.kernelLines(isRMInitLine)
+	if len(lines) == 0 {
+		return false
+	}
+	d := []string{fmt.Sprintf("`%s()` by %s returned %d (%s).", f.Func, who(f), f.Ret, apiCodeName(f.Func, f.Ret)),
+		fmt.Sprintf("The open kernel module %s runs the GPU through GSP firmware, and no gsp_*.bin for %s is in the firmware search path (%s).", fw.Version, fw.Version, strings.Join(fw.Searched, ", "))}
+	d = append(d, lines...)
+	a.add(Finding{ID: "gsp-firmware-missing", Severity: SeverityError,
+		Summary: fmt.Sprintf("the GSP firmware for driver %s is missing: the GPU could not initialise", fw.Version),
+		Detail:  d, Fix: GSPFirmwareFix(fw.Version), Events: []uint64{f.Seq}}, "")
+	return true
+}
+
+// hmmSuspect: cuInit 3 with HMM on (uvm_disable_hmm not set) on a kernel
+// with HMM, the open module: open-gpu-kernel-modules #947.
+func (a *analyzer) hmmSuspect(f *tracer.Event, ds *snapshot.DriverState) {
+	v, set := a.s.Driver.UVMParams["uvm_disable_hmm"]
+	if !set || v == "Y" || v == "1" || !a.s.Host.OpenModule() || !HMMKernel(ds.KernelConfig) {
+		return
+	}
+	for i := range a.out {
+		if a.out[i].ID == "uvm-hmm" { // UVM_INITIALIZE's in-band hint: CUDA's 3 confirms it
+			a.out[i].Severity = SeverityError
+			return
+		}
+	}
+	a.add(Finding{ID: "uvm-hmm", Severity: SeverityError,
+		Summary: "cuInit returned 3 with HMM enabled in nvidia_uvm on a kernel with HMM",
+		Detail: []string{fmt.Sprintf("`%s()` by %s returned %d (%s) although the device opens worked.", f.Func, who(f), f.Ret, apiCodeName(f.Func, f.Ret)),
+			fmt.Sprintf("nvidia_uvm uvm_disable_hmm=%s; kernel %s has CONFIG_HMM_MIRROR=y and CONFIG_DEVICE_PRIVATE=y; the open kernel module %s.", v, a.s.Host.Kernel, orUnknown(a.s.Host.DriverVersion)),
+			"Some driver and kernel pairs fail UVM initialisation with HMM on (open-gpu-kernel-modules #947)."},
+		Fix: HMMFix, Inferred: true, Events: []uint64{f.Seq}}, "")
+}
+
+func (a *analyzer) computeModeExclusive(f *tracer.Event, ds *snapshot.DriverState) {
+	var d []string
+	for _, g := range ds.SMI {
+		if g.ComputeMode == "Exclusive_Process" || g.ComputeMode == "Prohibited" {
+			d = append(d, fmt.Sprintf("GPU %s compute mode: %s (nvidia-smi).", g.Bus, g.ComputeMode))
+		}
+	}
+	if len(d) == 0 {
+		return
+	}
+	d = append([]string{fmt.Sprintf("`%s()` by %s returned %d (%s).", f.Func, who(f), f.Ret, apiCodeName(f.Func, f.Ret))}, d...)
+	d = append(d, "In Exclusive_Process mode a GPU takes one CUDA context at a time: another process holds it. Prohibited allows none.")
+	a.add(Finding{ID: "compute-mode", Severity: SeverityError,
+		Summary: "the GPU's compute mode refuses this process's context (46: devices busy or unavailable)",
+		Detail:  d, Fix: ComputeModeFix, Events: []uint64{f.Seq}}, "")
+}
+
+func (a *analyzer) fabricManagerMissing(f *tracer.Event, ds *snapshot.DriverState) {
+	if len(ds.NVSwitches) == 0 || slices.Contains(ds.Daemons, "nv-fabricmanager") {
+		return
+	}
+	d := []string{fmt.Sprintf("`%s()` by %s returned %d (%s).", f.Func, who(f), f.Ret, apiCodeName(f.Func, f.Ret)),
+		fmt.Sprintf("%d NVSwitch devices (/proc/driver/nvidia-nvswitch/devices) and no nv-fabricmanager process.", len(ds.NVSwitches))}
+	inferred := a.inContainer()
+	if inferred {
+		d = append(d, "The target runs in a container, which may not see the host's fabric manager.")
+	}
+	a.add(Finding{ID: "fabric-manager", Severity: SeverityError,
+		Summary: "an NVSwitch system without nvidia-fabricmanager: CUDA is not ready (802)",
+		Detail:  d, Fix: FabricManagerFix(a.s.Host.DriverVersion), Inferred: inferred, Events: []uint64{f.Seq}}, "")
+}
+
+// checkLibraryVersions: the libcuda/libnvidia-ml the target opened against
+// the kernel module (CUDA 803, NVML 18), when CUDA did not succeed.
+func (a *analyzer) checkLibraryVersions() {
+	kv := a.s.Host.DriverVersion
+	if kv == "" && a.s.DriverState != nil {
+		kv = a.s.DriverState.ModuleVersion
+	}
+	if kv == "" || a.cuda.Status == "ok" || a.cuda.Status == "not-called" {
+		return
+	}
+	for i := range a.ev {
+		e := &a.ev[i]
+		if e.Kind != tracer.KindOpen || e.Failed() || libcudaPathKind(e.Path) != "" {
+			continue
+		}
+		if v := libVersion(baseName(e.Path)); v != "" && v != kv {
+			a.versionMismatch(-1)
+			return
+		}
+	}
+	if f := a.cudaFailed(); f != nil && (f.Func == "cuInit" && f.Ret == cudaDriverMismatch || strings.HasPrefix(f.Func, "nvml") && f.Ret == nvmlRMVersionMism) {
+		a.versionMismatch(-1)
+	}
+}
+
+// libVersion is the driver version in a versioned library's name
+// (libcuda.so.580.159.04 → 580.159.04), "" for others.
+func libVersion(b string) string {
+	for _, p := range []string{"libcuda.so.", "libnvidia-ml.so."} {
+		if v, ok := strings.CutPrefix(b, p); ok && strings.Count(v, ".") >= 1 {
+			return v
+		}
+	}
+	return ""
+}
+
+// checkExcludedGPU: GPUs the driver was told to leave alone
+// (NVreg_ExcludedGpus). No GPU for CUDA (100) makes it the explanation.
+func (a *analyzer) checkExcludedGPU() {
+	ex := ExcludedGPUs(a.s)
+	if len(ex) == 0 {
+		return
+	}
+	sev := SeverityWarning
+	d := []string{"Excluded by the driver (NVreg_ExcludedGpus): " + strings.Join(ex, ", ") + "; its node does not open (EPERM)."}
+	var events []uint64
+	if f := a.cudaFailed(); f != nil && a.fail < 0 && f.Func == "cuInit" && f.Ret == cudaNoDevice {
+		sev = SeverityError
+		d = append([]string{fmt.Sprintf("`%s()` by %s returned %d (%s).", f.Func, who(f), f.Ret, apiCodeName(f.Func, f.Ret))}, d...)
+		events = []uint64{f.Seq}
+	}
+	a.add(Finding{ID: "excluded-gpu", Severity: sev,
+		Summary: "the driver excludes " + strings.Join(ex, ", "),
+		Detail:  d, Fix: ExcludedGPUFix, Events: events}, "")
+}
+
+// ExcludedGPUs lists what /proc/driver/nvidia/params' ExcludedGpus and the
+// GPUs' information files exclude.
+func ExcludedGPUs(s *snapshot.Snapshot) []string {
+	var ex []string
+	if v := strings.Trim(strings.TrimSpace(s.Driver.Params["ExcludedGpus"]), `"`); v != "" {
+		ex = append(ex, v)
+	}
+	if s.DriverState != nil {
+		for _, g := range s.DriverState.GPUs {
+			if g.Excluded {
+				ex = append(ex, g.Bus)
+			}
+		}
+	}
+	return ex
+}
+
+// checkKernelMessages names the driver's known kernel messages and ties each
+// to the traced call nearest in time.
+func (a *analyzer) checkKernelMessages() {
+	var d []string
+	for _, l := range a.s.KernelLog {
+		meaning := KernelLineMeaning(l.Text)
+		if meaning == "" {
+			continue
+		}
+		line := l.Text + " — " + meaning
+		switch {
+		case l.T == nil:
+		case l.Older:
+			line = fmt.Sprintf("%s (before the trace, at %s)", line, fmtOffset(*l.T))
+		default:
+			line = fmt.Sprintf("%s: %s", fmtOffset(*l.T), line)
+			if i := a.nearestCall(*l.T); i >= 0 {
+				e := &a.ev[i]
+				line += fmt.Sprintf("; nearest call: `%s` by %s at %s", FormatCall(e), who(e), fmtOffset(e.Time))
+			}
+		}
+		d = append(d, line)
+	}
+	if len(d) == 0 {
+		return
+	}
+	a.add(Finding{ID: "kernel-messages", Severity: SeverityInfo,
+		Summary: fmt.Sprintf("the NVIDIA driver logged %d known kernel messages", len(d)),
+		Detail:  d}, "")
+}
+
+func fmtOffset(t time.Duration) string {
+	return fmt.Sprintf("%+.3fs", t.Seconds())
+}
+
+// nearestCall is the traced call (not an exit) closest in time to t, -1
+// when there is none.
+func (a *analyzer) nearestCall(t time.Duration) int {
+	best, bestD := -1, time.Duration(0)
+	for i := range a.ev {
+		if a.ev[i].Kind == tracer.KindExit {
+			continue
+		}
+		d := a.ev[i].Time - t
+		if d < 0 {
+			d = -d
+		}
+		if best < 0 || d < bestD {
+			best, bestD = i, d
+		}
+	}
+	return best
+}

@@ -1,0 +1,55 @@
+package report
+
+import (
+	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/tracer"
+)
+
+// Unstored is what annotate.Analyze needs for true counts: per call site,
+// how many more calls the report's summaries (ioctls, folded) count than
+// its events hold. It counts the stored events itself rather than trusting
+// a field, so it holds for reports written before failures were folded.
+func (rep *Report) Unstored() []annotate.Unstored {
+	type ioctlKey struct {
+		ioctlSite
+		failed bool
+	}
+	storedIoctls := map[ioctlKey]uint64{}
+	storedSites := map[siteKey]uint64{}
+	for i := range rep.Events {
+		e := &rep.Events[i]
+		if e.Kind == tracer.KindIoctl {
+			var dev tracer.Dev
+			if e.Dev != nil {
+				dev = *e.Dev
+			}
+			storedIoctls[ioctlKey{ioctlSite{e.PID, dev, e.Request}, e.Failed()}]++
+		} else if k, ok := siteOf(e); ok {
+			storedSites[k]++
+		}
+	}
+	var out []annotate.Unstored
+	add := func(u annotate.Unstored, stored uint64) {
+		if u.Count > stored {
+			u.Count -= stored
+			out = append(out, u)
+		}
+	}
+	for _, s := range rep.Ioctls {
+		site := ioctlSite{s.PID, s.Dev, s.Request}
+		failed := min(s.Failed, s.Count)
+		u := annotate.Unstored{PID: s.PID, Kind: tracer.KindIoctl, Dev: s.Dev}
+		u.Count = s.Count - failed
+		add(u, storedIoctls[ioctlKey{site, false}])
+		u.Failed, u.Count = true, failed
+		add(u, storedIoctls[ioctlKey{site, true}])
+	}
+	for i := range rep.Folded {
+		f := &rep.Folded[i]
+		if f.Kind == tracer.KindIoctl {
+			continue // in Ioctls
+		}
+		add(annotate.Unstored{PID: f.PID, Kind: f.Kind, Path: f.Path, Failed: f.Errno != 0, Count: f.Calls}, storedSites[f.site()])
+	}
+	return out
+}
