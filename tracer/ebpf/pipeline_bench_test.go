@@ -97,6 +97,17 @@ func BenchmarkLoad(b *testing.B) {
 			}
 		}
 	})
+	// The run-time choice of syscall hook (a refused or loaded fentry
+	// program), with the kernel's BTF already parsed as in a run.
+	b.Run("fentry-probe", func(b *testing.B) {
+		cache := btf.NewCache()
+		if _, err := cache.Kernel(); err != nil {
+			b.Fatal(err)
+		}
+		for b.Loop() {
+			chooseSyscallHook(cache)
+		}
+	})
 	// Each program on its own: its share of the verifier's time.
 	spec, err := loadBpf()
 	if err != nil {
