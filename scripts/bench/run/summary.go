@@ -92,6 +92,7 @@ func summarise(runs []run) []row {
 		fixedCPU[k.c] = medianOf(d)
 	}
 	fixedCPU["ebpf-other"] = fixedCPU["ebpf"]
+	fixedCPU["ebpf-other-base"] = fixedCPU["ebpf-base"]
 
 	var rows []row
 	slices.SortStableFunc(order, func(a, b key) int { return workloadRank(a.w) - workloadRank(b.w) })
@@ -304,6 +305,25 @@ func printChecks(out io.Writer, runs []run) {
 	if s, ok := get("W1", "strace"); ok && okE && s.Added.valid() && e1.Added.valid() {
 		f := s.Added.Median / math.Max(e1.Added.Median, 1)
 		check("eBPF: ≥ 100x less added time per event than strace -f", f >= 100, fmt.Sprintf("%.0fx", f))
+	}
+	// The -base build beside this one: the change's effect, same run.
+	for _, cmp := range []struct {
+		w, c, base, what, unit string
+		scale                  float64
+	}{
+		{"W1", "ebpf", "ebpf-base", "added per traced call", "ns", 1},
+		{"W2", "ebpf", "ebpf-base", "added per untraced call, tracee", "ns", 1},
+		{"W2", "ebpf-other", "ebpf-other-base", "added per untraced call, neighbour", "ns", 1},
+		{"W4", "ebpf", "ebpf-base", "added per traced call", "ns", 1},
+		{"start", "ebpf", "ebpf-base", "spawn → target runs", "ms", 1e6},
+		{"true", "ebpf", "ebpf-base", "cudatrace -- /bin/true, added", "ms", 1e6},
+	} {
+		now, ok1 := get(cmp.w, cmp.c)
+		before, ok2 := get(cmp.w, cmp.base)
+		if ok1 && ok2 && now.Added.valid() && before.Added.valid() {
+			fmt.Fprintf(out, "  info  %-58s %.1f %s now, %.1f before (-base)\n",
+				cmp.w+" "+cmp.what, now.Added.Median/cmp.scale, cmp.unit, before.Added.Median/cmp.scale)
+		}
 	}
 	drops, short := int64(0), 0
 	for _, r := range runs {
