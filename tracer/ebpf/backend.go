@@ -355,8 +355,11 @@ func (s *session) detach() {
 }
 
 func (s *session) close() {
+	// Both wait for grace periods: overlap them.
+	var wg sync.WaitGroup
+	wg.Go(s.api.close)
 	s.detach()
-	s.api.close()
+	wg.Wait()
 	if s.rd != nil {
 		s.rd.Close()
 	}
