@@ -393,7 +393,6 @@ static __always_inline struct event *begin(__u16 sc, __u8 kind)
 		count_drop(DROP_PENDING);
 		return NULL;
 	}
-	e->ktime = bpf_ktime_get_ns();
 	e->flags = 0;
 	e->ret = 0;
 	e->uptr = 0;
@@ -418,7 +417,10 @@ static __always_inline struct event *begin(__u16 sc, __u8 kind)
 	e->held = 0;
 	e->path[0] = 0;
 	e->aux[0] = 0;
-	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	/* Other kinds take comm once they are sure to be sent (finish): most
+	 * repeats fold. An exec's is the name before it. */
+	if (kind == KIND_EXEC)
+		bpf_get_current_comm(e->comm, sizeof(e->comm));
 	return e;
 }
 
@@ -501,26 +503,39 @@ static __always_inline bool match_at(const char *buf, int off, const char *lit, 
 struct scan {
 	const char *p;
 	bool found;
+	int end; /* lib_step: the index of the path's NUL */
 };
 
-/* A path component starting with libcuda.so or libnvidia-ml.so. */
-static long lib_step(__u32 i, struct scan *s)
+static __always_inline bool is_nvidia_lib_name(const char *p, int at)
 {
-	const char *p = s->p;
-	char c = p[i & (PATH_LEN - 1)];
-	if (c == 0)
-		return 1;
-	if (c == '/' && (AT(p, i + 1, "libcuda.so") || AT(p, i + 1, "libnvidia-ml.so"))) {
-		s->found = true;
-		return 1;
-	}
-	return 0;
+	return AT(p, at, "libcuda.so") || AT(p, at, "libnvidia-ml.so");
 }
 
-static __always_inline bool names_nvidia_lib(const char *p)
+/* Walks back from the end of the path to its last '/': only the file's
+ * own name is looked at, a few steps where a scan from the start took one
+ * per byte of every open's path. */
+static long lib_step(__u32 i, struct scan *s)
 {
-	struct scan s = {.p = p};
-	bpf_loop(PATH_LEN - 16, lib_step, &s, 0);
+	int at = s->end - 1 - (int)i;
+	if (at < 0) {
+		s->found = is_nvidia_lib_name(s->p, 0); /* a relative name */
+		return 1;
+	}
+	if (s->p[at & (PATH_LEN - 1)] != '/')
+		return 0;
+	s->found = is_nvidia_lib_name(s->p, at + 1);
+	return 1;
+}
+
+/* Is the file's name libcuda.so* or libnvidia-ml.so*? path_len counts the
+ * path's NUL (load_path). */
+static __always_inline bool names_nvidia_lib(const struct event *e, bool scan)
+{
+	struct scan s = {.p = e->path, .end = e->path_len - 1};
+	/* One call site whether or not it scans: a branch around it doubled
+	 * the verifier's walk of everything after. */
+	__u32 steps = scan && e->path_len >= 2 ? PATH_LEN : 0;
+	bpf_loop(steps, lib_step, &s, 0);
 	return s.found;
 }
 
@@ -545,12 +560,12 @@ static __always_inline bool mentions_modprobe(const char *p)
 	return s.found;
 }
 
-/* Paths worth recording on open whatever they turn out to be. */
+/* Paths worth recording on open whatever they turn out to be (with the
+ * CUDA/NVML libraries, names_nvidia_lib). */
 static __always_inline bool is_interesting_open(const char *p)
 {
 	return is_node_path(p) || HAS_PREFIX(p, "/proc/driver/nvidia") ||
-	       HAS_PREFIX(p, "/proc/devices") || HAS_PREFIX(p, "/sys/module/nvidia") ||
-	       names_nvidia_lib(p);
+	       HAS_PREFIX(p, "/proc/devices") || HAS_PREFIX(p, "/sys/module/nvidia");
 }
 
 /* ---- opens ---- */
@@ -861,11 +876,11 @@ static __always_inline bool past_first(void *sites, void *key, __u32 after)
 
 /* Whether a completed call is a repeat to count rather than send. Failures
  * are the evidence: always sent. */
-static __always_inline bool fold(struct event *e)
+static __always_inline bool fold(struct event *e, __u8 kind, long ret, bool held)
 {
-	if ((e->ret < 0 && e->ret > -4096) || e->kind == KIND_EXEC)
+	if ((ret < 0 && ret > -4096) || kind == KIND_EXEC || held)
 		return false;
-	if (e->kind == KIND_IOCTL) {
+	if (kind == KIND_IOCTL) {
 		if (!fold_ioctls_after || !e->has_dev)
 			return false;
 		struct ioctl_site k = {
@@ -881,7 +896,7 @@ static __always_inline bool fold(struct event *e)
 	struct call_site k;
 	__builtin_memset(&k, 0, sizeof(k));
 	k.tgid = e->tgid;
-	k.kind = e->kind;
+	k.kind = kind;
 	bpf_probe_read_kernel_str(k.path, sizeof(k.path), e->path);
 	return past_first(&call_sites, &k, fold_calls_after);
 }
@@ -892,15 +907,22 @@ static __always_inline int finish(struct event *e, long ret)
 {
 	umode_t imode = 0;
 	dev_t rdev = 0;
-	bool have_inode = false;
+	bool have_inode = false, held = false;
+	/* Read once, not reloaded after every helper that writes e. */
+	const __u8 kind = e->kind;
 
 	e->ret = ret;
 	/* A non-leader thread that execs returns with the leader's pid. */
 	e->tid = (__u32)bpf_get_current_pid_tgid();
 
-	if (e->kind == KIND_OPEN) {
+	if (kind == KIND_OPEN) {
 		load_path(e);
-		e->matched = is_interesting_open(e->path);
+		/* The file-name scan runs once, for the filter and the hold,
+		 * and not for the node and /proc paths the prefixes settle
+		 * (no library lives there). */
+		bool known = is_interesting_open(e->path);
+		bool lib = names_nvidia_lib(e, !known);
+		e->matched = known || lib;
 		if (ret >= 0)
 			have_inode = fd_inode((int)ret, &imode, &rdev) && is_dev_mode(imode);
 		/* An unknown path counts only if it opened an NVIDIA node. */
@@ -910,15 +932,22 @@ static __always_inline int finish(struct event *e, long ret)
 		}
 		if (have_inode)
 			set_kdev(e, rdev);
-		if (hold_unprobed_libs && ret >= 0 && !have_inode && names_nvidia_lib(e->path)) {
+		if (hold_unprobed_libs && ret >= 0 && !have_inode && lib) {
 			struct lib_id id;
 			if (fd_file_id((int)ret, &id) && !bpf_map_lookup_elem(&probed_libs, &id)) {
 				e->held = 1;
+				held = true;
 				e->request = id.dev;
 				e->uptr = id.ino;
 			}
 		}
-	} else if (e->kind == KIND_IOCTL) {
+	}
+	/* Folded repeats are counted before anything else is read for them. */
+	if (fold(e, kind, ret, held)) {
+		discard(e);
+		return 0;
+	}
+	if (kind == KIND_IOCTL) {
 		e->arg_len = 0;
 		if (capture_ioctl_args && e->uptr >= 4096) {
 			/* The params block after the call: its status field says why. */
@@ -927,7 +956,7 @@ static __always_inline int finish(struct event *e, long ret)
 			else if (!bpf_probe_read_user(e->arg, 16, (const void *)e->uptr))
 				e->arg_len = 16;
 		}
-	} else if (e->kind == KIND_STAT && ret == 0 && e->uptr) {
+	} else if (kind == KIND_STAT && ret == 0 && e->uptr) {
 		if (e->syscall == SC_STATX) {
 			__u16 m = 0;
 			__u32 maj = 0, min = 0;
@@ -950,22 +979,23 @@ static __always_inline int finish(struct event *e, long ret)
 				set_udev(e, dev);
 		}
 	}
-	if (fold(e)) {
-		discard(e);
-		return 0;
-	}
+	if (kind != KIND_EXEC)
+		bpf_get_current_comm(e->comm, sizeof(e->comm));
+	/* Stamped when it returns, as ptrace stamps its calls; a folded
+	 * repeat needs no clock read. */
+	e->ktime = bpf_ktime_get_ns();
 	__u32 size = sizeof(*e);
-	if (e->kind == KIND_IOCTL) {
+	if (kind == KIND_IOCTL) {
 		size = EVENT_PATH_OFF;
-	} else if (e->kind != KIND_EXEC && e->kind != KIND_SYMLINK) {
+	} else if (kind != KIND_EXEC && kind != KIND_SYMLINK) {
 		__u32 n = e->path_len;
 		if (n > PATH_LEN)
 			n = PATH_LEN;
 		size = EVENT_PATH_OFF + n;
 	}
-	if (bpf_ringbuf_output(&events, e, size, wakeup_flags(e->kind == KIND_EXEC || e->held))) {
+	if (bpf_ringbuf_output(&events, e, size, wakeup_flags(kind == KIND_EXEC || held))) {
 		count_drop(DROP_RINGBUF);
-	} else if (e->held) {
+	} else if (held) {
 		/* Stops the process on its way back to user space, before it
 		 * can map the library; user space continues it once the probes
 		 * are on. Only sent when the event that asks for SIGCONT is. */

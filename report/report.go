@@ -55,10 +55,12 @@ type Target struct {
 // Trace describes the trace itself: how it was taken and whether it is
 // complete.
 type Trace struct {
-	Source   string        `json:"source"` // "live" or "strace-log"
-	Backend  string        `json:"backend,omitempty"`
-	Started  time.Time     `json:"started"`
-	Duration time.Duration `json:"duration_ns"`
+	Source  string `json:"source"` // "live" or "strace-log"
+	Backend string `json:"backend,omitempty"`
+	// SyscallHook: where eBPF's syscall programs ran (tracer.Result).
+	SyscallHook string        `json:"syscall_hook,omitempty"`
+	Started     time.Time     `json:"started"`
+	Duration    time.Duration `json:"duration_ns"`
 	// Events counts every event the tracer delivered; Stored those kept in
 	// Events (repeats of a call site beyond its first and last few are
 	// counted in Ioctls and Folded instead).

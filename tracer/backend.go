@@ -57,9 +57,13 @@ type Cred struct {
 // went to the Sink as they arrived.
 type Result struct {
 	Backend string
-	Started time.Time
-	Ended   time.Time
-	Events  uint64 // events delivered to the sink
+	// SyscallHook is where the eBPF backend's syscall programs run:
+	// "raw_tracepoint" (sys_enter/sys_exit, every syscall on the host) or
+	// "fentry" (the traced syscalls only). Empty for other backends.
+	SyscallHook string
+	Started     time.Time
+	Ended       time.Time
+	Events      uint64 // events delivered to the sink
 	// Folded are the calls counted but not delivered (Spec.FoldIoctlsAfter).
 	Folded   []Folded
 	Dropped  uint64 // events the kernel (or the tracer) lost; non-zero means incomplete

@@ -54,6 +54,10 @@ func traceIn(t *testing.T, env *scenario.Env, backend string, args []string, tar
 	if rep.Trace.Backend != backend {
 		t.Errorf("report names backend %q, want %q", rep.Trace.Backend, backend)
 	}
+	// Only raw tracepoints exist so far: eBPF says so, ptrace names none.
+	if want := map[string]string{"ebpf": "raw_tracepoint"}[backend]; rep.Trace.SyscallHook != want {
+		t.Errorf("%s: report's syscall hook %q, want %q", backend, rep.Trace.SyscallHook, want)
+	}
 	if rep.Trace.Dropped != 0 || !rep.Trace.Complete {
 		t.Errorf("%s: %d events dropped (complete=%v)", backend, rep.Trace.Dropped, rep.Trace.Complete)
 	}

@@ -99,7 +99,7 @@ func registerFlags(fs *pflag.FlagSet, o *options) {
 	fs.BoolVar(&o.allEvents, "all-events", false, "list every recorded call, not only the condensed timeline")
 	fs.BoolVar(&o.redact, "redact", false, "replace user names, home paths and arguments in the report")
 	fs.BoolVarP(&o.quiet, "quiet", "q", false, "print only the verdict line")
-	fs.BoolVar(&o.debug, "debug", false, "print diagnostics, including the BPF verifier log on load failure")
+	fs.BoolVar(&o.debug, "debug", false, "print diagnostics: the BPF verifier log on load failure; with eBPF, each start-up step's time, the syscall hook and each program's runs and ns per run")
 	fs.BoolVarP(&o.version, "version", "V", false, "print the version and exit")
 	fs.BoolVarP(&o.help, "help", "h", false, "show this help")
 

@@ -58,6 +58,7 @@ func (backend) Run(ctx context.Context, spec tracer.Spec, sink tracer.Sink) (res
 	}
 
 	phases := newPhaseLog(spec.Debug)
+	stats := startRunStats(spec.Debug)
 	var s *session
 	// release closes the links and maps.
 	release := func() {
@@ -81,8 +82,9 @@ func (backend) Run(ctx context.Context, spec tracer.Spec, sink tracer.Sink) (res
 		if child, err = launch.Start(launch.Options{Argv: spec.Argv, Cred: spec.Cred}); err != nil {
 			return nil, err
 		}
+		phases.mark("loader")
 	}
-	s, err = load(spec, ringBytes)
+	s, err = load(spec, ringBytes, phases)
 	if err != nil {
 		if child != nil {
 			child.Abort()
@@ -90,9 +92,8 @@ func (backend) Run(ctx context.Context, spec tracer.Spec, sink tracer.Sink) (res
 		return nil, err
 	}
 	s.phases = phases
-	phases.mark("loaded")
 
-	res = &tracer.Result{Backend: "ebpf", Launched: launching}
+	res = &tracer.Result{Backend: "ebpf", SyscallHook: s.hook, Launched: launching}
 	startKtime := monotonicNow()
 	res.Started = time.Now()
 	dec := newDecoder(startKtime)
@@ -121,6 +122,8 @@ func (backend) Run(ctx context.Context, spec tracer.Spec, sink tracer.Sink) (res
 	}
 	<-p.done
 	phases.mark("drained")
+	stats.collect(s.coll.Programs)
+	phases.note(stats.String())
 	res.Ended = time.Now()
 	res.Events = p.events
 	if p.err != nil && err == nil {
@@ -233,6 +236,7 @@ var onLoad func(*ebpf.Collection)
 type session struct {
 	coll   *ebpf.Collection
 	links  []link.Link
+	hook   string // hookRawTracepoint or hookFentry
 	rd     *ringbuf.Reader
 	debug  bool
 	phases *phaseLog
@@ -241,7 +245,9 @@ type session struct {
 	api    *apiProbes
 }
 
-func load(spec tracer.Spec, ringBytes int) (*session, error) {
+// load reads the object, makes the maps and loads the programs; phases
+// times each step for --debug.
+func load(spec tracer.Spec, ringBytes int, phases *phaseLog) (*session, error) {
 	fold, err := foldSettings(spec)
 	if err != nil {
 		return nil, err
@@ -258,23 +264,32 @@ func load(spec tracer.Spec, ringBytes int) (*session, error) {
 	}
 	// No RLIMIT_MEMLOCK to lift: it was charged before 5.11, and the
 	// programs need 5.17 (bpf_loop).
+	phases.mark("object")
 	maps, err := createMaps(cspec)
 	if err != nil {
 		return nil, loadError(err, spec.Debug)
 	}
+	phases.mark("maps")
 	if err := configure(cspec, cache, fold); err != nil {
 		closeMaps(maps)
 		return nil, err
 	}
+	phases.mark("kernel-btf")
+	var hook, hookWhy string
+	probed := make(chan struct{})
+	go func() { hook, hookWhy = chooseSyscallHook(cache); close(probed) }()
 	coll, err := loadCollection(cspec, cache, maps)
 	closeMaps(maps) // the collection holds its own references
+	<-probed
 	if err != nil {
 		return nil, loadError(err, spec.Debug)
 	}
+	phases.mark("programs")
+	phases.note(fmt.Sprintf("syscall hook: %s (%s)", hook, hookWhy))
 	if onLoad != nil {
 		onLoad(coll)
 	}
-	s := &session{coll: coll, debug: spec.Debug, fold: fold, exits: make(chan struct{}, 1), api: newAPIProbes(coll)}
+	s := &session{coll: coll, hook: hook, debug: spec.Debug, fold: fold, exits: make(chan struct{}, 1), api: newAPIProbes(coll)}
 	majors := coll.Maps[bpfMapNvidiaMajors]
 	if len(spec.DeviceMajors) > int(majors.MaxEntries()) {
 		s.close()
@@ -290,6 +305,7 @@ func load(spec tracer.Spec, ringBytes int) (*session, error) {
 		s.close()
 		return nil, fmt.Errorf("open ring buffer: %w", err)
 	}
+	phases.mark("ring")
 	return s, nil
 }
 
@@ -339,8 +355,11 @@ func (s *session) detach() {
 }
 
 func (s *session) close() {
+	// Both wait for grace periods: overlap them.
+	var wg sync.WaitGroup
+	wg.Go(s.api.close)
 	s.detach()
-	s.api.close()
+	wg.Wait()
 	if s.rd != nil {
 		s.rd.Close()
 	}

@@ -13,6 +13,7 @@ type phaseLog struct {
 	on    bool
 	last  time.Time
 	steps []string
+	notes []string
 }
 
 func newPhaseLog(on bool) *phaseLog { return &phaseLog{on: on, last: time.Now()} }
@@ -26,9 +27,20 @@ func (l *phaseLog) mark(what string) {
 	l.last = now
 }
 
+// note adds a line printed after the phases (empty: none).
+func (l *phaseLog) note(s string) {
+	if l == nil || !l.on || s == "" {
+		return
+	}
+	l.notes = append(l.notes, s)
+}
+
 func (l *phaseLog) print() {
 	if l == nil || !l.on {
 		return
 	}
 	fmt.Fprintf(os.Stderr, "cudatrace: ebpf: %s\n", strings.Join(l.steps, ", "))
+	for _, n := range l.notes {
+		fmt.Fprintf(os.Stderr, "cudatrace: ebpf: %s\n", n)
+	}
 }

@@ -1,6 +1,8 @@
 package ebpf
 
 import (
+	"maps"
+	"slices"
 	"testing"
 	"unsafe"
 
@@ -95,6 +97,45 @@ func BenchmarkLoad(b *testing.B) {
 			}
 		}
 	})
+	// The run-time choice of syscall hook (a refused or loaded fentry
+	// program), with the kernel's BTF already parsed as in a run.
+	b.Run("fentry-probe", func(b *testing.B) {
+		cache := btf.NewCache()
+		if _, err := cache.Kernel(); err != nil {
+			b.Fatal(err)
+		}
+		for b.Loop() {
+			chooseSyscallHook(cache)
+		}
+	})
+	// Each program on its own: its share of the verifier's time.
+	spec, err := loadBpf()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cache := btf.NewCache()
+	if err := configure(spec, cache, foldAfter{}); err != nil {
+		b.Fatal(err)
+	}
+	made, err := createMaps(spec)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer closeMaps(made)
+	names := slices.Sorted(maps.Keys(spec.Programs))
+	for _, name := range names {
+		b.Run("program="+name, func(b *testing.B) {
+			part := spec.Copy()
+			part.Programs = map[string]*ebpf.ProgramSpec{name: spec.Programs[name]}
+			for b.Loop() {
+				coll, err := ebpf.NewCollectionWithOptions(part, ebpf.CollectionOptions{Cache: cache, MapReplacements: made})
+				if err != nil {
+					b.Fatal(err)
+				}
+				coll.Close()
+			}
+		})
+	}
 	for _, tc := range []struct {
 		name string
 		load func(*ebpf.CollectionSpec, *btf.Cache) (*ebpf.Collection, error)
@@ -128,5 +169,21 @@ func BenchmarkLoad(b *testing.B) {
 				coll.Close()
 			}
 		})
+	}
+}
+
+// BenchmarkStartup is a whole launch of /bin/true: loader start, BTF,
+// maps, program loads, attach, the target's run, detach. With
+// -cpuprofile it shows where cudatrace's own start-up CPU goes.
+func BenchmarkStartup(b *testing.B) {
+	privtest.RequireRoot(b)
+	for b.Loop() {
+		res, err := New().Run(privtest.Deadline(b), tracer.Spec{Argv: []string{"/bin/true"}}, &recorder{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if res.Exit == nil || res.Exit.Code != 0 {
+			b.Fatalf("/bin/true: exit %+v", res.Exit)
+		}
 	}
 }

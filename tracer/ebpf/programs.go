@@ -2,6 +2,7 @@ package ebpf
 
 import (
 	"fmt"
+	"maps"
 	"runtime"
 	"slices"
 	"strings"
@@ -165,20 +166,16 @@ func loadCollection(spec *ebpf.CollectionSpec, cache *btf.Cache, maps map[string
 			coll.Close()
 		}
 	}()
-	names := make([]string, 0, len(spec.Programs))
-	for name := range spec.Programs {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	groups := min(runtime.NumCPU(), len(names))
+	parts := balance(spec, min(runtime.NumCPU(), len(spec.Programs)))
+	groups := len(parts)
 	loaded := make([]*ebpf.Collection, groups)
 	errs := make([]error, groups)
 	var wg sync.WaitGroup
-	for g := range groups {
+	for g, progs := range parts {
 		part := spec.Copy()
 		part.Programs = map[string]*ebpf.ProgramSpec{}
-		for i := g; i < len(names); i += groups {
-			part.Programs[names[i]] = spec.Programs[names[i]]
+		for _, name := range progs {
+			part.Programs[name] = spec.Programs[name]
 		}
 		wg.Go(func() {
 			loaded[g], errs[g] = ebpf.NewCollectionWithOptions(part, ebpf.CollectionOptions{
@@ -206,6 +203,24 @@ func loadCollection(spec *ebpf.CollectionSpec, cache *btf.Cache, maps map[string
 		}
 	}
 	return coll, err
+}
+
+// balance splits the programs into n groups of about equal verifier time,
+// which grows with a program's size: largest first, each to the lightest
+// group. With sys_exit as large as the rest together, round-robin by name
+// left one CPU waiting for the other.
+func balance(spec *ebpf.CollectionSpec, n int) [][]string {
+	names := slices.Sorted(maps.Keys(spec.Programs))
+	size := func(name string) int { return len(spec.Programs[name].Instructions) }
+	slices.SortStableFunc(names, func(a, b string) int { return size(b) - size(a) })
+	parts := make([][]string, n)
+	load := make([]int, n)
+	for _, name := range names {
+		g := slices.Index(load, slices.Min(load))
+		parts[g] = append(parts[g], name)
+		load[g] += size(name)
+	}
+	return parts
 }
 
 // attachAll attaches every program; the caller closes the links, also on

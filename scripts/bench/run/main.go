@@ -36,6 +36,19 @@ type config struct {
 	// runs untraced beside it.
 	neighbour bool
 	cudatrace bool // the run has a cudatrace report to check
+	base      bool // the -base build of cudatrace instead of -bin's
+}
+
+// baseConfigs compare a second build (-base) side by side with this one, in
+// the same interleaved run: the before and after of a change, as ratios
+// the machine's drift cannot skew.
+var baseConfigs = []config{
+	{name: "ebpf-base", cudatrace: true, base: true, wrap: func(b *bench, rep string, argv []string) []string {
+		a := b.cudatraceArgv("ebpf", rep)
+		a[0] = b.base
+		return append(a, argv...)
+	}},
+	{name: "ebpf-other-base", cudatrace: true, neighbour: true, base: true},
 }
 
 var configs = []config{
@@ -68,7 +81,8 @@ type workload struct {
 
 type bench struct {
 	bin, out, node, strace string
-	ringbuf                int // bytes for W5
+	base                   string // a baseline cudatrace binary (-base), or ""
+	ringbuf                int    // bytes for W5
 	keepReports            bool
 	timeout                time.Duration
 	runs                   []run
@@ -106,6 +120,7 @@ func main() {
 	flag.StringVar(&b.out, "out", "bench-out", "output directory")
 	flag.StringVar(&b.node, "node", "", "character node (major 1) whose path starts with /dev/nvidia")
 	flag.StringVar(&b.strace, "strace", "strace", "strace binary (empty: skip the strace configs)")
+	flag.StringVar(&b.base, "base", "", "a second cudatrace binary (the build before a change), run as the ebpf-base configs beside this one")
 	flag.IntVar(&b.ringbuf, "ringbuf", 4096, "W5 ring buffer size in bytes")
 	flag.IntVar(&reps, "reps", 10, "repetitions of every workload × config")
 	// 100,000 traced calls: with fewer, a few ms of noise in the start-up
@@ -167,6 +182,11 @@ func main() {
 	if b.strace == "" {
 		cfgs = cfgs[:5]
 	}
+	trueCfgs := slices.Clone(cfgs[:4])
+	if b.base != "" {
+		cfgs = append(slices.Clone(cfgs), baseConfigs...)
+		trueCfgs = append(trueCfgs, baseConfigs...)
+	}
 	// Alternate: each repetition rotates the config order and every other
 	// one reverses it, so no config always follows the same neighbour.
 	for rep := range reps {
@@ -184,7 +204,7 @@ func main() {
 	// /bin/true start-up, as the issue words it: cudatrace -- /bin/true
 	// minus /bin/true.
 	for rep := range reps {
-		for _, c := range rotate(cfgs[:4], rep) {
+		for _, c := range rotate(trueCfgs, rep) {
 			if c.neighbour || !want("true") {
 				continue
 			}
@@ -240,6 +260,14 @@ func noFold(argv []string) []string {
 	return append(argv[:len(argv)-1:len(argv)-1], "--no-fold", "--")
 }
 
+// tracerBin is the cudatrace binary config c runs.
+func (b *bench) tracerBin(c config) string {
+	if c.base {
+		return b.base
+	}
+	return filepath.Join(b.bin, "cudatrace")
+}
+
 func (b *bench) workloadArgv(w workload) []string {
 	return append([]string{filepath.Join(b.bin, "workload")}, w.args...)
 }
@@ -258,7 +286,7 @@ func (b *bench) measure(w workload, c config, rep int) {
 	var err error
 	switch {
 	case c.neighbour:
-		res, err = b.runBeside(rep_, argv)
+		res, err = b.runBeside(b.tracerBin(c), rep_, argv)
 	case c.wrap == nil:
 		res, err = b.exec(argv)
 	default:
@@ -277,7 +305,7 @@ func (b *bench) finish(r *run, res *result, err error, hasReport bool, reportPat
 		}
 		r.OK = true
 		r.Truth = r.wi("traced")
-		if r.Config == "ebpf-other" {
+		if r.Config == "ebpf-other" || r.Config == "ebpf-other-base" {
 			r.Truth = 0 // the workload is not the traced process
 		}
 		if hasReport {
@@ -430,10 +458,10 @@ func (b *bench) exec(argv []string) (*result, error) {
 // runBeside starts cudatrace on a sleeping process, waits until the sleeper
 // runs (so the programs are attached), runs the workload untraced, then
 // ends the sleeper and collects cudatrace's report and usage.
-func (b *bench) runBeside(report string, argv []string) (*result, error) {
+func (b *bench) runBeside(tracer, report string, argv []string) (*result, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
 	defer cancel()
-	tr := exec.CommandContext(ctx, filepath.Join(b.bin, "cudatrace"), "-q", "--backend", "ebpf",
+	tr := exec.CommandContext(ctx, tracer, "-q", "--backend", "ebpf",
 		"--device-major", "1", "-o", report, "--", "/bin/sleep", "3600")
 	var errb strings.Builder
 	tr.Stdout, tr.Stderr = io.Discard, &errb
