@@ -67,7 +67,7 @@ func (c *collector) collectCgroupV1(lines []cgroupLine, mounts []selfMount) {
 		v1.ReadError = "devices hierarchy is not mounted in cudatrace's mount namespace"
 		return
 	}
-	data, err := os.ReadFile(filepath.Join(cgroupFile(mnt.MountPoint, mnt.Root, path), "devices.list"))
+	data, err := c.fs.readFile(filepath.Join(cgroupFile(mnt.MountPoint, mnt.Root, path), "devices.list"), maxFileSize)
 	if err != nil {
 		v1.ReadError = shortErr(err)
 		return

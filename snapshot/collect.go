@@ -45,19 +45,23 @@ type collector struct {
 	mountCgroup2  func() (string, func() error, error)
 	now           func() time.Time
 	bootTime      func() time.Time // origin of /dev/kmsg timestamps
+	// fs reads every file (safefile.go): the target shapes many of them.
+	fs *fsGuard
 }
 
 func newCollector(opts Options) *collector {
-	return &collector{
-		opts:          opts,
-		proc:          "/proc",
-		sys:           "/sys",
-		kmsgPath:      "/dev/kmsg",
-		selfMountinfo: func() (string, error) { return readString("/proc/self/mountinfo") },
-		mountCgroup2:  mountCgroup2,
-		now:           time.Now,
-		bootTime:      kernelBootTime,
+	c := &collector{
+		opts:     opts,
+		proc:     "/proc",
+		sys:      "/sys",
+		kmsgPath: "/dev/kmsg",
+		mountCgroup2: mountCgroup2,
+		now:          time.Now,
+		bootTime:     kernelBootTime,
+		fs:           &fsGuard{timeout: fsTimeout},
 	}
+	c.selfMountinfo = func() (string, error) { return c.fs.readString("/proc/self/mountinfo", maxFileSize) }
+	return c
 }
 
 // Collect reads the live system as the target process sees it. It never
@@ -84,21 +88,21 @@ func (c *collector) run() *Snapshot {
 	if devPath == "" {
 		devPath = filepath.Join(c.proc, "devices")
 	}
-	if text, err := readString(devPath); err != nil {
+	if text, err := c.fs.readString(devPath, maxFileSize); err != nil {
 		c.unavailable("/proc/devices", err)
 	} else {
 		s.ProcDevices = ParseProcDevices(text)
 	}
 
 	var targetMounts []Mount
-	if text, err := readString(filepath.Join(viewDir, "mountinfo")); err != nil {
+	if text, err := c.fs.readString(filepath.Join(viewDir, "mountinfo"), maxFileSize); err != nil {
 		c.unavailable("mountinfo", err)
 	} else {
 		targetMounts = ParseMountinfo(text)
 	}
 	c.collectNodes(root, targetMounts)
 
-	if text, err := readString(filepath.Join(pidDir, "cgroup")); err != nil {
+	if text, err := c.fs.readString(filepath.Join(pidDir, "cgroup"), maxFileSize); err != nil {
 		c.unavailable("target cgroups", err)
 	} else {
 		lines := parseCgroupFile(text)
@@ -149,7 +153,8 @@ func (c *collector) targetView(pidDir string) string {
 	if pidDir == self {
 		return self
 	}
-	if _, err := os.Stat(filepath.Join(pidDir, "root")); err != nil {
+	// Stat follows the link into the target's root: its file system may hang.
+	if _, err := guarded(c.fs, func() (os.FileInfo, error) { return os.Stat(filepath.Join(pidDir, "root")) }); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			c.snap.Unavailable = append(c.snap.Unavailable,
 				"target has exited (its root is gone): nodes and mounts are cudatrace's own view")
@@ -176,7 +181,7 @@ func (c *collector) collectHost() {
 
 func (c *collector) collectProcess(pidDir, root string) {
 	p := &c.snap.Process
-	text, err := readString(filepath.Join(pidDir, "status"))
+	text, err := c.fs.readString(filepath.Join(pidDir, "status"), maxSmallFile)
 	if err != nil {
 		c.unavailable("target status", err)
 		return
@@ -186,11 +191,14 @@ func (c *collector) collectProcess(pidDir, root string) {
 	p.CapEff, p.CapBnd = st.CapEff, st.CapBnd
 	p.NoNewPrivs, p.Seccomp = st.NoNewPrivs, st.Seccomp
 	p.Comm = st.Name
-	if comm, err := readString(filepath.Join(pidDir, "comm")); err == nil {
+	if comm, err := c.fs.readString(filepath.Join(pidDir, "comm"), maxSmallFile); err == nil {
 		p.Comm = strings.TrimSpace(comm)
 	}
-	if pw, err := readString(filepath.Join(root, "etc", "passwd")); err == nil {
-		p.User = parsePasswd(pw, p.UID)
+	// The target's own /etc/passwd: the file it controls most directly.
+	if pw, err := c.fs.readFileInRoot(root, "/etc/passwd", maxFileSize); err == nil {
+		p.User = parsePasswd(string(pw), p.UID)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		c.unavailable("target /etc/passwd (user name)", err)
 	}
 	p.UserNS = c.inUserNS(pidDir)
 }
@@ -204,7 +212,7 @@ func (c *collector) inUserNS(pidDir string) bool {
 	if err1 == nil && err2 == nil && mine != theirs {
 		return true
 	}
-	m, err := readString(filepath.Join(pidDir, "uid_map"))
+	m, err := c.fs.readString(filepath.Join(pidDir, "uid_map"), maxSmallFile)
 	if err != nil {
 		c.unavailable("target uid_map", err)
 		return err1 == nil && err2 == nil && mine != theirs
@@ -213,8 +221,11 @@ func (c *collector) inUserNS(pidDir string) bool {
 }
 
 func (c *collector) collectEnv(pidDir string) {
-	data, err := os.ReadFile(filepath.Join(pidDir, "environ"))
-	if err != nil {
+	data, err := c.fs.readFile(filepath.Join(pidDir, "environ"), maxFileSize)
+	if errors.Is(err, errTooLarge) {
+		// The variables that matter are usually set early; keep what fits.
+		c.unavailable("target environment (only its first part read)", err)
+	} else if err != nil {
 		c.unavailable("target environment", err)
 		return
 	}
@@ -238,7 +249,7 @@ func (c *collector) initEnv(pidDir string, mounts []Mount) map[string]string {
 	env := map[string]string{}
 	initDir, otherNS := c.pidNSInit(pidDir)
 	if initDir != "" {
-		if data, err := os.ReadFile(filepath.Join(initDir, "environ")); err == nil {
+		if data, err := c.fs.readFile(filepath.Join(initDir, "environ"), maxFileSize); err == nil || errors.Is(err, errTooLarge) {
 			if v, ok := parseEnviron(data)["container"]; ok {
 				env["container"] = v
 			}
@@ -250,9 +261,9 @@ func (c *collector) initEnv(pidDir string, mounts []Mount) map[string]string {
 	}
 	if env["container"] == "" && (otherNS || overlayRoot) {
 		root := filepath.Join(pidDir, "root")
-		if _, err := os.Stat(filepath.Join(root, ".dockerenv")); err == nil {
+		if c.fs.existsInRoot(root, "/.dockerenv") {
 			env["container"] = "docker"
-		} else if _, err := os.Stat(filepath.Join(root, "run", ".containerenv")); err == nil {
+		} else if c.fs.existsInRoot(root, "/run/.containerenv") {
 			env["container"] = "podman"
 		}
 	}
@@ -282,7 +293,7 @@ func (c *collector) pidNSInit(pidDir string) (string, bool) {
 		if other, err := os.Readlink(filepath.Join(dir, "ns", "pid")); err != nil || other != ns {
 			continue
 		}
-		st, err := readString(filepath.Join(dir, "status"))
+		st, err := c.fs.readString(filepath.Join(dir, "status"), maxSmallFile)
 		if err != nil {
 			continue
 		}
@@ -321,15 +332,10 @@ func shortErr(err error) string {
 	return err.Error()
 }
 
-func readString(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	return string(b), err
-}
-
 // readOptional reads a file that is normally absent without a driver; only
 // errors other than "missing" are worth reporting.
 func (c *collector) readOptional(what, path string) (string, bool) {
-	text, err := readString(path)
+	text, err := c.fs.readString(path, maxSmallFile)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
 			c.unavailable(what, err)

@@ -256,9 +256,9 @@ func TestCollectMountsCgroup2WhenMissing(t *testing.T) {
 		},
 	})
 	c.selfMountinfo = func() (string, error) {
-		mi, err := readString("/proc/self/mountinfo")
+		mi, err := os.ReadFile("/proc/self/mountinfo")
 		var kept []string
-		for _, line := range strings.Split(mi, "\n") {
+		for _, line := range strings.Split(string(mi), "\n") {
 			if !strings.Contains(line, " - cgroup2 ") {
 				kept = append(kept, line)
 			}

@@ -1,0 +1,127 @@
+package snapshot
+
+import (
+	"bufio"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cudatrace/cudatrace/internal/privtest"
+)
+
+// startHostileTarget starts a shell in its own user and mount namespace
+// that puts overPasswd (a path on the host) over its /etc/passwd and makes
+// its /dev a tmpfs of traps: a FIFO where nvidiactl should be, a FIFO where
+// a directory is expected, a /dev/char link to it, and more entries than
+// the listing limit. It returns the shell's PID once all is in place.
+func startHostileTarget(t *testing.T, overPasswd string) int {
+	t.Helper()
+	script := strings.Join([]string{
+		"set -e",
+		"mount --bind " + overPasswd + " /etc/passwd",
+		"mount -t tmpfs none /dev",
+		"mkfifo /dev/nvidiactl /dev/nvidia-caps",
+		"mkdir /dev/char",
+		"ln -s ../nvidiactl /dev/char/195:255",
+		"cd /dev && seq 20000 | sed 's/^/junk/' | xargs touch",
+		"echo ready",
+		"exec sleep 60",
+	}, "\n")
+	cmd := exec.Command("unshare", "--user", "--map-root-user", "--mount", "--propagation", "private", "sh", "-c", script)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		privtest.Skip(t, "cannot start unshare: "+err.Error())
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	ready := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(out).ReadString('\n')
+		ready <- line
+	}()
+	select {
+	case line := <-ready:
+		if strings.TrimSpace(line) != "ready" {
+			cmd.Process.Kill()
+			cmd.Wait()
+			privtest.Skip(t, "cannot set up a user and mount namespace: "+stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("hostile target setup did not finish: %s", stderr.String())
+	}
+	return cmd.Process.Pid
+}
+
+// TestCollectHostileTarget: a target that bind-mounts a FIFO or /dev/zero
+// over its /etc/passwd must neither hang cudatrace (a FIFO's open blocks
+// until a writer comes) nor make it read without end, and the snapshot
+// says what it refused.
+func TestCollectHostileTarget(t *testing.T) {
+	privtest.RequireRoot(t)
+	for _, tc := range []struct{ name, kind string }{
+		{"fifo", "FIFO"},
+		{"zero", "character device"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			over := "/dev/zero"
+			if tc.name == "fifo" {
+				over = filepath.Join(t.TempDir(), "fifo")
+				if out, err := exec.Command("mkfifo", over).CombinedOutput(); err != nil {
+					t.Fatalf("mkfifo: %v %s", err, out)
+				}
+			}
+			pid := startHostileTarget(t, over)
+
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			done := make(chan *Snapshot, 1)
+			go func() {
+				// The trace saw the open of nvidiactl: the truncated listing
+				// need not hold it.
+				done <- Collect(Options{PID: pid, ExtraPaths: []string{"/dev/nvidiactl"},
+					QueryCgroupPrograms: func(string, string) ([]DeviceProgram, error) { return nil, nil }})
+			}()
+			var s *Snapshot
+			select {
+			case s = <-done:
+			case <-time.After(60 * time.Second): // generous: it takes well under a second
+				t.Fatal("Collect hangs on a hostile target")
+			}
+			runtime.ReadMemStats(&after)
+			// Bounded memory: the listing limit and no read of /dev/zero.
+			if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 64<<20 {
+				t.Errorf("Collect allocated %d MB", alloc>>20)
+			}
+
+			notes := strings.Join(s.Unavailable, "\n")
+			for _, want := range []string{
+				"target /etc/passwd (user name): refused: a " + tc.kind + ", not a regular file",
+				"listing /dev (only part read): more than 16384 entries",
+			} {
+				if !strings.Contains(notes, want) {
+					t.Errorf("unavailable lacks %q:\n%s", want, notes)
+				}
+			}
+			if s.Process.User != "" || s.Process.PID != pid {
+				t.Errorf("process = %+v", s.Process)
+			}
+			ctl := s.Node("/dev/nvidiactl")
+			if ctl == nil || !ctl.Exists || ctl.Type != "" {
+				t.Errorf("/dev/nvidiactl (a FIFO) = %+v", ctl)
+			}
+			if n := s.Node("/dev/char/195:255"); n == nil || n.Type != "l" || n.LinkDest != "../nvidiactl" {
+				t.Errorf("/dev/char/195:255 = %+v", n)
+			}
+		})
+	}
+}
