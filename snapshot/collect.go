@@ -51,10 +51,10 @@ type collector struct {
 
 func newCollector(opts Options) *collector {
 	c := &collector{
-		opts:     opts,
-		proc:     "/proc",
-		sys:      "/sys",
-		kmsgPath: "/dev/kmsg",
+		opts:         opts,
+		proc:         "/proc",
+		sys:          "/sys",
+		kmsgPath:     "/dev/kmsg",
 		mountCgroup2: mountCgroup2,
 		now:          time.Now,
 		bootTime:     kernelBootTime,
