@@ -79,8 +79,8 @@ func (c *collector) collectCgroupV1(lines []cgroupLine, mounts []selfMount) {
 	}
 }
 
-// collectCgroupV2 finds (or mounts) the unified hierarchy and asks the
-// injected query for the effective device programs of the target's cgroup.
+// collectCgroupV2 finds (or mounts) the unified hierarchy and queries the
+// kernel for the effective device programs of the target's cgroup.
 func (c *collector) collectCgroupV2(lines []cgroupLine, mounts []selfMount) {
 	var path string
 	found := false
@@ -119,10 +119,11 @@ func (c *collector) collectCgroupV2(lines []cgroupLine, mounts []selfMount) {
 		mountPoint = dir
 	}
 	v2.MountPoint = mountPoint
-	if c.opts.QueryCgroupPrograms == nil {
-		return
+	query := QueryDevicePrograms
+	if c.opts.QueryCgroupPrograms != nil {
+		query = c.opts.QueryCgroupPrograms
 	}
-	progs, err := c.opts.QueryCgroupPrograms(cgroupFile(mountPoint, root, path), mountPoint)
+	progs, err := query(cgroupFile(mountPoint, root, path), mountPoint)
 	v2.Programs = progs
 	if err != nil {
 		v2.QueryError = shortErr(err)

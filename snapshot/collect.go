@@ -25,9 +25,9 @@ type Options struct {
 	ProcDevicesPath string
 	// KmsgSince starts the kernel log window; zero skips the kernel log.
 	KmsgSince time.Time
-	// QueryCgroupPrograms lists the effective BPF_CGROUP_DEVICE programs of
-	// cgroupDir (a directory under the cgroup2 mount cgroupRoot). Injected
-	// (cgroupdev.QueryEffective) because cgroupdev imports this package.
+	// QueryCgroupPrograms replaces QueryDevicePrograms, which lists the
+	// effective BPF_CGROUP_DEVICE programs of cgroupDir (a directory under
+	// the cgroup2 mount cgroupRoot): tests use it to fake the kernel's answer.
 	QueryCgroupPrograms func(cgroupDir, cgroupRoot string) ([]DeviceProgram, error)
 }
 

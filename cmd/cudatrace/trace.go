@@ -18,7 +18,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cudatrace/cudatrace/annotate"
-	"github.com/cudatrace/cudatrace/cgroupdev"
 	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
@@ -372,9 +371,8 @@ func (f *failureSnapshot) wait() *snapshot.Snapshot {
 
 func snapshotOptions(o *options) snapshot.Options {
 	return snapshot.Options{
-		ProcDevicesPath:     o.procDevices,
-		KmsgSince:           time.Now(),
-		QueryCgroupPrograms: cgroupdev.QueryEffective,
+		ProcDevicesPath: o.procDevices,
+		KmsgSince:       time.Now(),
 	}
 }
 
