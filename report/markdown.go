@@ -173,14 +173,15 @@ func writeSnapshotMarkdown(b *strings.Builder, s *snapshot.Snapshot) {
 	if v1 := s.CgroupV1; v1 != nil {
 		fmt.Fprintf(b, "- cgroup v1 devices %s: %s\n", mdCode(v1.Path), mdCodes(v1.DevicesList))
 	}
-	if len(s.Env) > 0 {
-		keys := make([]string, 0, len(s.Env))
-		for k := range s.Env {
+	// The same policy as the capture, for reports of older versions.
+	if env := snapshot.DiagnosticEnv(s.Env); len(env) > 0 {
+		keys := make([]string, 0, len(env))
+		for k := range env {
 			keys = append(keys, k)
 		}
 		sort.Strings(keys)
 		for _, k := range keys {
-			fmt.Fprintf(b, "- %s\n", mdCode(k+"="+s.Env[k]))
+			fmt.Fprintf(b, "- %s\n", mdCode(k+"="+env[k]))
 		}
 	}
 	for _, u := range s.Unavailable {

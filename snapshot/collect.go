@@ -229,14 +229,7 @@ func (c *collector) collectEnv(pidDir string) {
 		c.unavailable("target environment", err)
 		return
 	}
-	for k, v := range parseEnviron(data) {
-		if keepEnv(k) {
-			if c.snap.Env == nil {
-				c.snap.Env = map[string]string{}
-			}
-			c.snap.Env[k] = v
-		}
-	}
+	c.snap.Env = DiagnosticEnv(parseEnviron(data))
 }
 
 // initEnv is the environment of the init of the target's PID namespace

@@ -249,13 +249,6 @@ func parseEnviron(data []byte) map[string]string {
 	return out
 }
 
-// keepEnv is whether a variable may go into the report: only the ones that
-// steer CUDA, so that secrets in the environment never reach a bug ticket.
-func keepEnv(name string) bool {
-	return name == "CUDA_VISIBLE_DEVICES" || name == "LD_LIBRARY_PATH" ||
-		strings.HasPrefix(name, "NVIDIA_") || strings.HasPrefix(name, "CUDA_")
-}
-
 // kmsgRecord is one /dev/kmsg record: "prio,seq,usec,flags[,...];text".
 type kmsgRecord struct {
 	Seq  uint64
