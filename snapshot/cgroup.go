@@ -32,11 +32,8 @@ type selfMount struct {
 
 func parseSelfMounts(text string) []selfMount {
 	var out []selfMount
-	for _, line := range strings.Split(text, "\n") {
-		ms := ParseMountinfo(line)
-		if len(ms) == 1 {
-			out = append(out, selfMount{Mount: ms[0], Super: superOptions(line)})
-		}
+	for _, in := range parseMountinfo(text) {
+		out = append(out, selfMount{Mount: mountFromInfo(in), Super: strings.Split(in.VFSOptions, ",")})
 	}
 	return out
 }

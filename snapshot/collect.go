@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cudatrace/cudatrace/internal/procfs"
 )
 
 // Options says whose view of the system Collect takes.
@@ -290,13 +292,9 @@ func (c *collector) pidNSInit(pidDir string) (string, bool) {
 		if err != nil {
 			continue
 		}
-		for _, line := range strings.Split(st, "\n") {
-			if rest, ok := strings.CutPrefix(line, "NSpid:"); ok {
-				f := strings.Fields(rest)
-				if len(f) > 0 && f[len(f)-1] == "1" {
-					return dir, true
-				}
-			}
+		// NSpid lists the PID in each namespace, innermost last.
+		if ns := procfs.ParseStatus(st).Uints("NSpid"); len(ns) > 0 && ns[len(ns)-1] == 1 {
+			return dir, true
 		}
 	}
 	return "", true

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/internal/procfs"
 	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
@@ -296,18 +297,7 @@ func childPIDs() []int {
 		if err != nil {
 			continue
 		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...; comm may hold spaces and parens.
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(s[i+1:])
-		if len(f) > 1 && f[1] == strconv.Itoa(self) {
+		if st, err := procfs.ReadStat(pid); err == nil && st.PPID == self {
 			out = append(out, pid)
 		}
 	}
@@ -347,13 +337,8 @@ func (f *failureSnapshot) trigger(pid int, path string) {
 
 // exited reports whether pid is a zombie or gone.
 func exited(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return true
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	return len(f) == 0 || f[0] == "Z" || f[0] == "X"
+	st, err := procfs.ReadStat(pid)
+	return err != nil || st.Gone()
 }
 
 func (f *failureSnapshot) wait() *snapshot.Snapshot {
