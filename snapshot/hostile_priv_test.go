@@ -1,7 +1,6 @@
 package snapshot
 
 import (
-	"bufio"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -30,35 +29,7 @@ func startHostileTarget(t *testing.T, overPasswd string) int {
 		"echo ready",
 		"exec sleep 60",
 	}, "\n")
-	cmd := exec.Command("unshare", "--user", "--map-root-user", "--mount", "--propagation", "private", "sh", "-c", script)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		privtest.Skip(t, "cannot start unshare: "+err.Error())
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	ready := make(chan string, 1)
-	go func() {
-		line, _ := bufio.NewReader(out).ReadString('\n')
-		ready <- line
-	}()
-	select {
-	case line := <-ready:
-		if strings.TrimSpace(line) != "ready" {
-			cmd.Process.Kill()
-			cmd.Wait()
-			privtest.Skip(t, "cannot set up a user and mount namespace: "+stderr.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("hostile target setup did not finish: %s", stderr.String())
-	}
+	cmd := startReady(t, []string{"--user", "--map-root-user", "--mount", "--propagation", "private"}, script)
 	return cmd.Process.Pid
 }
 
