@@ -183,7 +183,7 @@ func (c *collector) collectHost() {
 
 func (c *collector) collectProcess(pidDir, root string) {
 	p := &c.snap.Process
-	text, err := c.fs.readString(filepath.Join(pidDir, "status"), maxSmallFile)
+	text, err := c.fs.readString(filepath.Join(pidDir, "status"), maxFileSize)
 	if err != nil {
 		c.unavailable("target status", err)
 		return
@@ -193,7 +193,7 @@ func (c *collector) collectProcess(pidDir, root string) {
 	p.CapEff, p.CapBnd = st.CapEff, st.CapBnd
 	p.NoNewPrivs, p.Seccomp = st.NoNewPrivs, st.Seccomp
 	p.Comm = st.Name
-	if comm, err := c.fs.readString(filepath.Join(pidDir, "comm"), maxSmallFile); err == nil {
+	if comm, err := c.fs.readString(filepath.Join(pidDir, "comm"), maxFileSize); err == nil {
 		p.Comm = strings.TrimSpace(comm)
 	}
 	// The target's own /etc/passwd: the file it controls most directly.
@@ -214,7 +214,7 @@ func (c *collector) inUserNS(pidDir string) bool {
 	if err1 == nil && err2 == nil && mine != theirs {
 		return true
 	}
-	m, err := c.fs.readString(filepath.Join(pidDir, "uid_map"), maxSmallFile)
+	m, err := c.fs.readString(filepath.Join(pidDir, "uid_map"), maxFileSize)
 	if err != nil {
 		c.unavailable("target uid_map", err)
 		return err1 == nil && err2 == nil && mine != theirs
@@ -288,7 +288,7 @@ func (c *collector) pidNSInit(pidDir string) (string, bool) {
 		if other, err := os.Readlink(filepath.Join(dir, "ns", "pid")); err != nil || other != ns {
 			continue
 		}
-		st, err := c.fs.readString(filepath.Join(dir, "status"), maxSmallFile)
+		st, err := c.fs.readString(filepath.Join(dir, "status"), maxFileSize)
 		if err != nil {
 			continue
 		}
@@ -326,7 +326,7 @@ func shortErr(err error) string {
 // readOptional reads a file that is normally absent without a driver; only
 // errors other than "missing" are worth reporting.
 func (c *collector) readOptional(what, path string) (string, bool) {
-	text, err := c.fs.readString(path, maxSmallFile)
+	text, err := c.fs.readString(path, maxFileSize)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
 			c.unavailable(what, err)

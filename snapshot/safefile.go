@@ -34,11 +34,11 @@ import (
 //     skipped rather than waited for again.
 
 // Size limits. Real files are far smaller: a host's mountinfo is tens of
-// KB with thousands of mounts, environ is bounded by the exec limit.
+// KB with thousands of mounts, environ is bounded by the exec limit, a
+// status with the most supplementary groups (65536) is under 400 KB.
 const (
-	maxFileSize  = 4 << 20  // mountinfo, environ, passwd, cgroup files
-	maxSmallFile = 64 << 10 // status, comm, uid_map, driver files
-	maxDirNames  = 16384    // a /dev with more entries than this is hostile
+	maxFileSize = 4 << 20 // any file
+	maxDirNames = 16384   // a /dev with more entries than this is hostile
 )
 
 // fsTimeout bounds one filesystem operation on the target's files.

@@ -114,7 +114,7 @@ func TestGuardDeadline(t *testing.T) {
 	if waited := time.Since(start); waited > 10*time.Second {
 		t.Errorf("waited %v for a 100ms deadline", waited)
 	}
-	if _, err := g.readFile("/proc/self/status", maxSmallFile); !errors.Is(err, errHung) {
+	if _, err := g.readFile("/proc/self/status", maxFileSize); !errors.Is(err, errHung) {
 		t.Errorf("after a hang: %v, want errHung", err)
 	}
 }
