@@ -47,8 +47,9 @@ type collector struct {
 	mountCgroup2  func() (string, func() error, error)
 	now           func() time.Time
 	bootTime      func() time.Time // origin of /dev/kmsg timestamps
-	// fs reads every file (safefile.go): the target shapes many of them.
-	fs *fsGuard
+	// fs reads every file (safefile.go): the target shapes many of them;
+	// rootFS those under the target's root.
+	fs, rootFS *fsGuard
 }
 
 func newCollector(opts Options) *collector {
@@ -60,7 +61,8 @@ func newCollector(opts Options) *collector {
 		mountCgroup2: mountCgroup2,
 		now:          time.Now,
 		bootTime:     kernelBootTime,
-		fs:           &fsGuard{timeout: fsTimeout},
+		fs:           &fsGuard{timeout: fsTimeout, what: "system files"},
+		rootFS:       &fsGuard{timeout: fsTimeout, what: "the target's files"},
 	}
 	c.selfMountinfo = func() (string, error) { return c.fs.readString("/proc/self/mountinfo", maxFileSize) }
 	return c
@@ -156,7 +158,7 @@ func (c *collector) targetView(pidDir string) string {
 		return self
 	}
 	// Stat follows the link into the target's root: its file system may hang.
-	if _, err := guarded(c.fs, func() (os.FileInfo, error) { return os.Stat(filepath.Join(pidDir, "root")) }); err != nil {
+	if _, err := guarded(c.rootFS, func() (os.FileInfo, error) { return os.Stat(filepath.Join(pidDir, "root")) }); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			c.snap.Unavailable = append(c.snap.Unavailable,
 				"target has exited (its root is gone): nodes and mounts are cudatrace's own view")
@@ -197,7 +199,7 @@ func (c *collector) collectProcess(pidDir, root string) {
 		p.Comm = strings.TrimSpace(comm)
 	}
 	// The target's own /etc/passwd: the file it controls most directly.
-	if pw, err := c.fs.readFileInRoot(root, "/etc/passwd", maxFileSize); err == nil {
+	if pw, err := c.rootFS.readFileInRoot(root, "/etc/passwd", maxFileSize); err == nil {
 		p.User = parsePasswd(string(pw), p.UID)
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		c.unavailable("target /etc/passwd (user name)", err)
@@ -256,9 +258,9 @@ func (c *collector) initEnv(pidDir string, mounts []Mount) map[string]string {
 	}
 	if env["container"] == "" && (otherNS || overlayRoot) {
 		root := filepath.Join(pidDir, "root")
-		if c.fs.existsInRoot(root, "/.dockerenv") {
+		if c.rootFS.existsInRoot(root, "/.dockerenv") {
 			env["container"] = "docker"
-		} else if c.fs.existsInRoot(root, "/run/.containerenv") {
+		} else if c.rootFS.existsInRoot(root, "/run/.containerenv") {
 			env["container"] = "podman"
 		}
 	}

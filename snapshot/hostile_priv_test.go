@@ -96,3 +96,53 @@ func TestCollectHostileTarget(t *testing.T) {
 		})
 	}
 }
+
+// TestCollectHungFilesystem: a target whose /dev is a FUSE mount that never
+// answers (its server never even completes FUSE_INIT), as a target can set
+// up in its own namespaces, stalls every lookup below it. Collect gives up
+// on that read at its deadline, skips the rest of the target's files
+// rather than wait again, reads the rest of the system, and says so.
+func TestCollectHungFilesystem(t *testing.T) {
+	privtest.RequireRoot(t)
+	// fd 3 stays open in the shell, and after exec in sleep, so the
+	// connection lives, unanswered, until the test kills it; then the
+	// abandoned lookup gets ENOTCONN. (Over /dev, not /etc: sleep's loader
+	// would hang on /etc too, on the FUSE directory lock the abandoned
+	// lookup holds, and could then not be killed.)
+	cmd := startReady(t, []string{"--mount", "--propagation", "private"}, strings.Join([]string{
+		"set -e",
+		"exec 3<>/dev/fuse",
+		"mount -i -t fuse -o fd=3,rootmode=40000,user_id=0,group_id=0 cudatrace-test-hung /dev",
+		"echo ready",
+		"exec sleep 60",
+	}, "\n"))
+	pid := cmd.Process.Pid
+
+	start := time.Now()
+	done := make(chan *Snapshot, 1)
+	go func() {
+		done <- Collect(Options{PID: pid, ExtraPaths: []string{"/dev/nvidiactl"},
+			QueryCgroupPrograms: func(string, string) ([]DeviceProgram, error) { return nil, nil }})
+	}()
+	var s *Snapshot
+	select {
+	case s = <-done:
+	case <-time.After(60 * time.Second): // generous: one fsTimeout, a few seconds
+		t.Fatal("Collect hangs on a target whose /dev never answers")
+	}
+	t.Logf("Collect took %v", time.Since(start).Round(time.Millisecond))
+	notes := strings.Join(s.Unavailable, "\n")
+	for _, want := range []string{
+		"listing /dev: did not finish within",
+		"listing /dev/nvidia-caps: skipped: an earlier read of the target's files hung",
+		"node /dev/nvidiactl: skipped: an earlier read of the target's files hung",
+	} {
+		if !strings.Contains(notes, want) {
+			t.Errorf("unavailable lacks %q:\n%s", want, notes)
+		}
+	}
+	// The hang costs only the target's files: /proc and the host's are read.
+	if len(s.ProcDevices) == 0 || s.Process.User != "root" || strings.Contains(notes, "mountinfo") || strings.Contains(notes, "target environment") {
+		t.Errorf("a hang in the target's root cost other facts: %d majors, user %q; unavailable:\n%s", len(s.ProcDevices), s.Process.User, notes)
+	}
+}

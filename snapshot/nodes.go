@@ -43,7 +43,7 @@ func (c *collector) collectNodes(root string, mounts []Mount) {
 	// the ones that lead to NVIDIA nodes (their absence is failure mode 3).
 	if names, err := c.readDirNames(root, "/dev/char"); err == nil {
 		for _, n := range names {
-			st, dest, err := c.fs.lstatInRoot(root, "/dev/char/"+n)
+			st, dest, err := c.rootFS.lstatInRoot(root, "/dev/char/"+n)
 			if err == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK && strings.Contains(dest, "nvidia") {
 				add("/dev/char/" + n)
 			}
@@ -101,7 +101,11 @@ func expectedNodes(devs []DriverMajor) []string {
 // readDirNames lists dir as seen from root. A missing directory is normal
 // (no driver); other errors are recorded.
 func (c *collector) readDirNames(root, dir string) ([]string, error) {
-	names, err := c.fs.readDirNames(root, dir)
+	g := c.rootFS
+	if root == "/" { // the host's own files (driver state)
+		g = c.fs
+	}
+	names, err := g.readDirNames(root, dir)
 	switch {
 	case errors.Is(err, errTooLarge):
 		c.unavailable("listing "+dir+" (only part read)", err)
@@ -119,7 +123,7 @@ func (c *collector) readDirNames(root, dir string) ([]string, error) {
 // destination), because the target's resolution of it is what the trace shows.
 func (c *collector) statNode(root, p string) Node {
 	n := Node{Path: p}
-	st, dest, err := c.fs.lstatInRoot(root, p)
+	st, dest, err := c.rootFS.lstatInRoot(root, p)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, unix.ENOTDIR) {
 			c.unavailable("node "+p, err)

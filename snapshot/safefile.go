@@ -46,7 +46,7 @@ const fsTimeout = 3 * time.Second
 
 var (
 	errTooLarge = errors.New("larger than the size limit")
-	errHung     = errors.New("skipped: an earlier read of the target's files hung")
+	errHung     = errors.New("hung")
 )
 
 // notRegularError says what a path turned out to be instead of a file.
@@ -62,18 +62,21 @@ func (e timeoutError) Error() string {
 	return fmt.Sprintf("did not finish within %v (a hung file system?)", e.after)
 }
 
-// fsGuard runs filesystem operations under a deadline.
+// fsGuard runs filesystem operations under a deadline. The collector has
+// one for the target's root and one for everything else, so that a hang
+// in the target's files costs only those.
 type fsGuard struct {
 	timeout time.Duration
+	what    string // "the target's files"
 	hung    atomic.Bool
 }
 
-// guarded runs f under g's deadline. It returns errHung without running f
-// once an earlier operation timed out.
+// guarded runs f under g's deadline. Once an earlier operation timed out
+// it returns an error wrapping errHung without running f.
 func guarded[T any](g *fsGuard, f func() (T, error)) (T, error) {
 	var zero T
 	if g.hung.Load() {
-		return zero, errHung
+		return zero, fmt.Errorf("skipped: an earlier read of %s %w", g.what, errHung)
 	}
 	type result struct {
 		v   T
