@@ -33,6 +33,28 @@ func startHostileTarget(t *testing.T, overPasswd string) int {
 	return cmd.Process.Pid
 }
 
+// collectWithin collects pid's snapshot, failing the test if that takes
+// longer than a generous deadline (it takes under a second, or one
+// fsTimeout when a read hangs). The trace is taken to have seen the open
+// of /dev/nvidiactl, so that a truncated listing need not hold it.
+func collectWithin(t *testing.T, pid int) *Snapshot {
+	t.Helper()
+	start := time.Now()
+	done := make(chan *Snapshot, 1)
+	go func() {
+		done <- Collect(Options{PID: pid, ExtraPaths: []string{"/dev/nvidiactl"},
+			QueryCgroupPrograms: func(string, string) ([]DeviceProgram, error) { return nil, nil }})
+	}()
+	select {
+	case s := <-done:
+		t.Logf("Collect took %v", time.Since(start).Round(time.Millisecond))
+		return s
+	case <-time.After(60 * time.Second):
+		t.Fatal("Collect hangs on a hostile target")
+		return nil
+	}
+}
+
 // TestCollectHostileTarget: a target that bind-mounts a FIFO or /dev/zero
 // over its /etc/passwd must neither hang cudatrace (a FIFO's open blocks
 // until a writer comes) nor make it read without end, and the snapshot
@@ -55,19 +77,7 @@ func TestCollectHostileTarget(t *testing.T) {
 
 			var before, after runtime.MemStats
 			runtime.ReadMemStats(&before)
-			done := make(chan *Snapshot, 1)
-			go func() {
-				// The trace saw the open of nvidiactl: the truncated listing
-				// need not hold it.
-				done <- Collect(Options{PID: pid, ExtraPaths: []string{"/dev/nvidiactl"},
-					QueryCgroupPrograms: func(string, string) ([]DeviceProgram, error) { return nil, nil }})
-			}()
-			var s *Snapshot
-			select {
-			case s = <-done:
-			case <-time.After(60 * time.Second): // generous: it takes well under a second
-				t.Fatal("Collect hangs on a hostile target")
-			}
+			s := collectWithin(t, pid)
 			runtime.ReadMemStats(&after)
 			// Bounded memory: the listing limit and no read of /dev/zero.
 			if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 64<<20 {
@@ -118,19 +128,7 @@ func TestCollectHungFilesystem(t *testing.T) {
 	}, "\n"))
 	pid := cmd.Process.Pid
 
-	start := time.Now()
-	done := make(chan *Snapshot, 1)
-	go func() {
-		done <- Collect(Options{PID: pid, ExtraPaths: []string{"/dev/nvidiactl"},
-			QueryCgroupPrograms: func(string, string) ([]DeviceProgram, error) { return nil, nil }})
-	}()
-	var s *Snapshot
-	select {
-	case s = <-done:
-	case <-time.After(60 * time.Second): // generous: one fsTimeout, a few seconds
-		t.Fatal("Collect hangs on a target whose /dev never answers")
-	}
-	t.Logf("Collect took %v", time.Since(start).Round(time.Millisecond))
+	s := collectWithin(t, pid)
 	notes := strings.Join(s.Unavailable, "\n")
 	for _, want := range []string{
 		"listing /dev: did not finish within",
