@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	github.com/cilium/ebpf v0.22.0
 	github.com/creack/pty v1.1.24
+	github.com/cyphar/filepath-securejoin v0.4.1
 	github.com/moby/sys/mountinfo v0.7.2
 	github.com/olekukonko/tablewriter v1.1.5
 	github.com/opencontainers/cgroups v0.1.0
@@ -20,7 +21,6 @@ require (
 	github.com/clipperhouse/displaywidth v0.10.0 // indirect
 	github.com/clipperhouse/uax29/v2 v2.6.0 // indirect
 	github.com/coreos/go-systemd/v22 v22.6.0 // indirect
-	github.com/cyphar/filepath-securejoin v0.4.1 // indirect
 	github.com/fatih/color v1.18.0 // indirect
 	github.com/godbus/dbus/v5 v5.1.0 // indirect
 	github.com/mattn/go-colorable v0.1.14 // indirect

@@ -90,9 +90,9 @@ type analyzer struct {
 	cause      string // the verdict's "because" phrase
 
 	facts    Facts
-	unstored []Unstored // calls counted but not in ev
-	cuda    *CUDAResult // CUDA's own verdict
-	cudaIdx int         // index of the failing api event, -1 when none
+	unstored []Unstored  // calls counted but not in ev
+	cuda     *CUDAResult // CUDA's own verdict
+	cudaIdx  int         // index of the failing api event, -1 when none
 }
 
 // hasError is whether any finding explains a failure.

@@ -29,6 +29,15 @@ type v2Eval struct {
 	why      string // when unknown
 }
 
+// emulated is what the cgroupdev emulator needs of the recorded programs.
+func emulated(progs []snapshot.DeviceProgram) []cgroupdev.Program {
+	out := make([]cgroupdev.Program, len(progs))
+	for i, p := range progs {
+		out[i] = cgroupdev.Program{ID: p.ID, Name: p.Name, AttachedTo: p.AttachedTo, Instructions: p.Instructions}
+	}
+	return out
+}
+
 func evalV2(s *snapshot.Snapshot, req cgroupdev.Request) v2Eval {
 	cg := s.CgroupV2
 	if cg == nil {
@@ -40,7 +49,7 @@ func evalV2(s *snapshot.Snapshot, req cgroupdev.Request) v2Eval {
 	if len(cg.Programs) == 0 {
 		return v2Eval{state: cgAbsent}
 	}
-	_, denied, errs := cgroupdev.EvaluateV2(cg.Programs, req)
+	_, denied, errs := cgroupdev.EvaluateV2(emulated(cg.Programs), req)
 	r := v2Eval{errs: errs}
 	deny := map[uint32]bool{}
 	for _, id := range denied {
@@ -478,7 +487,7 @@ func (a *analyzer) daemonReload(e *tracer.Event, f nodeFacts, req cgroupdev.Requ
 		}
 		other := cgroupdev.Request{Type: cgroupdev.TypeChar, Major: d.Major, Minor: 0, Access: cgroupdev.AccessRead | cgroupdev.AccessWrite}
 		if v2.state == cgDeny {
-			if ok, _, _ := cgroupdev.EvaluateV2(a.s.CgroupV2.Programs, other); ok {
+			if ok, _, _ := cgroupdev.EvaluateV2(emulated(a.s.CgroupV2.Programs), other); ok {
 				ev = append(ev, fmt.Sprintf("the cgroup v2 programs still allow c %d:0 rw (%s)", d.Major, d.Name))
 			}
 		} else if v1.state == cgDeny {

@@ -3,6 +3,7 @@ package annotate
 import (
 	"strings"
 
+	"github.com/cudatrace/cudatrace/cgroupdev"
 	"github.com/cudatrace/cudatrace/snapshot"
 )
 
@@ -78,3 +79,7 @@ func IsCapsNode(p string) bool { return isCapsNode(p) }
 func LibcudaKind(path string) string { return libcudaPathKind(path) }
 
 func containsAPIMismatch(t string) bool { return strings.Contains(t, "API mismatch") }
+
+// EmulatedPrograms are recorded cgroup device programs in the emulator's
+// form (cgroupdev knows no snapshot).
+func EmulatedPrograms(progs []snapshot.DeviceProgram) []cgroupdev.Program { return emulated(progs) }

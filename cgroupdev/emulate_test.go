@@ -262,10 +262,10 @@ func TestEvaluateV2(t *testing.T) {
 	allow195 := assemble(t, systemdProgram([]Rule{{Type: TypeChar, Major: 195, Minor: -1, Access: AccessAll, Allow: true}}, false))
 	allowAll := assemble(t, asm.Instructions{asm.Mov.Imm(asm.R0, 1), asm.Return()})
 	broken := assemble(t, asm.Instructions{asm.FnKtimeGetNs.Call(), asm.Return()})
-	progs := func(raws ...[]byte) []snapshotProg {
-		var out []snapshotProg
+	progs := func(raws ...[]byte) []Program {
+		var out []Program
 		for i, r := range raws {
-			out = append(out, snapshotProg{ID: uint32(10 + i), Instructions: r})
+			out = append(out, Program{ID: uint32(10 + i), Instructions: r})
 		}
 		return out
 	}

@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cudatrace/cudatrace/internal/privtest"
+	"github.com/cudatrace/cudatrace/snapshot"
 )
 
 // The privileged tests compare this package with the kernel itself: a
@@ -332,9 +333,9 @@ var differentialSeeds = []uint64{3, 1007, 1025, 1044}
 // shapes runc, systemd and LXC generate, one or two programs at a time
 // (in the cgroup itself and inherited from its parent), judged by the
 // kernel through real opens and mknods, and by EvaluateV2 on the program
-// bytes QueryEffective reads back. Several seeds run, so that a shape the
-// decoder misses fails the build rather than a later run; CGROUPDEV_SEED
-// runs that one seed alone.
+// bytes snapshot.QueryDevicePrograms reads back. Several seeds run, so
+// that a shape the decoder misses fails the build rather than a later run;
+// CGROUPDEV_SEED runs that one seed alone.
 func TestKernelV2Differential(t *testing.T) {
 	privtest.RequireRoot(t)
 	if !isCgroup2(cgroup2Root) {
@@ -420,10 +421,11 @@ func kernelV2Differential(t *testing.T, seed uint64) {
 			continue
 		}
 
-		progs, err := QueryEffective(child, cgroup2Root)
+		progs, err := snapshot.QueryDevicePrograms(child, cgroup2Root)
 		if err != nil {
-			t.Fatalf("QueryEffective: %v", err)
+			t.Fatalf("QueryDevicePrograms: %v", err)
 		}
+		emulated := asPrograms(progs)
 		gotAt := map[string]int{}
 		for _, p := range progs {
 			gotAt[p.AttachedTo]++
@@ -458,7 +460,7 @@ func kernelV2Differential(t *testing.T, seed uint64) {
 			model, byRules := true, true
 			var deniedBy []uint32
 			for _, req := range reqs {
-				ok, by, errs := EvaluateV2(progs, req)
+				ok, by, errs := EvaluateV2(emulated, req)
 				if len(errs) > 0 {
 					t.Fatalf("EvaluateV2: %v", errs)
 				}
@@ -564,26 +566,26 @@ func TestKernelV1(t *testing.T) {
 	}
 }
 
-func TestQueryEffectiveEdges(t *testing.T) {
+func TestQueryDeviceProgramsEdges(t *testing.T) {
 	privtest.RequireRoot(t)
 	if !isCgroup2(cgroup2Root) {
 		privtest.Skip(t, cgroup2Root+" is not a cgroup2 mount")
 	}
 	dir := mkScratch(t, cgroup2Root)
-	progs, err := QueryEffective(dir, "")
+	progs, err := snapshot.QueryDevicePrograms(dir, "")
 	if err != nil || len(progs) != 0 {
 		t.Fatalf("empty cgroup: %v %v", progs, err)
 	}
-	if _, err := QueryEffective(dir, "/sys/fs/cgroup/devices"); err == nil {
+	if _, err := snapshot.QueryDevicePrograms(dir, "/sys/fs/cgroup/devices"); err == nil {
 		t.Error("a root that does not contain the cgroup must be an error")
 	}
-	if _, err := QueryEffective(t.TempDir(), ""); err == nil || !strings.Contains(err.Error(), "not on a cgroup2") {
+	if _, err := snapshot.QueryDevicePrograms(t.TempDir(), ""); err == nil || !strings.Contains(err.Error(), "not on a cgroup2") {
 		t.Errorf("non-cgroup directory: %v", err)
 	}
 	// The root found by walking up names the program's cgroup correctly.
 	t.Cleanup(func() { detachAll(dir) })
 	attachInsns(t, dir, systemdProgram([]Rule{{Type: TypeChar, Major: 195, Minor: -1, Access: AccessAll, Allow: true}}, false))
-	progs, err = QueryEffective(dir, "")
+	progs, err = snapshot.QueryDevicePrograms(dir, "")
 	if err != nil || len(progs) != 1 || progs[0].AttachedTo != "/"+filepath.Base(dir) {
 		t.Fatalf("got %+v %v", progs, err)
 	}
@@ -591,6 +593,20 @@ func TestQueryEffectiveEdges(t *testing.T) {
 	if !ok || def || SummariseRules(rules, def) != "allows c 195:* rwm; denies everything else" {
 		t.Errorf("decoded %v %v %v", rules, def, ok)
 	}
+}
+
+// asPrograms is what EvaluateV2 needs of programs read from the kernel.
+func asPrograms(ps []snapshot.DeviceProgram) []Program {
+	out := make([]Program, len(ps))
+	for i, p := range ps {
+		out[i] = Program{ID: p.ID, Name: p.Name, AttachedTo: p.AttachedTo, Instructions: p.Instructions}
+	}
+	return out
+}
+
+func isCgroup2(path string) bool {
+	var st unix.Statfs_t
+	return unix.Statfs(path, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC
 }
 
 // testSeed is def, or CGROUPDEV_SEED when set, so that more random cases

@@ -3,7 +3,8 @@
 // (BPF_CGROUP_DEVICE programs, emulated in user space so that a recorded
 // report can be re-judged offline).
 //
-// Everything here is pure except query.go, which reads the live kernel.
+// Everything here is pure: the programs come from the snapshot
+// (snapshot.QueryDevicePrograms reads them from the kernel).
 package cgroupdev
 
 import "strings"

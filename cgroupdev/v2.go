@@ -1,10 +1,16 @@
 package cgroupdev
 
-import (
-	"fmt"
+import "fmt"
 
-	"github.com/cudatrace/cudatrace/snapshot"
-)
+// Program is one BPF_CGROUP_DEVICE program as EvaluateV2 judges it: its
+// instructions (raw struct bpf_insn, little endian) and the names its
+// errors give. The snapshot reads them from the kernel.
+type Program struct {
+	ID           uint32
+	Name         string
+	AttachedTo   string
+	Instructions []byte
+}
 
 // EvaluateV2 judges req against every program in a cgroup's effective
 // BPF_CGROUP_DEVICE array. The kernel runs them all and refuses with EPERM
@@ -14,7 +20,7 @@ import (
 // deniedBy lists the programs that denied it. errs has one error per
 // program that could not be emulated; with errs and no deniedBy the verdict
 // is unknown, not "denied".
-func EvaluateV2(progs []snapshot.DeviceProgram, req Request) (allowed bool, deniedBy []uint32, errs []error) {
+func EvaluateV2(progs []Program, req Request) (allowed bool, deniedBy []uint32, errs []error) {
 	for _, p := range progs {
 		v := Emulate(p.Instructions, req)
 		switch {

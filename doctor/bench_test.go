@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cudatrace/cudatrace/cgroupdev"
 	"github.com/cudatrace/cudatrace/snapshot"
 )
 
@@ -90,7 +89,7 @@ func BenchmarkSurveyAndRunFiftyContainers(b *testing.B) {
 	os.WriteFile(filepath.Join(root, "etc/cdi/nvidia.yaml"), []byte(spec.String()), 0o644)
 	pd := filepath.Join(root, "devices")
 	os.WriteFile(pd, []byte("Character devices:\n  1 mem\n195 nvidia\n195 nvidiactl\n238 nvidia-uvm\n"), 0o644)
-	opts := snapshot.SurveyOptions{HostRoot: root, ProcDevicesPath: pd, NvidiaSMI: "-", QueryCgroupPrograms: cgroupdev.QueryEffective}
+	opts := snapshot.SurveyOptions{HostRoot: root, ProcDevicesPath: pd, NvidiaSMI: "-"}
 	if sv := snapshot.SurveyHost(opts); len(sv.Containers) != 50 || len(sv.CDISpecs) != 1 {
 		b.Fatalf("survey read %d configs, %d specs", len(sv.Containers), len(sv.CDISpecs))
 	}

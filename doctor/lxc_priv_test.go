@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cudatrace/cudatrace/cgroupdev"
 	"github.com/cudatrace/cudatrace/doctor"
 	"github.com/cudatrace/cudatrace/internal/privtest"
 	"github.com/cudatrace/cudatrace/internal/scenario"
@@ -85,7 +84,7 @@ func TestRealLXCContainer(t *testing.T) {
 	}
 
 	sv := snapshot.SurveyHost(snapshot.SurveyOptions{PID: pid, ProcDevicesPath: procDevices, HostRoot: hostRoot,
-		NvidiaSMI: "-", QueryCgroupPrograms: cgroupdev.QueryEffective})
+		NvidiaSMI: "-"})
 	res := doctor.Run(sv)
 	if sv.Base.Container.Runtime != "lxc" || sv.Base.Container.ID != name {
 		t.Errorf("container detected as %+v", sv.Base.Container)

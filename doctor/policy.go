@@ -73,7 +73,7 @@ func policyFor(h *host, nd need, rules []cgroupdev.V1Rule, v1Err, v2Err string) 
 		case len(v2.Programs) == 0:
 			said = append(said, "no cgroup v2 device program applies")
 		default:
-			allowed, deniedBy, errs := cgroupdev.EvaluateV2(v2.Programs, req)
+			allowed, deniedBy, errs := cgroupdev.EvaluateV2(annotate.EmulatedPrograms(v2.Programs), req)
 			switch {
 			case len(deniedBy) > 0:
 				c.Status = Fail

@@ -21,7 +21,7 @@ func renderMarkdown(w io.Writer, rep *Report, o RenderOptions) error {
 	}
 	if a.Failing != nil {
 		e := a.Failing
-		fmt.Fprintf(&b, "**Failing call:** `%s %s` by `%s[%d]` at +%s\n\n", annotate.FormatCall(e), formatOutcome(rep, e), e.Comm, e.PID, fmtDur(e.Time))
+		fmt.Fprintf(&b, "**Failing call:** %s by %s at +%s\n\n", mdCode(annotate.FormatCall(e)+" "+formatOutcome(rep, e)), mdCode(fmt.Sprintf("%s[%d]", e.Comm, e.PID)), fmtDur(e.Time))
 	}
 	for _, f := range a.Findings {
 		if f.Severity == annotate.SeverityInfo {
@@ -31,7 +31,7 @@ func renderMarkdown(w io.Writer, rep *Report, o RenderOptions) error {
 		if f.Inferred {
 			inferred = " _(inferred)_"
 		}
-		fmt.Fprintf(&b, "**%s** %s%s `%s`\n\n", strings.ToUpper(string(f.Severity)), mdEscape(f.Summary), inferred, f.ID)
+		fmt.Fprintf(&b, "**%s** %s%s %s\n\n", mdEscape(strings.ToUpper(string(f.Severity))), mdEscape(f.Summary), inferred, mdCode(f.ID))
 		for _, d := range f.Detail {
 			fmt.Fprintf(&b, "- %s\n", mdEscape(d))
 		}
@@ -51,7 +51,7 @@ func renderMarkdown(w io.Writer, rep *Report, o RenderOptions) error {
 	if len(info) > 0 {
 		b.WriteString("<details><summary>Context</summary>\n\n")
 		for _, f := range info {
-			fmt.Fprintf(&b, "- **%s** `%s`\n", mdEscape(f.Summary), f.ID)
+			fmt.Fprintf(&b, "- **%s** %s\n", mdEscape(f.Summary), mdCode(f.ID))
 			for _, d := range f.Detail {
 				fmt.Fprintf(&b, "  - %s\n", mdEscape(d))
 			}
@@ -71,7 +71,7 @@ func renderMarkdown(w io.Writer, rep *Report, o RenderOptions) error {
 		writeSnapshotMarkdown(&b, s)
 		b.WriteString("\n</details>\n\n")
 	}
-	fmt.Fprintf(&b, "<sub>%s · cudatrace %s</sub>\n", mdEscape(traceSummary(rep)), rep.Tool.Version)
+	fmt.Fprintf(&b, "<sub>%s · cudatrace %s</sub>\n", mdEscape(traceSummary(rep)), mdText(rep.Tool.Version))
 	_, err := io.WriteString(w, b.String())
 	return err
 }
@@ -85,10 +85,9 @@ func writeTimelineMarkdown(b *strings.Builder, rows []timelineRow) {
 		for i := range cells {
 			cells[i] = mdCell(cells[i])
 		}
-		if c := r.call; c != "" && !strings.Contains(c, "`") {
-			// A code span shows the call as typed; only | needs escaping
-			// inside a table.
-			cells[2] = "`" + strings.ReplaceAll(c, "|", "\\|") + "`"
+		if c := r.call; c != "" {
+			// A code span shows the call as typed.
+			cells[2] = mdTableCode(c)
 			if r.repeat > 1 {
 				cells[2] += fmt.Sprintf(" ×%d", r.repeat)
 			}
@@ -103,23 +102,23 @@ func writeTimelineMarkdown(b *strings.Builder, rows []timelineRow) {
 
 func writeSnapshotMarkdown(b *strings.Builder, s *snapshot.Snapshot) {
 	if s.Host.Kernel != "" {
-		fmt.Fprintf(b, "- kernel `%s`", s.Host.Kernel)
+		fmt.Fprintf(b, "- kernel %s", mdCode(s.Host.Kernel))
 		if s.Host.DriverVersion != "" {
-			fmt.Fprintf(b, ", NVIDIA driver `%s`", s.Host.DriverVersion)
+			fmt.Fprintf(b, ", NVIDIA driver %s", mdCode(s.Host.DriverVersion))
 		}
 		b.WriteString("\n")
 	}
 	if c := s.Container; c.Runtime != "" {
-		fmt.Fprintf(b, "- container: %s %s", c.Runtime, c.ID)
+		fmt.Fprintf(b, "- container: %s %s", mdText(c.Runtime), mdText(c.ID))
 		if c.ProxmoxCTID != "" && c.ProxmoxCTID != c.ID {
-			fmt.Fprintf(b, " (Proxmox CT %s)", c.ProxmoxCTID)
+			fmt.Fprintf(b, " (Proxmox CT %s)", mdText(c.ProxmoxCTID))
 		}
 		b.WriteString("\n")
 	}
 	if p := s.Process; p.PID != 0 {
-		fmt.Fprintf(b, "- process: `%s[%d]` uid %d gid %d", p.Comm, p.PID, p.UID, p.GID)
+		fmt.Fprintf(b, "- process: %s uid %d gid %d", mdCode(fmt.Sprintf("%s[%d]", p.Comm, p.PID)), p.UID, p.GID)
 		if p.User != "" {
-			fmt.Fprintf(b, " (%s)", mdEscape(p.User))
+			fmt.Fprintf(b, " (%s)", mdText(p.User))
 		}
 		if p.UserNS {
 			b.WriteString(", in a user namespace")
@@ -136,9 +135,9 @@ func writeSnapshotMarkdown(b *strings.Builder, s *snapshot.Snapshot) {
 	// bind-mounted in from elsewhere.
 	for _, m := range s.Mounts {
 		if m.NoDev || m.Bind {
-			fmt.Fprintf(b, "- mount `%s`: %s from `%s`", m.MountPoint, m.FSType, m.Source)
+			fmt.Fprintf(b, "- mount %s: %s from %s", mdCode(m.MountPoint), mdText(m.FSType), mdCode(m.Source))
 			if m.Bind {
-				fmt.Fprintf(b, ", bind of `%s`", m.Root)
+				fmt.Fprintf(b, ", bind of %s", mdCode(m.Root))
 			}
 			if m.NoDev {
 				b.WriteString(", **nodev**")
@@ -154,64 +153,129 @@ func writeSnapshotMarkdown(b *strings.Builder, s *snapshot.Snapshot) {
 			}
 		}
 		if len(parts) > 0 {
-			fmt.Fprintf(b, "- /proc/devices: `%s`\n", strings.Join(parts, "`, `"))
+			fmt.Fprintf(b, "- /proc/devices: %s\n", mdCodes(parts))
 		}
 	}
 	if len(s.Nodes) > 0 {
 		b.WriteString("\n| node | type | major:minor | mode | owner |\n|---|---|---|---|---|\n")
 		for _, n := range s.Nodes {
 			if !n.Exists {
-				fmt.Fprintf(b, "| `%s` | missing | | | |\n", n.Path)
+				fmt.Fprintf(b, "| %s | missing | | | |\n", mdTableCode(n.Path))
 				continue
 			}
-			fmt.Fprintf(b, "| `%s` | %s | %d:%d | %04o | %d:%d |\n", n.Path, n.Type, n.Major, n.Minor, n.Mode, n.UID, n.GID)
+			fmt.Fprintf(b, "| %s | %s | %d:%d | %04o | %d:%d |\n", mdTableCode(n.Path), mdCell(n.Type), n.Major, n.Minor, n.Mode, n.UID, n.GID)
 		}
 		b.WriteString("\n")
 	}
 	if v2 := s.CgroupV2; v2 != nil {
-		fmt.Fprintf(b, "- cgroup v2 `%s`: %d device program(s)", v2.Path, len(v2.Programs))
+		fmt.Fprintf(b, "- cgroup v2 %s: %d device program(s)", mdCode(v2.Path), len(v2.Programs))
 		for _, p := range v2.Programs {
 			fmt.Fprintf(b, " · id %d", p.ID)
 			if p.Name != "" {
-				fmt.Fprintf(b, " `%s`", p.Name)
+				fmt.Fprintf(b, " %s", mdCode(p.Name))
 			}
-			fmt.Fprintf(b, " on `%s`", p.AttachedTo)
+			fmt.Fprintf(b, " on %s", mdCode(p.AttachedTo))
 		}
 		if v2.QueryError != "" {
-			fmt.Fprintf(b, " (query failed: %s)", v2.QueryError)
+			fmt.Fprintf(b, " (query failed: %s)", mdText(v2.QueryError))
 		}
 		b.WriteString("\n")
 	}
 	if v1 := s.CgroupV1; v1 != nil {
-		fmt.Fprintf(b, "- cgroup v1 devices `%s`: `%s`\n", v1.Path, strings.Join(v1.DevicesList, "`, `"))
+		fmt.Fprintf(b, "- cgroup v1 devices %s: %s\n", mdCode(v1.Path), mdCodes(v1.DevicesList))
 	}
-	if len(s.Env) > 0 {
-		keys := make([]string, 0, len(s.Env))
-		for k := range s.Env {
+	// The same policy as the capture, for reports of older versions.
+	if env := snapshot.DiagnosticEnv(s.Env); len(env) > 0 {
+		keys := make([]string, 0, len(env))
+		for k := range env {
 			keys = append(keys, k)
 		}
 		sort.Strings(keys)
 		for _, k := range keys {
-			fmt.Fprintf(b, "- `%s=%s`\n", k, s.Env[k])
+			fmt.Fprintf(b, "- %s\n", mdCode(k+"="+env[k]))
 		}
 	}
 	for _, u := range s.Unavailable {
-		fmt.Fprintf(b, "- not checked: %s\n", mdEscape(u))
+		fmt.Fprintf(b, "- not checked: %s\n", mdText(u))
 	}
 	if len(s.KernelLog) > 0 {
-		b.WriteString("\nKernel log during the trace:\n\n```\n")
-		for _, l := range s.KernelLog {
-			b.WriteString(l.Text + "\n")
+		texts := make([]string, len(s.KernelLog))
+		for i, l := range s.KernelLog {
+			texts[i] = l.Text
 		}
-		b.WriteString("```\n")
+		b.WriteString("\nKernel log during the trace:\n\n" + mdBlock(strings.Join(texts, "\n")))
 	}
 }
 
-// mdEscape keeps finding text from breaking the Markdown around it.
+// Every string in the Markdown goes through one of these: text from the
+// target, a trace or a report file must neither reach a terminal raw (the
+// Markdown is printed too) nor close the code span, table or <details>
+// around it.
+
+// mdEscape is finding text in a paragraph or list item: no HTML. Its
+// backticks stay: findings quote calls as code spans.
 func mdEscape(s string) string {
-	return strings.NewReplacer("<", "&lt;", ">", "&gt;").Replace(s)
+	return strings.NewReplacer("<", "&lt;", ">", "&gt;").Replace(esc(s))
 }
 
+// mdText is a plain value in prose: mdEscape, and a backtick in it cannot
+// open a code span that swallows what follows.
+func mdText(s string) string {
+	return strings.ReplaceAll(mdEscape(s), "`", "\\`")
+}
+
+// mdCell is text in a table cell, where | ends the cell.
 func mdCell(s string) string {
-	return strings.NewReplacer("|", "\\|", "\n", " ", "<", "&lt;", ">", "&gt;").Replace(s)
+	return strings.ReplaceAll(mdText(s), "|", "\\|")
+}
+
+// mdCode is s as a code span, fenced by more backticks than it holds in a
+// row, so that a backtick in a path cannot end it.
+func mdCode(s string) string {
+	s = esc(s)
+	fence := strings.Repeat("`", longestRun(s, '`')+1)
+	if strings.HasPrefix(s, "`") || strings.HasSuffix(s, "`") {
+		s = " " + s + " "
+	}
+	return fence + s + fence
+}
+
+// mdTableCode is mdCode in a table cell: GitHub ends a cell at | even in
+// a code span, unless it is escaped.
+func mdTableCode(s string) string {
+	return strings.ReplaceAll(mdCode(s), "|", "\\|")
+}
+
+// mdCodes is a list of code spans.
+func mdCodes(items []string) string {
+	out := make([]string, len(items))
+	for i, s := range items {
+		out[i] = mdCode(s)
+	}
+	return strings.Join(out, ", ")
+}
+
+// mdBlock is text as a fenced code block whose fence no line can close.
+func mdBlock(text string) string {
+	lines := escLines(text)
+	n := 2
+	for _, l := range lines {
+		n = max(n, longestRun(l, '`'))
+	}
+	fence := strings.Repeat("`", n+1)
+	return fence + "\n" + strings.Join(lines, "\n") + "\n" + fence + "\n"
+}
+
+// longestRun is the length of the longest run of c in s.
+func longestRun(s string, c byte) int {
+	best, cur := 0, 0
+	for i := 0; i < len(s); i++ {
+		if s[i] == c {
+			cur++
+			best = max(best, cur)
+		} else {
+			cur = 0
+		}
+	}
+	return best
 }

@@ -4,6 +4,8 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+
+	"github.com/cudatrace/cudatrace/snapshot"
 )
 
 var homePath = regexp.MustCompile(`/home/[^/\s"':]+`)
@@ -60,6 +62,9 @@ func Redact(rep *Report) {
 	if s == nil {
 		return
 	}
+	// A report from an older version may hold any CUDA_* or NVIDIA_*
+	// variable, an NVIDIA_API_KEY included.
+	s.Env = snapshot.DiagnosticEnv(s.Env)
 	for k, v := range s.Env {
 		s.Env[k] = r.str(v)
 	}

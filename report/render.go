@@ -46,6 +46,19 @@ func Render(w io.Writer, rep *Report, f Format, o RenderOptions) error {
 	}
 }
 
+// esc is how every string from the target, a trace, a report file or a
+// strace log is printed: control characters escaped, never raw.
+var esc = annotate.Printable
+
+// escLines escapes each line of a text whose line breaks are meant.
+func escLines(s string) []string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		lines[i] = esc(l)
+	}
+	return lines
+}
+
 type palette struct{ on bool }
 
 func (p palette) wrap(code, s string) string {
@@ -89,7 +102,7 @@ func renderText(w io.Writer, rep *Report, o RenderOptions) error {
 	if d := dropWarning(rep); d != "" {
 		fmt.Fprintln(&b, p.red(d))
 	}
-	headline := a.Verdict
+	headline := esc(a.Verdict)
 	if a.Failing != nil {
 		headline = p.red(headline)
 	} else {
@@ -102,20 +115,20 @@ func renderText(w io.Writer, rep *Report, o RenderOptions) error {
 	}
 	if a.Failing != nil {
 		e := a.Failing
-		fmt.Fprintf(&b, "\nFailing call  %s %s\n", annotate.FormatCall(e), p.red(formatOutcome(rep, e)))
-		fmt.Fprintf(&b, "              by %s[%d] (tid %d) at +%s\n", e.Comm, e.PID, e.TID, fmtDur(e.Time))
+		fmt.Fprintf(&b, "\nFailing call  %s %s\n", esc(annotate.FormatCall(e)), p.red(esc(formatOutcome(rep, e))))
+		fmt.Fprintf(&b, "              by %s[%d] (tid %d) at +%s\n", esc(e.Comm), e.PID, e.TID, fmtDur(e.Time))
 	}
 	for _, f := range a.Findings {
-		fmt.Fprintf(&b, "\n%s %s", severityLabel(p, f.Severity), p.bold(f.Summary))
+		fmt.Fprintf(&b, "\n%s %s", severityLabel(p, f.Severity), p.bold(esc(f.Summary)))
 		if f.Inferred {
 			fmt.Fprint(&b, p.dim(" (inferred)"))
 		}
-		fmt.Fprintf(&b, "  [%s]\n", f.ID)
+		fmt.Fprintf(&b, "  [%s]\n", esc(f.ID))
 		for _, d := range f.Detail {
-			fmt.Fprintf(&b, "      %s\n", d)
+			fmt.Fprintf(&b, "      %s\n", esc(d))
 		}
 		if f.Fix != "" {
-			fmt.Fprintf(&b, "  %s %s\n", p.green("Fix:"), strings.ReplaceAll(f.Fix, "\n", "\n       "))
+			fmt.Fprintf(&b, "  %s %s\n", p.green("Fix:"), strings.Join(escLines(f.Fix), "\n       "))
 		}
 	}
 	if _, err := io.WriteString(w, b.String()); err != nil {
@@ -140,16 +153,16 @@ func renderText(w io.Writer, rep *Report, o RenderOptions) error {
 		}
 	}
 	fmt.Fprintln(&b)
-	fmt.Fprintln(&b, traceSummary(rep))
+	fmt.Fprintln(&b, esc(traceSummary(rep)))
 	for _, n := range rep.Trace.Notes {
-		fmt.Fprintf(&b, "Note: %s\n", n)
+		fmt.Fprintf(&b, "Note: %s\n", esc(n))
 	}
 	for _, l := range rep.Trace.Limits {
-		fmt.Fprintf(&b, "Cannot tell: %s\n", l)
+		fmt.Fprintf(&b, "Cannot tell: %s\n", esc(l))
 	}
 	if rep.Snapshot != nil {
 		for _, u := range rep.Snapshot.Unavailable {
-			fmt.Fprintf(&b, "Not checked: %s\n", u)
+			fmt.Fprintf(&b, "Not checked: %s\n", esc(u))
 		}
 	}
 	if d := dropWarning(rep); d != "" {
@@ -252,7 +265,7 @@ func timelineRows(rep *Report, all bool) []timelineRow {
 	}
 	shown := map[siteKey]bool{}
 	row := func(e *tracer.Event) timelineRow {
-		r := timelineRow{time: "+" + fmtDur(e.Time), proc: proc(e), call: timelineCall(e), result: resultCell(rep, e), dev: devCell(rep, e)}
+		r := timelineRow{time: "+" + fmtDur(e.Time), proc: esc(proc(e)), call: esc(timelineCall(e)), result: esc(resultCell(rep, e)), dev: esc(devCell(rep, e))}
 		if failSeq != 0 && e.Seq == failSeq {
 			r.failing = true
 			r.result += " ◀"

@@ -32,11 +32,8 @@ type selfMount struct {
 
 func parseSelfMounts(text string) []selfMount {
 	var out []selfMount
-	for _, line := range strings.Split(text, "\n") {
-		ms := ParseMountinfo(line)
-		if len(ms) == 1 {
-			out = append(out, selfMount{Mount: ms[0], Super: superOptions(line)})
-		}
+	for _, in := range parseMountinfo(text) {
+		out = append(out, selfMount{Mount: mountFromInfo(in), Super: strings.Split(in.VFSOptions, ",")})
 	}
 	return out
 }
@@ -67,7 +64,7 @@ func (c *collector) collectCgroupV1(lines []cgroupLine, mounts []selfMount) {
 		v1.ReadError = "devices hierarchy is not mounted in cudatrace's mount namespace"
 		return
 	}
-	data, err := os.ReadFile(filepath.Join(cgroupFile(mnt.MountPoint, mnt.Root, path), "devices.list"))
+	data, err := c.fs.readFile(filepath.Join(cgroupFile(mnt.MountPoint, mnt.Root, path), "devices.list"), maxFileSize)
 	if err != nil {
 		v1.ReadError = shortErr(err)
 		return
@@ -79,8 +76,8 @@ func (c *collector) collectCgroupV1(lines []cgroupLine, mounts []selfMount) {
 	}
 }
 
-// collectCgroupV2 finds (or mounts) the unified hierarchy and asks the
-// injected query for the effective device programs of the target's cgroup.
+// collectCgroupV2 finds (or mounts) the unified hierarchy and queries the
+// kernel for the effective device programs of the target's cgroup.
 func (c *collector) collectCgroupV2(lines []cgroupLine, mounts []selfMount) {
 	var path string
 	found := false
@@ -119,10 +116,11 @@ func (c *collector) collectCgroupV2(lines []cgroupLine, mounts []selfMount) {
 		mountPoint = dir
 	}
 	v2.MountPoint = mountPoint
-	if c.opts.QueryCgroupPrograms == nil {
-		return
+	query := QueryDevicePrograms
+	if c.opts.QueryCgroupPrograms != nil {
+		query = c.opts.QueryCgroupPrograms
 	}
-	progs, err := c.opts.QueryCgroupPrograms(cgroupFile(mountPoint, root, path), mountPoint)
+	progs, err := query(cgroupFile(mountPoint, root, path), mountPoint)
 	v2.Programs = progs
 	if err != nil {
 		v2.QueryError = shortErr(err)

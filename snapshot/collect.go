@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cudatrace/cudatrace/internal/procfs"
 )
 
 // Options says whose view of the system Collect takes.
@@ -31,9 +33,9 @@ type Options struct {
 	// (only NVML knows them): "" asks nothing, "auto" looks on PATH and in
 	// /usr/local/nvidia/bin.
 	NvidiaSMI string
-	// QueryCgroupPrograms lists the effective BPF_CGROUP_DEVICE programs of
-	// cgroupDir (a directory under the cgroup2 mount cgroupRoot). Injected
-	// (cgroupdev.QueryEffective) because cgroupdev imports this package.
+	// QueryCgroupPrograms replaces QueryDevicePrograms, which lists the
+	// effective BPF_CGROUP_DEVICE programs of cgroupDir (a directory under
+	// the cgroup2 mount cgroupRoot): tests use it to fake the kernel's answer.
 	QueryCgroupPrograms func(cgroupDir, cgroupRoot string) ([]DeviceProgram, error)
 }
 
@@ -54,20 +56,26 @@ type collector struct {
 	mountCgroup2  func() (string, func() error, error)
 	now           func() time.Time
 	bootTime      func() time.Time // origin of /dev/kmsg timestamps
+	// fs reads every file (safefile.go): the target shapes many of them;
+	// rootFS those under the target's root.
+	fs, rootFS *fsGuard
 }
 
 func newCollector(opts Options) *collector {
-	return &collector{
-		opts:          opts,
-		proc:          "/proc",
-		sys:           "/sys",
-		kmsgPath:      "/dev/kmsg",
-		hostRoot:      "/",
-		selfMountinfo: func() (string, error) { return readString("/proc/self/mountinfo") },
-		mountCgroup2:  mountCgroup2,
-		now:           time.Now,
-		bootTime:      kernelBootTime,
+	c := &collector{
+		opts:         opts,
+		proc:         "/proc",
+		sys:          "/sys",
+		kmsgPath:     "/dev/kmsg",
+		mountCgroup2: mountCgroup2,
+		now:          time.Now,
+		bootTime:     kernelBootTime,
+		hostRoot:     "/",
+		fs:           &fsGuard{timeout: fsTimeout, what: "system files"},
+		rootFS:       &fsGuard{timeout: fsTimeout, what: "the target's files"},
 	}
+	c.selfMountinfo = func() (string, error) { return c.fs.readString("/proc/self/mountinfo", maxFileSize) }
+	return c
 }
 
 // Collect reads the live system as the target process sees it. It never
@@ -94,21 +102,21 @@ func (c *collector) run() *Snapshot {
 	if devPath == "" {
 		devPath = filepath.Join(c.proc, "devices")
 	}
-	if text, err := readString(devPath); err != nil {
+	if text, err := c.fs.readString(devPath, maxFileSize); err != nil {
 		c.unavailable("/proc/devices", err)
 	} else {
 		s.ProcDevices = ParseProcDevices(text)
 	}
 
 	var targetMounts []Mount
-	if text, err := readString(filepath.Join(viewDir, "mountinfo")); err != nil {
+	if text, err := c.fs.readString(filepath.Join(viewDir, "mountinfo"), maxFileSize); err != nil {
 		c.unavailable("mountinfo", err)
 	} else {
 		targetMounts = ParseMountinfo(text)
 	}
 	c.collectNodes(root, targetMounts)
 
-	if text, err := readString(filepath.Join(pidDir, "cgroup")); err != nil {
+	if text, err := c.fs.readString(filepath.Join(pidDir, "cgroup"), maxFileSize); err != nil {
 		c.unavailable("target cgroups", err)
 	} else {
 		lines := parseCgroupFile(text)
@@ -166,7 +174,8 @@ func (c *collector) targetView(pidDir string) string {
 	if pidDir == self {
 		return self
 	}
-	if _, err := os.Stat(filepath.Join(pidDir, "root")); err != nil {
+	// Stat follows the link into the target's root: its file system may hang.
+	if _, err := guarded(c.rootFS, func() (os.FileInfo, error) { return os.Stat(filepath.Join(pidDir, "root")) }); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			c.snap.Unavailable = append(c.snap.Unavailable,
 				"target has exited (its root is gone): nodes and mounts are cudatrace's own view")
@@ -193,7 +202,7 @@ func (c *collector) collectHost() {
 
 func (c *collector) collectProcess(pidDir, root string) {
 	p := &c.snap.Process
-	text, err := readString(filepath.Join(pidDir, "status"))
+	text, err := c.fs.readString(filepath.Join(pidDir, "status"), maxFileSize)
 	if err != nil {
 		c.unavailable("target status", err)
 		return
@@ -204,11 +213,14 @@ func (c *collector) collectProcess(pidDir, root string) {
 	p.NoNewPrivs, p.Seccomp, p.SeccompFilters = st.NoNewPrivs, st.Seccomp, st.SeccompFilters
 	c.collectLimits(pidDir)
 	p.Comm = st.Name
-	if comm, err := readString(filepath.Join(pidDir, "comm")); err == nil {
+	if comm, err := c.fs.readString(filepath.Join(pidDir, "comm"), maxFileSize); err == nil {
 		p.Comm = strings.TrimSpace(comm)
 	}
-	if pw, err := readString(filepath.Join(root, "etc", "passwd")); err == nil {
-		p.User = parsePasswd(pw, p.UID)
+	// The target's own /etc/passwd: the file it controls most directly.
+	if pw, err := c.rootFS.readFileInRoot(root, "/etc/passwd", maxFileSize); err == nil {
+		p.User = parsePasswd(string(pw), p.UID)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		c.unavailable("target /etc/passwd (user name)", err)
 	}
 	p.UserNS = c.inUserNS(pidDir)
 }
@@ -222,7 +234,7 @@ func (c *collector) inUserNS(pidDir string) bool {
 	if err1 == nil && err2 == nil && mine != theirs {
 		return true
 	}
-	m, err := readString(filepath.Join(pidDir, "uid_map"))
+	m, err := c.fs.readString(filepath.Join(pidDir, "uid_map"), maxFileSize)
 	if err != nil {
 		c.unavailable("target uid_map", err)
 		return err1 == nil && err2 == nil && mine != theirs
@@ -231,35 +243,27 @@ func (c *collector) inUserNS(pidDir string) bool {
 }
 
 func (c *collector) collectEnv(pidDir string) {
-	env, err := readEnv(filepath.Join(pidDir, "environ"))
-	if err != nil {
+	data, err := c.fs.readFile(filepath.Join(pidDir, "environ"), maxFileSize)
+	if errors.Is(err, errTooLarge) {
+		// The variables that matter are usually set early; keep what fits.
+		c.unavailable("target environment (only its first part read)", err)
+	} else if err != nil {
 		c.unavailable("target environment", err)
 		return
 	}
-	c.snap.Env = env
+	c.snap.Env = DiagnosticEnv(parseEnviron(data))
 }
 
-// TargetEnv reads the variables of process pid's environment that a report
-// keeps (keepEnv): quick, for a process that may exit any moment.
+// TargetEnv reads the variables of process pid's environment a report
+// keeps (DiagnosticEnv): one quick read, for a process that may exit any
+// moment (CUDA failed and it is on its way out).
 func TargetEnv(pid int) (map[string]string, error) {
-	return readEnv(fmt.Sprintf("/proc/%d/environ", pid))
-}
-
-func readEnv(path string) (map[string]string, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
+	g := &fsGuard{timeout: fsTimeout, what: "system files"}
+	data, err := g.readFile(fmt.Sprintf("/proc/%d/environ", pid), maxFileSize)
+	if err != nil && !errors.Is(err, errTooLarge) {
 		return nil, err
 	}
-	var env map[string]string
-	for k, v := range parseEnviron(data) {
-		if keepEnv(k) {
-			if env == nil {
-				env = map[string]string{}
-			}
-			env[k] = v
-		}
-	}
-	return env, nil
+	return DiagnosticEnv(parseEnviron(data)), nil
 }
 
 // initEnv is the environment of the init of the target's PID namespace
@@ -272,7 +276,7 @@ func (c *collector) initEnv(pidDir string, mounts []Mount) map[string]string {
 	env := map[string]string{}
 	initDir, otherNS := c.pidNSInit(pidDir)
 	if initDir != "" {
-		if data, err := os.ReadFile(filepath.Join(initDir, "environ")); err == nil {
+		if data, err := c.fs.readFile(filepath.Join(initDir, "environ"), maxFileSize); err == nil || errors.Is(err, errTooLarge) {
 			if v, ok := parseEnviron(data)["container"]; ok {
 				env["container"] = v
 			}
@@ -284,9 +288,9 @@ func (c *collector) initEnv(pidDir string, mounts []Mount) map[string]string {
 	}
 	if env["container"] == "" && (otherNS || overlayRoot) {
 		root := filepath.Join(pidDir, "root")
-		if _, err := os.Stat(filepath.Join(root, ".dockerenv")); err == nil {
+		if c.rootFS.existsInRoot(root, "/.dockerenv") {
 			env["container"] = "docker"
-		} else if _, err := os.Stat(filepath.Join(root, "run", ".containerenv")); err == nil {
+		} else if c.rootFS.existsInRoot(root, "/run/.containerenv") {
 			env["container"] = "podman"
 		}
 	}
@@ -316,17 +320,13 @@ func (c *collector) pidNSInit(pidDir string) (string, bool) {
 		if other, err := os.Readlink(filepath.Join(dir, "ns", "pid")); err != nil || other != ns {
 			continue
 		}
-		st, err := readString(filepath.Join(dir, "status"))
+		st, err := c.fs.readString(filepath.Join(dir, "status"), maxFileSize)
 		if err != nil {
 			continue
 		}
-		for _, line := range strings.Split(st, "\n") {
-			if rest, ok := strings.CutPrefix(line, "NSpid:"); ok {
-				f := strings.Fields(rest)
-				if len(f) > 0 && f[len(f)-1] == "1" {
-					return dir, true
-				}
-			}
+		// NSpid lists the PID in each namespace, innermost last.
+		if ns := procfs.ParseStatus(st).Uints("NSpid"); len(ns) > 0 && ns[len(ns)-1] == 1 {
+			return dir, true
 		}
 	}
 	return "", true
@@ -355,15 +355,10 @@ func shortErr(err error) string {
 	return err.Error()
 }
 
-func readString(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	return string(b), err
-}
-
 // readOptional reads a file that is normally absent without a driver; only
 // errors other than "missing" are worth reporting.
 func (c *collector) readOptional(what, path string) (string, bool) {
-	text, err := readString(path)
+	text, err := c.fs.readString(path, maxFileSize)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
 			c.unavailable(what, err)
@@ -383,7 +378,7 @@ func (c *collector) ancestorComms(pidDir string) []string {
 	self := os.Getpid()
 	dir := pidDir
 	for i := 0; i <= maxAncestors; i++ {
-		text, err := readString(filepath.Join(dir, "stat"))
+		text, err := c.fs.readString(filepath.Join(dir, "stat"), maxFileSize)
 		if err != nil {
 			break
 		}

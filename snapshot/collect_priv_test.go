@@ -42,7 +42,15 @@ func startPrivateDev(t *testing.T) *exec.Cmd {
 		"echo ready",
 		"exec sleep 60",
 	}, "\n")
-	cmd := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c", script)
+	return startReady(t, []string{"-m", "--propagation", "private"}, script)
+}
+
+// startReady runs script under unshare with args, killed at the end of the
+// test, and waits until it prints "ready" (failing the test if it does
+// not, within a deadline).
+func startReady(t *testing.T, args []string, script string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command("unshare", append(args, "sh", "-c", script)...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -56,10 +64,20 @@ func startPrivateDev(t *testing.T) *exec.Cmd {
 		cmd.Process.Kill()
 		cmd.Wait()
 	})
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil || strings.TrimSpace(line) != "ready" {
-		cmd.Wait()
-		t.Fatalf("private /dev setup failed: %v %q", err, stderr.String())
+	ready := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(out).ReadString('\n')
+		ready <- line
+	}()
+	select {
+	case line := <-ready:
+		if strings.TrimSpace(line) != "ready" {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("namespace setup failed: %q", stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("namespace setup did not finish: %q", stderr.String())
 	}
 	// "ready" comes just before the exec: wait for sleep to be running,
 	// or a loaded host shows the snapshot the shell.
@@ -265,9 +283,9 @@ func TestCollectMountsCgroup2WhenMissing(t *testing.T) {
 		},
 	})
 	c.selfMountinfo = func() (string, error) {
-		mi, err := readString("/proc/self/mountinfo")
+		mi, err := os.ReadFile("/proc/self/mountinfo")
 		var kept []string
-		for _, line := range strings.Split(mi, "\n") {
+		for _, line := range strings.Split(string(mi), "\n") {
 			if !strings.Contains(line, " - cgroup2 ") {
 				kept = append(kept, line)
 			}

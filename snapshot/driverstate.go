@@ -56,13 +56,13 @@ func (c *collector) collectDriverState() {
 	}
 	sv := &DriverState{}
 	base.DriverState = sv
-	if v, err := readString(filepath.Join(c.sys, "module", "nvidia", "version")); err == nil {
+	if v, err := c.fs.readString(filepath.Join(c.sys, "module", "nvidia", "version"), maxFileSize); err == nil {
 		sv.ModuleVersion = strings.TrimSpace(v)
 	}
 	gpuDir := filepath.Join(c.proc, "driver", "nvidia", "gpus")
 	for _, bus := range base.Driver.GPUs {
 		g := GPUInfo{Bus: bus, Minor: -1}
-		if text, err := readString(filepath.Join(gpuDir, bus, "information")); err == nil {
+		if text, err := c.fs.readString(filepath.Join(gpuDir, bus, "information"), maxFileSize); err == nil {
 			for _, line := range strings.Split(text, "\n") {
 				k, v, ok := strings.Cut(line, ":")
 				if !ok {
@@ -97,7 +97,7 @@ func (c *collector) collectDriverState() {
 		sv.Firmware.Version = ver
 		rel := base.Host.Kernel
 		var dirs []string
-		if p, err := readString(filepath.Join(c.sys, "module", "firmware_class", "parameters", "path")); err == nil && strings.TrimSpace(p) != "" {
+		if p, err := c.fs.readString(filepath.Join(c.sys, "module", "firmware_class", "parameters", "path"), maxFileSize); err == nil && strings.TrimSpace(p) != "" {
 			dirs = append(dirs, strings.TrimSpace(p))
 		}
 		dirs = append(dirs, "/lib/firmware/updates/"+rel, "/lib/firmware/updates", "/lib/firmware/"+rel, "/lib/firmware")
@@ -166,7 +166,7 @@ func (c *collector) collectDaemons(sv *DriverState) {
 		if _, err := strconv.Atoi(e.Name()); err != nil {
 			continue
 		}
-		comm, err := readString(filepath.Join(c.proc, e.Name(), "comm"))
+		comm, err := c.fs.readString(filepath.Join(c.proc, e.Name(), "comm"), maxFileSize)
 		if err != nil {
 			continue
 		}

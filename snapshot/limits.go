@@ -10,7 +10,7 @@ import (
 // collectLimits reads the target's RLIMIT_NOFILE and counts its open fds:
 // an EMFILE on a device node is explained by the two.
 func (c *collector) collectLimits(pidDir string) {
-	text, err := readString(filepath.Join(pidDir, "limits"))
+	text, err := c.fs.readString(filepath.Join(pidDir, "limits"), maxFileSize)
 	if err == nil {
 		if soft, hard, ok := parseNoFile(text); ok {
 			c.snap.Process.NoFile = &[2]uint64{soft, hard}

@@ -3,9 +3,7 @@ package snapshot
 import (
 	"errors"
 	"io/fs"
-	"os"
 	"path"
-	"path/filepath"
 	"sort"
 	"strings"
 
@@ -47,8 +45,8 @@ func (c *collector) collectNodes(root string, mounts []Mount) {
 	// the ones that lead to NVIDIA nodes (their absence is failure mode 3).
 	if names, err := c.readDirNames(root, "/dev/char"); err == nil {
 		for _, n := range names {
-			dest, err := os.Readlink(filepath.Join(root, "dev", "char", n))
-			if err == nil && strings.Contains(dest, "nvidia") {
+			st, dest, err := c.rootFS.lstatInRoot(root, "/dev/char/"+n)
+			if err == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK && strings.Contains(dest, "nvidia") {
 				add("/dev/char/" + n)
 			}
 		}
@@ -73,7 +71,7 @@ func (c *collector) collectNodes(root string, mounts []Mount) {
 		held[i] = true
 	}
 	for _, p := range paths {
-		n := statNode(root, p)
+		n := c.statNode(root, p)
 		if i := mountOf(mounts, p); i >= 0 {
 			n.MountPoint = mounts[i].MountPoint
 			held[i] = true
@@ -105,26 +103,33 @@ func expectedNodes(devs []DriverMajor) []string {
 // readDirNames lists dir as seen from root. A missing directory is normal
 // (no driver); other errors are recorded.
 func (c *collector) readDirNames(root, dir string) ([]string, error) {
-	entries, err := os.ReadDir(filepath.Join(root, dir))
-	if err != nil {
+	g := c.rootFS
+	if root == "/" { // the host's own files (driver state)
+		g = c.fs
+	}
+	names, err := g.readDirNames(root, dir)
+	switch {
+	case errors.Is(err, errTooLarge):
+		c.unavailable("listing "+dir+" (only part read)", err)
+		return names, nil
+	case err != nil:
 		if !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, unix.ENOTDIR) {
 			c.unavailable("listing "+dir, err)
 		}
 		return nil, err
-	}
-	names := make([]string, 0, len(entries))
-	for _, e := range entries {
-		names = append(names, e.Name())
 	}
 	return names, nil
 }
 
 // statNode lstats p under root. A symlink is described as itself (with its
 // destination), because the target's resolution of it is what the trace shows.
-func statNode(root, p string) Node {
+func (c *collector) statNode(root, p string) Node {
 	n := Node{Path: p}
-	var st unix.Stat_t
-	if err := unix.Lstat(filepath.Join(root, p), &st); err != nil {
+	st, dest, err := c.rootFS.lstatInRoot(root, p)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, unix.ENOTDIR) {
+			c.unavailable("node "+p, err)
+		}
 		return n
 	}
 	n.Exists = true
@@ -137,7 +142,7 @@ func statNode(root, p string) Node {
 		n.Type = "b"
 	case unix.S_IFLNK:
 		n.Type = "l"
-		n.LinkDest, _ = os.Readlink(filepath.Join(root, p))
+		n.LinkDest = dest
 	case unix.S_IFREG:
 		n.Type = "f"
 	case unix.S_IFDIR:

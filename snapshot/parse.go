@@ -3,8 +3,13 @@ package snapshot
 import (
 	"bufio"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/moby/sys/mountinfo"
+
+	"github.com/cudatrace/cudatrace/internal/procfs"
 )
 
 // ParseProcDevices returns the character-device section of /proc/devices in
@@ -46,70 +51,44 @@ func ParseProcDevices(text string) []DriverMajor {
 // roots are as the owning process sees them, with octal escapes (\040 for a
 // space) decoded. Malformed lines are skipped.
 func ParseMountinfo(text string) []Mount {
-	var out []Mount
-	sc := bufio.NewScanner(strings.NewReader(text))
-	sc.Buffer(make([]byte, 0, 4096), 1<<20)
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		// ID parent maj:min root mountpoint options [optional...] - fstype source superopts
-		sep := -1
-		for i := 6; i < len(f); i++ {
-			if f[i] == "-" {
-				sep = i
-				break
-			}
-		}
-		if sep < 0 || len(f) < sep+3 {
-			continue
-		}
-		m := Mount{
-			Root:       unescapeMountinfo(f[3]),
-			MountPoint: unescapeMountinfo(f[4]),
-			Options:    strings.Split(f[5], ","),
-			FSType:     f[sep+1],
-			Source:     unescapeMountinfo(f[sep+2]),
-		}
-		for _, o := range m.Options {
-			if o == "nodev" {
-				m.NoDev = true
-			}
-		}
-		m.Bind = m.Root != "/"
-		out = append(out, m)
+	infos := parseMountinfo(text)
+	out := make([]Mount, 0, len(infos))
+	for _, in := range infos {
+		out = append(out, mountFromInfo(in))
 	}
 	return out
 }
 
-// unescapeMountinfo decodes the kernel's \ooo escapes (space, tab, newline,
-// backslash) in a mountinfo field.
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
+// parseMountinfo reads mountinfo with github.com/moby/sys/mountinfo. The
+// library refuses a whole table for one bad line; then each line is parsed
+// on its own, so that the bad one costs only itself.
+func parseMountinfo(text string) []*mountinfo.Info {
+	if infos, err := mountinfo.GetMountsFromReader(strings.NewReader(text), nil); err == nil {
+		return infos
 	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
+	var out []*mountinfo.Info
+	for _, line := range strings.Split(text, "\n") {
+		if line == "" {
+			continue
 		}
-		b.WriteByte(s[i])
+		if infos, err := mountinfo.GetMountsFromReader(strings.NewReader(line), nil); err == nil {
+			out = append(out, infos...)
+		}
 	}
-	return b.String()
+	return out
 }
 
-// superOptions returns the superblock options of a mountinfo line's mount,
-// which ParseMountinfo does not keep (cgroup v1 lists its controllers there).
-func superOptions(line string) []string {
-	f := strings.Fields(line)
-	for i := 6; i < len(f); i++ {
-		if f[i] == "-" && i+3 < len(f) {
-			return strings.Split(f[i+3], ",")
-		}
+func mountFromInfo(in *mountinfo.Info) Mount {
+	m := Mount{
+		Root:       in.Root,
+		MountPoint: in.Mountpoint,
+		Options:    strings.Split(in.Options, ","),
+		FSType:     in.FSType,
+		Source:     in.Source,
 	}
-	return nil
+	m.NoDev = slices.Contains(m.Options, "nodev")
+	m.Bind = m.Root != "/"
+	return m
 }
 
 // ParseNVIDIAParams parses /proc/driver/nvidia/params, whose lines look like
@@ -157,49 +136,23 @@ type procStatus struct {
 	SeccompFilters int
 }
 
-// parseStatus parses /proc/PID/status. Missing keys keep their zero value.
+// parseStatus picks what the snapshot needs from /proc/PID/status. Missing
+// keys keep their zero value.
 func parseStatus(text string) procStatus {
-	var st procStatus
-	for _, line := range strings.Split(text, "\n") {
-		key, val, ok := strings.Cut(line, ":")
-		if !ok {
-			continue
-		}
-		val = strings.TrimSpace(val)
-		f := strings.Fields(val)
-		switch key {
-		case "Name":
-			st.Name = val
-		case "Uid", "Gid":
-			// real, effective, saved, filesystem: access checks use the
-			// effective (and fs) ids, which differ only in setuid programs.
-			if len(f) >= 2 {
-				if v, err := strconv.ParseUint(f[1], 10, 32); err == nil {
-					if key == "Uid" {
-						st.UID = uint32(v)
-					} else {
-						st.GID = uint32(v)
-					}
-				}
-			}
-		case "Groups":
-			for _, g := range f {
-				if v, err := strconv.ParseUint(g, 10, 32); err == nil {
-					st.Groups = append(st.Groups, uint32(v))
-				}
-			}
-		case "CapEff":
-			st.CapEff, _ = strconv.ParseUint(val, 16, 64)
-		case "CapBnd":
-			st.CapBnd, _ = strconv.ParseUint(val, 16, 64)
-		case "NoNewPrivs":
-			st.NoNewPrivs = val == "1"
-		case "Seccomp":
-			st.Seccomp, _ = strconv.Atoi(val)
-		case "Seccomp_filters":
-			st.SeccompFilters, _ = strconv.Atoi(val)
-		}
+	f := procfs.ParseStatus(text)
+	st := procStatus{Name: f["Name"], Groups: f.Uints("Groups"), NoNewPrivs: f["NoNewPrivs"] == "1"}
+	// real, effective, saved, filesystem: access checks use the effective
+	// (and fs) ids, which differ only in setuid programs.
+	if ids := f.Uints("Uid"); len(ids) >= 2 {
+		st.UID = ids[1]
 	}
+	if ids := f.Uints("Gid"); len(ids) >= 2 {
+		st.GID = ids[1]
+	}
+	st.CapEff, _ = f.Hex("CapEff")
+	st.CapBnd, _ = f.Hex("CapBnd")
+	st.Seccomp, _ = f.Int("Seccomp")
+	st.SeccompFilters, _ = f.Int("Seccomp_filters")
 	return st
 }
 
@@ -251,13 +204,6 @@ func parseEnviron(data []byte) map[string]string {
 		}
 	}
 	return out
-}
-
-// keepEnv is whether a variable may go into the report: only the ones that
-// steer CUDA, so that secrets in the environment never reach a bug ticket.
-func keepEnv(name string) bool {
-	return name == "CUDA_VISIBLE_DEVICES" || name == "LD_LIBRARY_PATH" ||
-		strings.HasPrefix(name, "NVIDIA_") || strings.HasPrefix(name, "CUDA_")
 }
 
 // kmsgRecord is one /dev/kmsg record: "prio,seq,usec,flags[,...];text".

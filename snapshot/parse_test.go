@@ -255,16 +255,31 @@ func TestParseKmsgRecord(t *testing.T) {
 	}
 }
 
-func TestKeepEnv(t *testing.T) {
-	env := parseEnviron([]byte("PATH=/bin\x00CUDA_VISIBLE_DEVICES=-1\x00NVIDIA_VISIBLE_DEVICES=all\x00AWS_SECRET_ACCESS_KEY=s3cr3t\x00LD_LIBRARY_PATH=/usr/local/cuda/lib64/stubs\x00CUDA_MODULE_LOADING=LAZY\x00LD_PRELOAD=x\x00=bad\x00"))
-	var kept []string
-	for k := range env {
-		if keepEnv(k) {
-			kept = append(kept, k)
-		}
+func TestDiagnosticEnv(t *testing.T) {
+	env := parseEnviron([]byte("PATH=/bin\x00CUDA_VISIBLE_DEVICES=-1\x00NVIDIA_VISIBLE_DEVICES=all\x00AWS_SECRET_ACCESS_KEY=s3cr3t\x00" +
+		"LD_LIBRARY_PATH=/usr/local/cuda/lib64/stubs\x00CUDA_MODULE_LOADING=LAZY\x00LD_PRELOAD=x\x00=bad\x00" +
+		"NVIDIA_API_KEY=nvapi-s3cr3t\x00CUDA_AUTH_TOKEN=t0k3n\x00NVIDIA_DRIVER_CAPABILITIES=compute,utility\x00CUDA_CACHE_PATH=/home/u\x00"))
+	got := DiagnosticEnv(env)
+	want := map[string]string{"CUDA_VISIBLE_DEVICES": "-1", "NVIDIA_VISIBLE_DEVICES": "all", "LD_LIBRARY_PATH": "/usr/local/cuda/lib64/stubs",
+		"CUDA_MODULE_LOADING": "LAZY", "LD_PRELOAD": "x", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("kept %v\nwant %v", got, want)
 	}
-	if len(kept) != 4 || strings.Contains(strings.Join(kept, ","), "SECRET") {
-		t.Fatalf("kept %v", kept)
+	if DiagnosticEnv(map[string]string{"PATH": "/bin"}) != nil {
+		t.Error("nothing kept should be nil, so the report has no env")
+	}
+	// A listed name that looks like a credential is kept masked: the rule
+	// holds even if the list grows one.
+	diagnosticEnv["NVIDIA_API_KEY"] = true
+	defer delete(diagnosticEnv, "NVIDIA_API_KEY")
+	if v := DiagnosticEnv(env)["NVIDIA_API_KEY"]; v != MaskedValue {
+		t.Errorf("NVIDIA_API_KEY = %q, want it masked", v)
+	}
+	for name, want := range map[string]bool{"NVIDIA_API_KEY": true, "hf_token": true, "DB_PASSWORD": true, "GH_AUTH": true,
+		"AWS_SECRET_ACCESS_KEY": true, "CUDA_VISIBLE_DEVICES": false, "LD_PRELOAD": false, "NVIDIA_DRIVER_CAPABILITIES": false} {
+		if looksLikeCredential(name) != want {
+			t.Errorf("looksLikeCredential(%s) = %v", name, !want)
+		}
 	}
 }
 

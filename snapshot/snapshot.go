@@ -26,7 +26,7 @@ type Snapshot struct {
 	DriverState *DriverState      `json:"driver_state,omitempty"`
 	KernelLog   []KernelLine      `json:"kernel_log,omitempty"`
 	Container   Container         `json:"container"`
-	Env         map[string]string `json:"env,omitempty"` // only CUDA_*, NVIDIA_*, LD_LIBRARY_PATH (never secrets)
+	Env         map[string]string `json:"env,omitempty"` // only the variables DiagnosticEnv keeps (never secrets)
 	// Unavailable lists what could not be collected and why, one line each
 	// ("cgroup v2 programs: BPF_PROG_QUERY: operation not permitted").
 	Unavailable []string `json:"unavailable,omitempty"`

@@ -144,7 +144,7 @@ func SurveyHost(opts SurveyOptions) *Survey {
 	defer hfs.close()
 	sv.collectSystemdRuntimes(hfs)
 	sv.collectContainers(hfs)
-	sv.collectCDI(hfs)
+	sv.collectCDI(hfs, c)
 	return sv
 }
 
@@ -370,7 +370,7 @@ func isDeviceKey(k string) bool {
 // gives them priority (later wins).
 var cdiDirs = []string{"/etc/cdi", "/var/run/cdi"}
 
-func (sv *Survey) collectCDI(r *rootFS) {
+func (sv *Survey) collectCDI(r *rootFS, c *collector) {
 	seen := map[string]bool{}
 	for _, d := range cdiDirs {
 		names, err := r.readDir(d, maxCDIFiles)
@@ -407,7 +407,7 @@ func (sv *Survey) collectCDI(r *rootFS) {
 					if host == "" {
 						host = spec.Nodes[i].Path
 					}
-					spec.Nodes[i].Host = statNode("/", host)
+					spec.Nodes[i].Host = c.statNode("/", host)
 				}
 			}
 			sv.CDISpecs = append(sv.CDISpecs, spec)

@@ -32,12 +32,15 @@ func HeldDeviceNotes(fdDir string, majors []uint32) []string {
 	var notes []string
 	for _, fd := range fds {
 		name := fdDir + "/" + strconv.Itoa(fd)
-		var st unix.Stat_t
-		if unix.Stat(name, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFCHR {
+		// From the cached attributes: a stat that syncs would ask a FUSE
+		// server, which the target may run and stall (ptrace's fdStat).
+		var st unix.Statx_t
+		if unix.Statx(unix.AT_FDCWD, name, unix.AT_STATX_DONT_SYNC, unix.STATX_TYPE|unix.STATX_MODE, &st) != nil ||
+			st.Mode&unix.S_IFMT != unix.S_IFCHR {
 			continue
 		}
 		path, _ := os.Readlink(name)
-		major, minor := unix.Major(st.Rdev), unix.Minor(st.Rdev)
+		major, minor := st.Rdev_major, st.Rdev_minor
 		if !slices.Contains(majors, major) && !nvdev.IsNodePath(path) {
 			continue
 		}

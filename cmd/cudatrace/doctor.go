@@ -8,7 +8,6 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/cudatrace/cudatrace/cgroupdev"
 	"github.com/cudatrace/cudatrace/doctor"
 	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/snapshot"
@@ -98,8 +97,7 @@ func doctorCommand(args []string, stdout, stderr io.Writer) int {
 	}
 
 	sv := snapshot.SurveyHost(snapshot.SurveyOptions{PID: pid, Cgroup: cgroup, User: user,
-		HostRoot: hostRoot, ProcDevicesPath: procDevices, NvidiaSMI: smi,
-		QueryCgroupPrograms: cgroupdev.QueryEffective})
+		HostRoot: hostRoot, ProcDevicesPath: procDevices, NvidiaSMI: smi})
 	if user != "" && sv.User == nil {
 		fmt.Fprintf(stderr, "cudatrace doctor: -u %s: no such user\n", doctor.Escape(user))
 		return exitUsage

@@ -42,7 +42,8 @@ func reportCommand(args []string, o *options, stdout, stderr io.Writer) error {
 	}
 	rep.Analysis = annotate.AnalyzeFacts(rep.Events, snap, rep.Facts())
 	if changed := verdictChange(stored, rep.Analysis); changed != "" && !o.quiet {
-		fmt.Fprintf(stderr, "cudatrace: note: this version's analysis differs from the stored one (%s)\n", changed)
+		// The stored finding ids come from the file: escape them.
+		fmt.Fprintf(stderr, "cudatrace: note: this version's analysis differs from the stored one (%s)\n", annotate.Printable(changed))
 	}
 	return emit(rep, o, stdout, stderr, false)
 }

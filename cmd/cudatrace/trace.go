@@ -7,13 +7,12 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/cudatrace/cudatrace/annotate"
-	"github.com/cudatrace/cudatrace/cgroupdev"
+	"github.com/cudatrace/cudatrace/internal/procfs"
 	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/snapshot"
@@ -314,13 +313,8 @@ func (f *failureSnapshot) triggerAs(pid int, path string, strong bool) {
 
 // exited reports whether pid is a zombie or gone.
 func exited(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return true
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	return len(f) == 0 || f[0] == "Z" || f[0] == "X"
+	st, err := procfs.ReadStat(pid)
+	return err != nil || st.Gone()
 }
 
 func (f *failureSnapshot) wait() *snapshot.Snapshot {
@@ -341,9 +335,8 @@ func (f *failureSnapshot) fillEnv(s *snapshot.Snapshot) {
 
 func snapshotOptions(o *options) snapshot.Options {
 	return snapshot.Options{
-		ProcDevicesPath:     o.procDevices,
-		KmsgSince:           time.Now(),
-		QueryCgroupPrograms: cgroupdev.QueryEffective,
+		ProcDevicesPath: o.procDevices,
+		KmsgSince:       time.Now(),
 	}
 }
 

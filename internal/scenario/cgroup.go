@@ -1,7 +1,6 @@
 package scenario
 
 import (
-	"bufio"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"github.com/moby/sys/mountinfo"
 	"github.com/opencontainers/cgroups"
 	_ "github.com/opencontainers/cgroups/devices" // registers cgroups.DevicesSetV2 (runc's device program)
 	devconfig "github.com/opencontainers/cgroups/devices/config"
@@ -82,42 +82,14 @@ func CgroupV1DevicesRoot() string {
 // findMount returns the first mount point in /proc/self/mountinfo that match
 // accepts (filesystem type, super options).
 func findMount(match func(fstype, super string) bool) (string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
+	ms, err := mountinfo.GetMounts(func(m *mountinfo.Info) (skip, stop bool) {
+		ok := match(m.FSType, m.VFSOptions)
+		return !ok, ok
+	})
+	if err != nil || len(ms) == 0 {
 		return "", err
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
-		if !ok {
-			continue
-		}
-		preF, postF := strings.Fields(pre), strings.Fields(post)
-		if len(preF) < 5 || len(postF) < 3 {
-			continue
-		}
-		if match(postF[0], postF[2]) {
-			return unescapeMount(preF[4]), nil
-		}
-	}
-	return "", sc.Err()
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for space).
-func unescapeMount(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	return ms[0].Mountpoint, nil
 }
 
 // scratchName is ScratchPrefix, this process's PID (so a leftover check can

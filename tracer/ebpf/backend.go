@@ -6,12 +6,10 @@
 package ebpf
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -21,6 +19,7 @@ import (
 	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
 
+	"github.com/cudatrace/cudatrace/internal/procfs"
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
 	"github.com/cudatrace/cudatrace/tracer/launch"
@@ -209,16 +208,12 @@ func resolvePIDs(pids []int) ([]int, error) {
 }
 
 func tgidOf(pid int) (int, error) {
-	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/status")
+	st, err := procfs.ReadStatus(pid)
 	if err != nil {
 		return 0, fmt.Errorf("no such process: %d", pid)
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "Tgid:"); ok {
-			return strconv.Atoi(strings.TrimSpace(v))
-		}
+	if tgid, ok := st.Int("Tgid"); ok {
+		return tgid, nil
 	}
 	return 0, fmt.Errorf("no such process: %d", pid)
 }

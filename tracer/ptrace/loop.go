@@ -1,7 +1,6 @@
 package ptrace
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"strconv"
@@ -10,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cudatrace/cudatrace/internal/procfs"
 	"github.com/cudatrace/cudatrace/tracer"
 )
 
@@ -557,18 +557,9 @@ func readComm(tid int) string {
 
 // procStatusField reads one "Name:\tvalue" line of /proc/TID/status.
 func procStatusField(tid int, name string) (string, bool) {
-	f, err := os.Open("/proc/" + strconv.Itoa(tid) + "/status")
-	if err != nil {
-		return "", false
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+":"); ok {
-			return strings.TrimSpace(v), true
-		}
-	}
-	return "", false
+	st, err := procfs.ReadStatus(tid)
+	v, ok := st[name]
+	return v, err == nil && ok
 }
 
 func readTgid(tid int) (int, bool) {

@@ -24,6 +24,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/cudatrace/cudatrace/internal/procfs"
 )
 
 // A config is one way of running the workload.
@@ -501,17 +503,7 @@ func waitChild(parent int, comm string, limit time.Duration) (int, error) {
 			if err != nil {
 				continue
 			}
-			stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-			if err != nil {
-				continue
-			}
-			s := string(stat)
-			open, close_ := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-			if open < 0 || close_ < open {
-				continue
-			}
-			f := strings.Fields(s[close_+1:])
-			if len(f) > 1 && f[1] == strconv.Itoa(parent) && s[open+1:close_] == comm {
+			if st, err := procfs.ReadStat(pid); err == nil && st.PPID == parent && st.Comm == comm {
 				return pid, nil
 			}
 		}

@@ -1,4 +1,4 @@
-package cgroupdev
+package snapshot
 
 import (
 	"bytes"
@@ -13,11 +13,9 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
-
-	"github.com/cudatrace/cudatrace/snapshot"
 )
 
-// QueryEffective returns the BPF_CGROUP_DEVICE programs that the kernel
+// QueryDevicePrograms returns the BPF_CGROUP_DEVICE programs that the kernel
 // runs for processes in cgroupDir (its effective array: its own programs
 // and those inherited from ancestors), with their instructions as the
 // kernel holds them (xlated). AttachedTo is the cgroup, relative to
@@ -26,7 +24,7 @@ import (
 //
 // Needs root (CAP_SYS_ADMIN). When some programs cannot be read, it returns
 // the ones it could and an error naming the others.
-func QueryEffective(cgroupDir string, cgroupRoot string) ([]snapshot.DeviceProgram, error) {
+func QueryDevicePrograms(cgroupDir string, cgroupRoot string) ([]DeviceProgram, error) {
 	dir, err := filepath.Abs(cgroupDir)
 	if err != nil {
 		return nil, err
@@ -68,7 +66,7 @@ func QueryEffective(cgroupDir string, cgroupRoot string) ([]snapshot.DeviceProgr
 		}
 	}
 
-	var progs []snapshot.DeviceProgram
+	var progs []DeviceProgram
 	var errs []error
 	for _, ap := range effective {
 		p, err := readProgram(ap.ID)
@@ -173,8 +171,8 @@ func attachFlags(path string) (uint32, error) {
 	return attr.attachFlags, nil
 }
 
-func readProgram(id ebpf.ProgramID) (snapshot.DeviceProgram, error) {
-	out := snapshot.DeviceProgram{ID: uint32(id)}
+func readProgram(id ebpf.ProgramID) (DeviceProgram, error) {
+	out := DeviceProgram{ID: uint32(id)}
 	prog, err := ebpf.NewProgramFromID(id)
 	if err != nil {
 		return out, fmt.Errorf("open device program %d: %w", id, err)
