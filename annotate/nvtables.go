@@ -1125,7 +1125,6 @@ var rmControlNames = map[uint32]string{
 	0x3d0a:     "NV0000_CTRL_CMD_OS_UNIX_CREATE_EXPORT_OBJECT_FD",                              // src/common/sdk/nvidia/inc/ctrl/ctrl0000/ctrl0000unix.h
 	0x3d0b:     "NV0000_CTRL_CMD_OS_UNIX_EXPORT_OBJECTS_TO_FD",                                 // src/common/sdk/nvidia/inc/ctrl/ctrl0000/ctrl0000unix.h
 	0x3d0c:     "NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECTS_FROM_FD",                               // src/common/sdk/nvidia/inc/ctrl/ctrl0000/ctrl0000unix.h
-	0xffff:     "NV0000_CTRL_CMD_SYSTEM_GPS_INVALID",                                           // src/common/sdk/nvidia/inc/ctrl/ctrl0000/ctrl0000system.h
 	0x20000:    "NV0002_CTRL_CMD_NULL",                                                         // src/common/sdk/nvidia/inc/ctrl/ctrl0002.h
 	0x20101:    "NV0002_CTRL_CMD_UPDATE_CONTEXTDMA",                                            // src/common/sdk/nvidia/inc/ctrl/ctrl0002.h
 	0x20102:    "NV0002_CTRL_CMD_BIND_CONTEXTDMA",                                              // src/common/sdk/nvidia/inc/ctrl/ctrl0002.h

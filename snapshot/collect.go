@@ -136,14 +136,28 @@ func (c *collector) run() *Snapshot {
 		}
 		placeLXC(&s.Container, c.hostExists)
 	}
+	if alive {
+		c.collectEnv(pidDir)
+		// Everything above is the target's view; a target gone by now
+		// may have left part of it as cudatrace's own. What follows is the
+		// host's and does not depend on the target.
+		s.TargetLost = c.opts.PID != 0 && !c.alive(pidDir)
+	}
 
 	c.collectDriver()
 	c.collectDriverState()
 	c.collectKernelLog()
-	if alive {
-		c.collectEnv(pidDir)
-	}
 	return s
+}
+
+// alive: the process behind pidDir is neither gone nor a zombie.
+func (c *collector) alive(pidDir string) bool {
+	text, err := c.fs.readString(filepath.Join(pidDir, "stat"), maxFileSize)
+	if err != nil {
+		return false
+	}
+	st, err := procfs.ParseStat(text)
+	return err == nil && !st.Gone()
 }
 
 // targetDir returns /proc/PID, or /proc/self when there is no live target.

@@ -27,6 +27,9 @@ type Snapshot struct {
 	KernelLog   []KernelLine      `json:"kernel_log,omitempty"`
 	Container   Container         `json:"container"`
 	Env         map[string]string `json:"env,omitempty"` // only the variables DiagnosticEnv keeps (never secrets)
+	// TargetLost: the target exited while its own view (nodes, mounts,
+	// cgroups, credentials) was being read, so that part may be cudatrace's.
+	TargetLost bool `json:"-"`
 	// Unavailable lists what could not be collected and why, one line each
 	// ("cgroup v2 programs: BPF_PROG_QUERY: operation not permitted").
 	Unavailable []string `json:"unavailable,omitempty"`

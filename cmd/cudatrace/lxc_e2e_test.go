@@ -256,7 +256,7 @@ func TestLXCPlaceholderFile(t *testing.T) {
 				t.Errorf("LXC's mknodat(S_IFREG) reported as a repair:\n%s", tr.findingText("node-repaired"))
 			}
 			if c := tr.rep.Snapshot.Container; c.Runtime != "lxc" || c.ID != name {
-				t.Errorf("container %+v", c)
+				t.Errorf("container %+v (snapshot of pid %d %q; not read: %q)", c, tr.rep.Snapshot.Process.PID, tr.rep.Snapshot.Process.Comm, tr.rep.Snapshot.Unavailable)
 			}
 		})
 	}

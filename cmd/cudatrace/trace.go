@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/cudatrace/cudatrace/annotate"
-	"github.com/cudatrace/cudatrace/internal/procfs"
 	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/snapshot"
@@ -300,7 +299,7 @@ func (f *failureSnapshot) triggerAs(pid int, path string, strong bool) {
 		// that is part its view, part cudatrace's (mounts or cgroups
 		// lost on the way): drop it, and the exit snapshot is taken
 		// instead.
-		if exited(pid) {
+		if snap.TargetLost {
 			snap = nil
 		}
 		f.mu.Lock()
@@ -311,11 +310,6 @@ func (f *failureSnapshot) triggerAs(pid int, path string, strong bool) {
 	}()
 }
 
-// exited reports whether pid is a zombie or gone.
-func exited(pid int) bool {
-	st, err := procfs.ReadStat(pid)
-	return err != nil || st.Gone()
-}
 
 func (f *failureSnapshot) wait() *snapshot.Snapshot {
 	f.mu.Lock()

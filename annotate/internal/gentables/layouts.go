@@ -199,6 +199,11 @@ func emitNames(b *bytes.Buffer, a *abi) error {
 	fmt.Fprintf(b, "// rmControlNames maps an RM control command (NVOS54 cmd) to its name.\n// Source: %s.\nvar rmControlNames = map[uint32]string{\n", n.Source)
 	seen = map[uint32]bool{}
 	for _, c := range n.Controls {
+		// A *_INVALID define is a sentinel, not a command: naming 0xffff
+		// NV0000_CTRL_CMD_SYSTEM_GPS_INVALID hid the bad command it was.
+		if strings.HasSuffix(c.Name, "_INVALID") {
+			continue
+		}
 		if !seen[c.Value] {
 			seen[c.Value] = true
 			fmt.Fprintf(b, "\t%#x: %q, // %s\n", c.Value, c.Name, c.File)
