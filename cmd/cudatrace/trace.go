@@ -310,7 +310,6 @@ func (f *failureSnapshot) triggerAs(pid int, path string, strong bool) {
 	}()
 }
 
-
 func (f *failureSnapshot) wait() *snapshot.Snapshot {
 	f.mu.Lock()
 	f.closed = true // no trigger after this point
