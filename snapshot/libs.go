@@ -82,25 +82,33 @@ func OpenCUDALibraries(root string, env []string) []*LibFile {
 	if len(dirs) > maxLibDirs {
 		dirs = dirs[:maxLibDirs]
 	}
-	var candidates []string
-	for _, d := range dirs {
-		for _, n := range cudaLibNames {
+	cache, _, cacheErr := r.readFile("/etc/ld.so.cache", maxLdCache)
+	// Per name, the file the loader would take: the first that exists, in
+	// its order. Other copies (a compat or stub libcuda further down) are
+	// probed only if the target opens them: each probed file costs a link
+	// to attach and to close, and a probe on the 100 MB libcuda is not free.
+	var first []string
+	for _, n := range cudaLibNames {
+		var candidates []string
+		for _, d := range dirs {
 			candidates = append(candidates, path.Join(d, n))
 		}
-	}
-	if cache, _, err := r.readFile("/etc/ld.so.cache", maxLdCache); err == nil {
-		for _, n := range cudaLibNames {
+		if cacheErr == nil {
 			if paths, err := parseLdCache(cache, n); err == nil {
 				candidates = append(candidates, paths...)
 			}
 		}
-	}
-	for _, d := range libDirs() {
-		for _, n := range cudaLibNames {
+		for _, d := range libDirs() {
 			candidates = append(candidates, path.Join(d, n))
 		}
+		for _, c := range candidates {
+			if r.isFile(c) {
+				first = append(first, c)
+				break
+			}
+		}
 	}
-	return openUnique(r, candidates)
+	return openUnique(r, first)
 }
 
 // OpenMappedLibraries opens the libcuda and libnvidia-ml files mapped into
