@@ -196,6 +196,8 @@ func (b *Backend) launch(ctx context.Context, spec tracer.Spec, sink tracer.Sink
 	s.tasks[child.PID] = &task{tid: child.PID, tgid: child.PID, comm: readComm(child.PID), filtered: seccompFilters(child.PID) > 0}
 	s.start = time.Now()
 	res.Started = s.start
+	// The probes are on the libraries before the target runs.
+	s.startAPI(res, []int{child.PID}, true)
 	if err := child.Release(); err != nil {
 		// The loader sees EOF and exits; reap it through the loop.
 		s.debugf("release: %v", err)
@@ -230,6 +232,7 @@ func (b *Backend) launch(ctx context.Context, spec tracer.Spec, sink tracer.Sink
 
 // finishResult fills in what the trace recorded.
 func (s *session) finishResult(res *tracer.Result) {
+	s.finishAPI(res)
 	res.Ended = time.Now()
 	res.Events = s.seq
 	res.Exit = s.rootSt
@@ -257,6 +260,7 @@ func (b *Backend) attach(ctx context.Context, spec tracer.Spec, sink tracer.Sink
 			return s, nil, err
 		}
 	}
+	s.startAPI(res, spec.PIDs, false)
 	res.Notes = append(res.Notes, fmt.Sprintf("attached at %s: calls made before the attach are not in this trace",
 		s.start.Format("2006-01-02 15:04:05.000 MST")))
 	for _, pid := range spec.PIDs {
@@ -268,6 +272,7 @@ func (b *Backend) attach(ctx context.Context, spec tracer.Spec, sink tracer.Sink
 		cancelled, expired := w.state()
 		return cancelled || expired
 	})
+	s.finishAPI(res)
 	res.Ended = time.Now()
 	res.Events = s.seq
 	return s, res, nil
