@@ -2,62 +2,20 @@ package main
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cudatrace/cudatrace/internal/fakelib"
 	"github.com/cudatrace/cudatrace/internal/privtest"
 	"github.com/cudatrace/cudatrace/tracer"
 )
 
-var (
-	fakeLibOnce sync.Once
-	fakeLibDir  string
-	fakeLibErr  error
-)
-
-// fakeLib builds testdata/fakelib (a stand-in libcuda.so.1 and
-// libnvidia-ml.so.1 with the probed entry points, and an app that dlopens
-// them) with gcc into a directory every user can read.
-func fakeLib(t *testing.T) string {
-	t.Helper()
-	fakeLibOnce.Do(func() {
-		cc, err := exec.LookPath("gcc")
-		if err != nil {
-			fakeLibErr = err
-			return
-		}
-		dir, err := os.MkdirTemp("", "cudatrace-fakelib-")
-		if err != nil {
-			fakeLibErr = err
-			return
-		}
-		os.Chmod(dir, 0o755)
-		src := filepath.Join("..", "..", "testdata", "fakelib")
-		for _, b := range [][]string{
-			{"-shared", "-fPIC", "-O1", "-o", filepath.Join(dir, "libcuda.so.1"), filepath.Join(src, "libcuda.c")},
-			{"-shared", "-fPIC", "-O1", "-o", filepath.Join(dir, "libnvidia-ml.so.1"), filepath.Join(src, "libnvidia-ml.c")},
-			{"-O1", "-o", filepath.Join(dir, "app"), filepath.Join(src, "app.c"), "-ldl"},
-		} {
-			if out, err := exec.Command(cc, b...).CombinedOutput(); err != nil {
-				fakeLibErr = &exec.Error{Name: string(out), Err: err}
-				return
-			}
-		}
-		fakeLibDir = dir
-	})
-	if fakeLibErr != nil {
-		if privtest.Required() {
-			t.Fatalf("build testdata/fakelib: %v", fakeLibErr)
-		}
-		t.Skipf("build testdata/fakelib (needs gcc): %v", fakeLibErr)
-	}
-	return fakeLibDir
-}
+// fakeLib builds testdata/fakelib: a stand-in libcuda.so.1 and
+// libnvidia-ml.so.1, and an app that dlopens them.
+func fakeLib(t *testing.T) string { return fakelib.Build(t) }
 
 // libTarget runs the fake app through env with the library found on
 // LD_LIBRARY_PATH, as a CUDA program finds libcuda.

@@ -47,7 +47,13 @@ func (s *session) startAPI(res *tracer.Result, pids []int, launched bool) {
 		p.AttachLibs(snapshot.OpenMappedLibraries(pid))
 		p.AttachLibs(snapshot.OpenCUDALibraries(root, snapshot.ReadEnviron(pid)))
 	}
+	if onAPIStarted != nil {
+		onAPIStarted()
+	}
 }
+
+// onAPIStarted lets tests know when the probes are on.
+var onAPIStarted func()
 
 // traceAPI puts a new task's process in the probes' filter, before the
 // task runs (again, for a thread: a map update costs less than knowing).

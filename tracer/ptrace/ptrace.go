@@ -260,12 +260,12 @@ func (b *Backend) attach(ctx context.Context, spec tracer.Spec, sink tracer.Sink
 			return s, nil, err
 		}
 	}
-	s.startAPI(res, spec.PIDs, false)
 	res.Notes = append(res.Notes, fmt.Sprintf("attached at %s: calls made before the attach are not in this trace",
 		s.start.Format("2006-01-02 15:04:05.000 MST")))
 	for _, pid := range spec.PIDs {
 		res.Notes = append(res.Notes, s.heldDeviceNotes(pid)...)
 	}
+	s.startAPI(res, spec.PIDs, false)
 	stop := watch(ctx, spec.Duration, w)
 	defer stop()
 	s.loop(func() bool {
