@@ -83,7 +83,9 @@ func TestLaunchAPIReturns(t *testing.T) {
 		t.Errorf("cuDeviceGetCount out %v", api[1].Out)
 	}
 	// cuInit's two opens of /dev/null come before its return, the exit after.
-	opens := c.where(func(e *tracer.Event) bool { return e.Kind == tracer.KindOpen && e.Path == "/dev/null" && e.PID == api[0].PID })
+	opens := c.where(func(e *tracer.Event) bool {
+		return e.Kind == tracer.KindOpen && e.Path == "/dev/null" && e.PID == api[0].PID
+	})
 	exit := c.where(func(e *tracer.Event) bool { return e.Kind == tracer.KindExit && e.PID == api[0].PID })
 	if len(opens) != 2 || opens[1].Seq > api[0].Seq || len(exit) != 1 || exit[0].Seq < api[2].Seq || api[0].Time < opens[1].Time {
 		dump(t, evs)
