@@ -2,62 +2,20 @@ package main
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cudatrace/cudatrace/internal/fakelib"
 	"github.com/cudatrace/cudatrace/internal/privtest"
 	"github.com/cudatrace/cudatrace/tracer"
 )
 
-var (
-	fakeLibOnce sync.Once
-	fakeLibDir  string
-	fakeLibErr  error
-)
-
-// fakeLib builds testdata/fakelib (a stand-in libcuda.so.1 and
-// libnvidia-ml.so.1 with the probed entry points, and an app that dlopens
-// them) with gcc into a directory every user can read.
-func fakeLib(t *testing.T) string {
-	t.Helper()
-	fakeLibOnce.Do(func() {
-		cc, err := exec.LookPath("gcc")
-		if err != nil {
-			fakeLibErr = err
-			return
-		}
-		dir, err := os.MkdirTemp("", "cudatrace-fakelib-")
-		if err != nil {
-			fakeLibErr = err
-			return
-		}
-		os.Chmod(dir, 0o755)
-		src := filepath.Join("..", "..", "testdata", "fakelib")
-		for _, b := range [][]string{
-			{"-shared", "-fPIC", "-O1", "-o", filepath.Join(dir, "libcuda.so.1"), filepath.Join(src, "libcuda.c")},
-			{"-shared", "-fPIC", "-O1", "-o", filepath.Join(dir, "libnvidia-ml.so.1"), filepath.Join(src, "libnvidia-ml.c")},
-			{"-O1", "-o", filepath.Join(dir, "app"), filepath.Join(src, "app.c"), "-ldl"},
-		} {
-			if out, err := exec.Command(cc, b...).CombinedOutput(); err != nil {
-				fakeLibErr = &exec.Error{Name: string(out), Err: err}
-				return
-			}
-		}
-		fakeLibDir = dir
-	})
-	if fakeLibErr != nil {
-		if privtest.Required() {
-			t.Fatalf("build testdata/fakelib: %v", fakeLibErr)
-		}
-		t.Skipf("build testdata/fakelib (needs gcc): %v", fakeLibErr)
-	}
-	return fakeLibDir
-}
+// fakeLib builds testdata/fakelib: a stand-in libcuda.so.1 and
+// libnvidia-ml.so.1, and an app that dlopens them.
+func fakeLib(t *testing.T) string { return fakelib.Build(t) }
 
 // libTarget runs the fake app through env with the library found on
 // LD_LIBRARY_PATH, as a CUDA program finds libcuda.
@@ -75,8 +33,8 @@ func apiEvents(tr traceRun, fn string) []tracer.Event {
 	return out
 }
 
-// cuInit's own return code reaches the headline under eBPF; ptrace finds
-// the same failing call and says that the code is unknown.
+// cuInit's own return code reaches the headline under both backends: the
+// ptrace backend loads the same uprobes where it may (root here).
 func TestCUDAReturnCodeDenyUVM(t *testing.T) {
 	privtest.RequireRoot(t)
 	dir := fakeLib(t)
@@ -88,24 +46,39 @@ func TestCUDAReturnCodeDenyUVM(t *testing.T) {
 			}
 			tr.failing(t, "openat", "/dev/nvidia-uvm", unix.EPERM)
 			tr.requireFinding(t, "cgroup2-denied", "error")
+			requireCUDAFailed(t, tr, 999, filepath.Join(dir, "libcuda.so.1"))
 			v := tr.rep.Analysis.Verdict
-			if backend == "ebpf" {
-				if got := apiEvents(tr, "cuInit"); len(got) != 1 || got[0].Ret != 999 {
-					t.Fatalf("cuInit events %+v", got)
-				}
-				if !strings.HasPrefix(v, "cuInit returned 999 (CUDA_ERROR_UNKNOWN) in app[") || !strings.Contains(v, "cgroup v2 device program") {
-					t.Errorf("verdict %q", v)
-				}
-				if c := tr.rep.Analysis.CUDA; c == nil || c.Status != "failed" || c.Code != 999 {
-					t.Errorf("analysis.cuda %+v", c)
-				}
-				if !tr.rep.Trace.APIReturns || len(tr.rep.Trace.APILibraries) == 0 {
-					t.Errorf("trace api_returns %v libraries %v", tr.rep.Trace.APIReturns, tr.rep.Trace.APILibraries)
-				}
-			} else if strings.Contains(v, "succeeded") {
-				t.Errorf("ptrace verdict claims success: %q", v)
+			if !strings.HasPrefix(v, "cuInit returned 999 (CUDA_ERROR_UNKNOWN) in app[") || !strings.Contains(v, "cgroup v2 device program") {
+				t.Errorf("verdict %q", v)
+			}
+			if c := tr.rep.Analysis.CUDA; c == nil || c.Status != "failed" || c.Code != 999 {
+				t.Errorf("analysis.cuda %+v", c)
+			}
+			if !tr.rep.Trace.APIReturns || len(tr.rep.Trace.APILibraries) == 0 {
+				t.Errorf("trace api_returns %v libraries %v", tr.rep.Trace.APIReturns, tr.rep.Trace.APILibraries)
 			}
 		})
+	}
+}
+
+// requireCUDAFailed: exactly one cuInit return, with code from lib, and it
+// comes after the failed open that caused it (one order under either
+// backend, by Seq).
+func requireCUDAFailed(t *testing.T, tr traceRun, code int64, lib string) {
+	t.Helper()
+	got := apiEvents(tr, "cuInit")
+	if len(got) != 1 || got[0].Ret != code || got[0].Path != lib {
+		t.Fatalf("cuInit events %+v (stdout %q)", got, tr.stdout)
+	}
+	var lastSeq uint64
+	for _, e := range tr.rep.Events {
+		if e.Seq <= lastSeq {
+			t.Fatalf("event seq %d after %d", e.Seq, lastSeq)
+		}
+		lastSeq = e.Seq
+		if e.Kind == tracer.KindOpen && e.Path == "/dev/nvidia-uvm" && e.Seq > got[0].Seq {
+			t.Errorf("open of /dev/nvidia-uvm (seq %d) after cuInit returned (seq %d)", e.Seq, got[0].Seq)
+		}
 	}
 }
 
@@ -132,7 +105,9 @@ func TestCUDAReturnCodeHealthy(t *testing.T) {
 }
 
 // A libcuda dlopen'ed by absolute path from a directory no search path
-// names is held at its open until probed: its cuInit is still seen.
+// names is probed at its open, its opener held meanwhile (by the kernel
+// under eBPF, stopped at the open's exit under ptrace): its cuInit is
+// still seen.
 func TestCUDALibraryOpenedFromElsewhere(t *testing.T) {
 	privtest.RequireRoot(t)
 	dir := fakeLib(t)
@@ -149,10 +124,11 @@ func TestCUDALibraryOpenedFromElsewhere(t *testing.T) {
 		t.Fatal(err)
 	}
 	os.Chmod(filepath.Dir(other), 0o755)
-	tr := traceIn(t, denyUVM(), "ebpf", nil, filepath.Join(dir, "app"), lib)
-	got := apiEvents(tr, "cuInit")
-	if len(got) != 1 || got[0].Ret != 999 || got[0].Path != lib {
-		t.Fatalf("cuInit events %+v (stdout %q)", got, tr.stdout)
+	for _, backend := range []string{"ebpf", "ptrace"} {
+		t.Run(backend, func(t *testing.T) {
+			tr := traceIn(t, denyUVM(), backend, nil, filepath.Join(dir, "app"), lib)
+			requireCUDAFailed(t, tr, 999, lib)
+		})
 	}
 }
 

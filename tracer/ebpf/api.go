@@ -53,13 +53,16 @@ type apiProbes struct {
 	notes    []string
 }
 
-func newAPIProbes(coll *ebpf.Collection) *apiProbes {
-	return &apiProbes{
-		enter:    coll.Programs[bpfProgCtApiEnter],
-		ret:      coll.Programs[bpfProgCtApiRet],
-		probed:   coll.Maps[bpfMapProbedLibs],
-		attached: map[[2]uint64]bool{},
-	}
+func newAPIProbes(enter, ret *ebpf.Program, probed *ebpf.Map) *apiProbes {
+	return &apiProbes{enter: enter, ret: ret, probed: probed, attached: map[[2]uint64]bool{}}
+}
+
+// NamesAPILibrary reports whether a path's file name is that of a library
+// whose entry points are probed (libcuda.so*, libnvidia-ml.so*), as the
+// kernel side decides which opens to hold.
+func NamesAPILibrary(p string) bool {
+	base := path.Base(p)
+	return strings.HasPrefix(base, "libcuda.so") || strings.HasPrefix(base, "libnvidia-ml.so")
 }
 
 // describe names a returned probe for the decoder.
@@ -143,19 +146,25 @@ func (p *apiProbes) markProbed(dev uint32, ino uint64) {
 // unprobed library, once that library is probed (or could not be).
 func (p *apiProbes) release(h heldOpen) {
 	defer unix.Kill(h.pid, unix.SIGCONT)
-	f, err := os.OpenFile(fmt.Sprintf("/proc/%d/fd/%d", h.pid, h.fd), os.O_RDONLY|unix.O_NONBLOCK, 0)
-	if err == nil {
-		var st unix.Stat_t
-		if unix.Fstat(int(f.Fd()), &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
-			if err := p.attachFile(f, h.path); err != nil {
-				p.note("uprobes on %s: %v", h.path, err)
-			}
-		}
-		f.Close()
-	} else {
-		p.note("uprobes on %s (opened by PID %d): %v", h.path, h.pid, err)
-	}
+	p.attachOpened(h.pid, h.fd, h.path)
 	p.markProbed(h.dev, h.ino)
+}
+
+// attachOpened probes the library a process just opened, as its fd fd
+// (in /proc/PID/fd: a thread id works too), if it is a regular file.
+func (p *apiProbes) attachOpened(pid, fd int, name string) {
+	f, err := os.OpenFile(fmt.Sprintf("/proc/%d/fd/%d", pid, fd), os.O_RDONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		p.note("uprobes on %s (opened by PID %d): %v", name, pid, err)
+		return
+	}
+	defer f.Close()
+	var st unix.Stat_t
+	if unix.Fstat(int(f.Fd()), &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
+		if err := p.attachFile(f, name); err != nil {
+			p.note("uprobes on %s: %v", name, err)
+		}
+	}
 }
 
 func (p *apiProbes) note(format string, args ...any) {

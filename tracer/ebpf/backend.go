@@ -284,7 +284,8 @@ func load(spec tracer.Spec, ringBytes int, phases *phaseLog) (*session, error) {
 	if onLoad != nil {
 		onLoad(coll)
 	}
-	s := &session{coll: coll, hook: hook, debug: spec.Debug, fold: fold, exits: make(chan struct{}, 1), api: newAPIProbes(coll)}
+	s := &session{coll: coll, hook: hook, debug: spec.Debug, fold: fold, exits: make(chan struct{}, 1),
+		api: newAPIProbes(coll.Programs[bpfProgCtApiEnter], coll.Programs[bpfProgCtApiRet], coll.Maps[bpfMapProbedLibs])}
 	majors := coll.Maps[bpfMapNvidiaMajors]
 	if len(spec.DeviceMajors) > int(majors.MaxEntries()) {
 		s.close()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cudatrace/cudatrace/internal/procfs"
 	"github.com/cudatrace/cudatrace/tracer"
+	"github.com/cudatrace/cudatrace/tracer/ebpf"
 )
 
 // stopMode is how tracees stop on syscalls.
@@ -116,6 +117,10 @@ type session struct {
 	self        int // the tracer thread's tid, as /proc shows a tracee's TracerPid
 	waker       *waker
 	debug       bool
+	// api records CUDA's return codes (api.go); nil where it could not
+	// load. apiErr is a failure to say in the result.
+	api    *ebpf.APIProbes
+	apiErr string
 }
 
 func newSession(mode stopMode, spec tracer.Spec, sink tracer.Sink) *session {
@@ -182,6 +187,8 @@ func (s *session) loop(shouldStop func() bool) {
 		if s.waker != nil && s.waker.reaped(pid) {
 			continue
 		}
+		// What the probes recorded before this stop comes before it.
+		s.drainAPI()
 		s.handle(pid, ws)
 	}
 }
@@ -374,6 +381,7 @@ func (s *session) finish(t *task, c *call, ret int64) { s.finishRefused(t, c, re
 // answered before the kernel ran it.
 func (s *session) finishRefused(t *task, c *call, ret int64, refused bool) {
 	s.noteStops(t)
+	s.openedAPI(t, c, ret)
 	if e := s.rules.exit(t.tid, t.fds(), c, ret); e != nil {
 		e.NoEntry = refused && e.Failed()
 		s.emit(t, e)
@@ -455,6 +463,7 @@ func (s *session) adopt(tid, event int, comm string) *task {
 		t.comm = readComm(tid)
 	}
 	s.tasks[tid] = t
+	s.traceAPI(t.tgid)
 	return t
 }
 
@@ -476,6 +485,7 @@ func (s *session) reap(t *task, ws unix.WaitStatus) {
 		t.call = nil
 	}
 	s.emit(t, e)
+	s.untraceAPI(t.tgid)
 	if t.tid == s.root {
 		s.rootSt = &tracer.ExitStatus{Code: e.ExitCode, Signal: e.Signal}
 	}

@@ -196,6 +196,8 @@ func (b *Backend) launch(ctx context.Context, spec tracer.Spec, sink tracer.Sink
 	s.tasks[child.PID] = &task{tid: child.PID, tgid: child.PID, comm: readComm(child.PID), filtered: seccompFilters(child.PID) > 0}
 	s.start = time.Now()
 	res.Started = s.start
+	// The probes are on the libraries before the target runs.
+	s.startAPI(res, []int{child.PID}, true)
 	if err := child.Release(); err != nil {
 		// The loader sees EOF and exits; reap it through the loop.
 		s.debugf("release: %v", err)
@@ -230,6 +232,7 @@ func (b *Backend) launch(ctx context.Context, spec tracer.Spec, sink tracer.Sink
 
 // finishResult fills in what the trace recorded.
 func (s *session) finishResult(res *tracer.Result) {
+	s.finishAPI(res)
 	res.Ended = time.Now()
 	res.Events = s.seq
 	res.Exit = s.rootSt
@@ -262,12 +265,14 @@ func (b *Backend) attach(ctx context.Context, spec tracer.Spec, sink tracer.Sink
 	for _, pid := range spec.PIDs {
 		res.Notes = append(res.Notes, s.heldDeviceNotes(pid)...)
 	}
+	s.startAPI(res, spec.PIDs, false)
 	stop := watch(ctx, spec.Duration, w)
 	defer stop()
 	s.loop(func() bool {
 		cancelled, expired := w.state()
 		return cancelled || expired
 	})
+	s.finishAPI(res)
 	res.Ended = time.Now()
 	res.Events = s.seq
 	return s, res, nil

@@ -547,6 +547,16 @@ func TestUnprivilegedDevice(t *testing.T) {
 	if res.Exit == nil || res.Exit.Code != 0 || !slices.Contains(res.Notes, NoNewPrivsNote) {
 		t.Fatalf("result = %+v", res)
 	}
+	// No uprobes without privileges: one line says CUDA's code is unknown.
+	var unknown []string
+	for _, n := range res.Notes {
+		if strings.HasPrefix(n, apiUnknownNote) {
+			unknown = append(unknown, n)
+		}
+	}
+	if res.APIReturns || len(unknown) != 1 || !strings.Contains(unknown[0], "CAP_BPF+CAP_PERFMON") {
+		t.Errorf("api_returns %v, notes %q", res.APIReturns, res.Notes)
+	}
 	open := c.where(func(e *tracer.Event) bool { return e.Kind == tracer.KindOpen && e.Path == "/dev/null" })
 	ioctl := c.where(func(e *tracer.Event) bool { return e.Kind == tracer.KindIoctl && e.FD >= 0 })
 	mknod := c.where(func(e *tracer.Event) bool { return e.Kind == tracer.KindMknod })

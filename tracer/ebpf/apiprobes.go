@@ -1,0 +1,186 @@
+package ebpf
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/ringbuf"
+	"golang.org/x/sys/unix"
+
+	"github.com/cudatrace/cudatrace/snapshot"
+	"github.com/cudatrace/cudatrace/tracer"
+)
+
+// apiRingBytes is the API probes' own ring: api events only, a few hundred
+// bytes each, read at every stop of the tracer that drains it.
+const apiRingBytes = 1 << 20
+
+// apiObjects are what the entry points' probes need, and nothing else:
+// LoadAndAssign loads these (and what they reference: api_out_arg, the
+// read-only data), not the syscall programs.
+type apiObjects struct {
+	Enter  *ebpf.Program `ebpf:"ct_api_enter"`
+	Ret    *ebpf.Program `ebpf:"ct_api_ret"`
+	Events *ebpf.Map     `ebpf:"events"`
+	Traced *ebpf.Map     `ebpf:"traced"`
+	Probed *ebpf.Map     `ebpf:"probed_libs"`
+	Drops  *ebpf.Map     `ebpf:"drops"`
+}
+
+func (o *apiObjects) close() {
+	// Close is a no-op on nil: what a failed load left unset.
+	o.Enter.Close()
+	o.Ret.Close()
+	for _, m := range []*ebpf.Map{o.Events, o.Traced, o.Probed, o.Drops} {
+		m.Close()
+	}
+}
+
+// APIProbes are the uretprobes on the CUDA and NVML entry points alone, for
+// a backend that sees the syscalls by other means (ptrace). Its user puts
+// the thread groups to watch in the filter (Trace, Untrace), attaches the
+// libraries (AttachLibs before the target runs, AttachOpened while an
+// opener is stopped: nothing is held by the kernel), and reads the api
+// events with Drain. Drain, AttachOpened and Close are meant for one
+// goroutine, the one that delivers events to the Sink.
+type APIProbes struct {
+	objs   apiObjects
+	probes *apiProbes
+	rd     *ringbuf.Reader
+	dec    *decoder
+	rec    ringbuf.Record
+
+	undecodable uint64
+	readErr     error
+}
+
+// StartAPIProbes loads the entry points' programs and their maps. Events'
+// Time counts from start. It fails with an error wrapping
+// tracer.ErrUnavailable where uprobes are not allowed (no root or
+// CAP_BPF+CAP_PERFMON, lockdown) or the kernel cannot load them.
+func StartAPIProbes(start time.Time) (*APIProbes, error) {
+	if err := checkPrivileges(); err != nil {
+		return nil, err
+	}
+	if !inInitialPIDNamespace() {
+		// The programs see the kernel's PIDs; the caller knows its own.
+		return nil, unavailable("cudatrace runs in a PID namespace of its own, whose PIDs the uprobes cannot match")
+	}
+	spec, err := loadBpf()
+	if err != nil {
+		return nil, fmt.Errorf("read embedded BPF object: %w", err)
+	}
+	spec.Maps[bpfMapEvents].MaxEntries = apiRingBytes
+	p := &APIProbes{}
+	if err := spec.LoadAndAssign(&p.objs, &ebpf.CollectionOptions{Cache: kernelBTF()}); err != nil {
+		return nil, loadError(err, false)
+	}
+	if onLoadAPI != nil {
+		onLoadAPI(p.objs.Enter, p.objs.Ret)
+	}
+	if p.rd, err = ringbuf.NewReader(p.objs.Events); err != nil {
+		p.objs.close()
+		return nil, fmt.Errorf("open ring buffer: %w", err)
+	}
+	p.probes = newAPIProbes(p.objs.Enter, p.objs.Ret, p.objs.Probed)
+	startKtime := monotonicNow()
+	if since := time.Since(start); since > 0 && uint64(since) < startKtime {
+		startKtime -= uint64(since)
+	}
+	p.dec = newDecoder(startKtime)
+	p.dec.api = p.probes
+	return p, nil
+}
+
+// inInitialPIDNamespace: /proc/self/ns/pid is the initial namespace's
+// inode (PROC_PID_INIT_INO, fixed by the kernel).
+func inInitialPIDNamespace() bool {
+	var st unix.Stat_t
+	return unix.Stat("/proc/self/ns/pid", &st) == nil && st.Ino == 0xEFFFFFFC
+}
+
+// onLoadAPI lets tests see the programs StartAPIProbes loaded.
+var onLoadAPI func(enter, ret *ebpf.Program)
+
+// Trace adds a thread group to those whose returns are recorded.
+func (p *APIProbes) Trace(tgid int) error {
+	return p.objs.Traced.Put(uint32(tgid), uint8(1))
+}
+
+// Untrace removes one (it exited: its pid may be reused).
+func (p *APIProbes) Untrace(tgid int) {
+	p.objs.Traced.Delete(uint32(tgid))
+}
+
+// AttachLibs probes the libraries and closes their files.
+func (p *APIProbes) AttachLibs(libs []*snapshot.LibFile) { p.probes.attachLibs(libs) }
+
+// AttachOpened probes the library that process (or thread) pid has just
+// opened as fd, named name, unless that file is probed already. The opener
+// must be stopped until it returns, so that no call into it is missed.
+func (p *APIProbes) AttachOpened(pid, fd int, name string) { p.probes.attachOpened(pid, fd, name) }
+
+// Drain delivers the api events recorded so far, without waiting: each is
+// valid only during the call (Seq is the decoder's own; the caller numbers
+// events in its order).
+func (p *APIProbes) Drain(deliver func(*tracer.Event)) {
+	if p.readErr != nil || p.rd.AvailableBytes() == 0 {
+		return
+	}
+	p.rd.SetDeadline(time.Unix(0, 1)) // read what is there, then return
+	for {
+		err := p.rd.ReadInto(&p.rec)
+		switch {
+		case err == nil:
+			ev, derr := p.dec.decode(p.rec.RawSample)
+			if derr != nil || ev.Kind != tracer.KindAPI {
+				p.undecodable++ // counted with the losses
+				continue
+			}
+			deliver(ev)
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			return
+		default:
+			p.readErr = err
+			return
+		}
+	}
+}
+
+// Libraries lists the library files probed.
+func (p *APIProbes) Libraries() []string { return p.probes.probedLibs() }
+
+// Notes are what the report must say about the probes (a library that
+// could not be probed, one with none of the entry points).
+func (p *APIProbes) Notes() []string {
+	p.probes.mu.Lock()
+	defer p.probes.mu.Unlock()
+	notes := append([]string(nil), p.probes.notes...)
+	if p.readErr != nil {
+		notes = append(notes, fmt.Sprintf("reading CUDA's return codes failed: %v; the trace is incomplete", p.readErr))
+	}
+	return notes
+}
+
+// Lost counts the api events lost: the ring was full, or a record could
+// not be decoded. Non-zero means the trace is incomplete.
+func (p *APIProbes) Lost() uint64 {
+	n := p.undecodable
+	var perCPU []uint64
+	if p.objs.Drops.Lookup(uint32(bpfDropReasonDROP_RINGBUF), &perCPU) == nil {
+		for _, c := range perCPU {
+			n += c
+		}
+	}
+	return n
+}
+
+// Close detaches every probe and frees the programs and maps.
+func (p *APIProbes) Close() {
+	p.probes.close()
+	p.rd.Close()
+	p.objs.close()
+}

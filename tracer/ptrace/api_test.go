@@ -1,0 +1,164 @@
+package ptrace
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cudatrace/cudatrace/internal/fakelib"
+	"github.com/cudatrace/cudatrace/internal/privtest"
+	"github.com/cudatrace/cudatrace/tracer"
+)
+
+// bpfFDs counts this process's BPF objects and perf events: a probe left
+// attached keeps one open.
+func bpfFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range ents {
+		l, _ := os.Readlink(filepath.Join("/proc/self/fd", e.Name()))
+		if strings.HasPrefix(l, "anon_inode:bpf") || l == "anon_inode:[perf_event]" {
+			n++
+		}
+	}
+	return n
+}
+
+// checkOrder: Seq unique and increasing across both sources.
+func checkOrder(t *testing.T, evs []tracer.Event) {
+	t.Helper()
+	for i := 1; i < len(evs); i++ {
+		if evs[i].Seq != evs[i-1].Seq+1 {
+			dump(t, evs)
+			t.Fatalf("event %d has seq %d after %d", i, evs[i].Seq, evs[i-1].Seq)
+		}
+	}
+}
+
+// A launched program's CUDA calls, made in a library it dlopens by a path
+// no search path names: probed at the open's exit, their codes, the count
+// and the order relative to the syscalls inside cuInit are all recorded.
+func TestLaunchAPIReturns(t *testing.T) {
+	privtest.RequireRoot(t)
+	dir := fakelib.Build(t)
+	other := t.TempDir()
+	lib := filepath.Join(other, "libcuda.so.1")
+	b, err := os.ReadFile(filepath.Join(dir, "libcuda.so.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(lib, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	before := bpfFDs(t)
+	res, c, _ := runLaunch(t, []string{"/usr/bin/env", "FAKELIB_CTL=/dev/null", "FAKELIB_UVM=/dev/null", "FAKELIB_DEVICES=2",
+		filepath.Join(dir, "app"), lib}, []uint32{1})
+	evs := c.all()
+	checkOrder(t, evs)
+	if res.Exit == nil || res.Exit.Code != 0 || !res.APIReturns || !slices.Contains(res.APILibraries, lib) {
+		t.Fatalf("result %+v", res)
+	}
+	api := c.where(func(e *tracer.Event) bool { return e.Kind == tracer.KindAPI })
+	var names []string
+	for _, e := range api {
+		names = append(names, e.Func)
+		if e.Ret != 0 || e.Path != lib || e.Comm != "app" || e.PID != e.TID {
+			t.Errorf("api event %+v", e)
+		}
+	}
+	if !slices.Equal(names, []string{"cuInit", "cuDeviceGetCount", "cuDevicePrimaryCtxRetain"}) {
+		dump(t, evs)
+		t.Fatalf("api events %v", names)
+	}
+	if api[1].Out == nil || *api[1].Out != 2 {
+		t.Errorf("cuDeviceGetCount out %v", api[1].Out)
+	}
+	// cuInit's two opens of /dev/null come before its return, the exit after.
+	opens := c.where(func(e *tracer.Event) bool {
+		return e.Kind == tracer.KindOpen && e.Path == "/dev/null" && e.PID == api[0].PID
+	})
+	exit := c.where(func(e *tracer.Event) bool { return e.Kind == tracer.KindExit && e.PID == api[0].PID })
+	if len(opens) != 2 || opens[1].Seq > api[0].Seq || len(exit) != 1 || exit[0].Seq < api[2].Seq || api[0].Time < opens[1].Time {
+		dump(t, evs)
+		t.Errorf("opens %+v exit %+v", opens, exit)
+	}
+	if after := bpfFDs(t); after != before {
+		t.Errorf("%d BPF/perf fds open after the run, %d before: probes left attached", after, before)
+	}
+}
+
+// Attached to a process that loaded libcuda already: the probes go on the
+// mapped file, and its later cuInit failure is recorded.
+func TestAttachAPIReturns(t *testing.T) {
+	privtest.RequireRoot(t)
+	dir := fakelib.Build(t)
+	cmd := exec.Command(filepath.Join(dir, "app"))
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+dir, "FAKELIB_WAIT=1", "FAKELIB_CTL=/dev/null", "FAKELIB_UVM=/nonexistent")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	waitMapped(t, cmd.Process.Pid, "libcuda.so.1")
+	started := make(chan struct{})
+	onAPIStarted = func() { close(started) }
+	defer func() { onAPIStarted = nil }()
+	type ran struct {
+		res *tracer.Result
+		err error
+	}
+	done := make(chan ran, 1)
+	c := &collector{}
+	go func() {
+		res, err := New().Run(privtest.Deadline(t), tracer.Spec{PIDs: []int{cmd.Process.Pid}}, c)
+		done <- ran{res, err}
+	}()
+	select {
+	case <-started:
+	case r := <-done:
+		t.Fatalf("Run ended before its probes were on: %+v %v", r.res, r.err)
+	}
+	stdin.Write([]byte("go\n"))
+	r := <-done
+	cmd.Wait()
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	api := c.where(func(e *tracer.Event) bool { return e.Kind == tracer.KindAPI })
+	if len(api) != 1 || api[0].Func != "cuInit" || api[0].Ret != 999 || api[0].PID != cmd.Process.Pid ||
+		!r.res.APIReturns || !slices.Contains(r.res.APILibraries, filepath.Join(dir, "libcuda.so.1")) {
+		dump(t, c.all())
+		t.Fatalf("api events %+v, result %+v", api, r.res)
+	}
+	checkOrder(t, c.all())
+}
+
+// waitMapped waits until pid has mapped a file named name.
+func waitMapped(t *testing.T, pid int, name string) {
+	t.Helper()
+	ctx := privtest.Deadline(t)
+	for {
+		b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/maps")
+		if strings.Contains(string(b), "/"+name) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("process %d never mapped %s", pid, name)
+		default:
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
