@@ -103,8 +103,8 @@ func TestFirstFailedNodeOpenTakesTheSnapshot(t *testing.T) {
 	sys := &fakeSystem{}
 	b := &fakeBackend{name: "ebpf", events: []tracer.Event{
 		{PID: 10, Kind: tracer.KindIoctl, Syscall: "ioctl", Dev: ctl, Request: 0x2a, Ret: -22}, // weak: replaced
-		{PID: 11, Kind: tracer.KindOpen, Syscall: "openat", Path: "/dev/nvidia0", Ret: -1},   // EPERM: strong
-		{PID: 12, Kind: tracer.KindOpen, Syscall: "openat", Path: "/dev/nvidia1", Ret: -1},   // after the strong one: ignored
+		{PID: 11, Kind: tracer.KindOpen, Syscall: "openat", Path: "/dev/nvidia0", Ret: -1},     // EPERM: strong
+		{PID: 12, Kind: tracer.KindOpen, Syscall: "openat", Path: "/dev/nvidia1", Ret: -1},     // after the strong one: ignored
 	}}
 	_, run := diagnoseWith(t, sys, b, tracer.Spec{Argv: []string{"/bin/true"}})
 	got, err := run()
