@@ -5,14 +5,11 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"strings"
-	"time"
 
 	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/diagnose"
 	"github.com/cudatrace/cudatrace/report"
-	"github.com/cudatrace/cudatrace/snapshot"
-	"github.com/cudatrace/cudatrace/tracer"
 	"github.com/cudatrace/cudatrace/tracer/stracelog"
 )
 
@@ -35,43 +32,11 @@ func reportCommand(args []string, o *options, stdout, stderr io.Writer) error {
 		}
 		return fail(exitBadInput, "%s: %v", args[0], err)
 	}
-	stored := rep.Analysis
-	snap := rep.Snapshot
-	if snap == nil {
-		snap = &snapshot.Snapshot{}
-	}
-	rep.Analysis = annotate.AnalyzeFacts(rep.Events, snap, rep.Facts())
-	if changed := verdictChange(stored, rep.Analysis); changed != "" && !o.quiet {
+	if changed := diagnose.Reanalyse(rep); changed != "" && !o.quiet {
 		// The stored finding ids come from the file: escape them.
 		fmt.Fprintf(stderr, "cudatrace: note: this version's analysis differs from the stored one (%s)\n", annotate.Printable(changed))
 	}
 	return emit(rep, o, stdout, stderr, false)
-}
-
-// verdictChange describes how two analyses differ, or "" when they agree
-// on the failing call and the set of findings.
-func verdictChange(old, cur annotate.Analysis) string {
-	seq := func(a annotate.Analysis) uint64 {
-		if a.Failing == nil {
-			return 0
-		}
-		return a.Failing.Seq
-	}
-	if seq(old) != seq(cur) {
-		return fmt.Sprintf("stored failing call: event %d, now: event %d", seq(old), seq(cur))
-	}
-	ids := func(a annotate.Analysis) []string {
-		var out []string
-		for _, f := range a.Findings {
-			out = append(out, f.ID)
-		}
-		slices.Sort(out)
-		return out
-	}
-	if o, c := ids(old), ids(cur); !slices.Equal(o, c) {
-		return fmt.Sprintf("stored findings: %s; now: %s", strings.Join(o, ","), strings.Join(c, ","))
-	}
-	return ""
 }
 
 // explainCommand analyses strace output.
@@ -97,58 +62,6 @@ func explainCommand(args []string, o *options, stdout, stderr io.Writer) error {
 	if !log.NVIDIARelated() {
 		return fail(exitBadInput, "nothing NVIDIA-related in %s: no /dev/nvidia*, libcuda or driver calls (was strace run with -f on the CUDA process?)", strings.Join(args, ", "))
 	}
-	snap := snapshotFromLog()
-	rep := &report.Report{
-		Schema:  report.SchemaVersion,
-		Tool:    report.Tool{Name: "cudatrace", Version: toolVersion()},
-		Created: time.Now().UTC(),
-		Trace: report.Trace{
-			Source:   "strace-log",
-			Events:   uint64(len(log.Events)),
-			Stored:   len(log.Events),
-			Complete: true,
-			Limits:   straceLimits(log),
-		},
-		Events:   log.Events,
-		Snapshot: snap,
-	}
-	if log.Exit != nil {
-		rep.Target.Exit = log.Exit
-	}
-	for i := range log.Events {
-		if log.Events[i].Kind == tracer.KindExec && log.Events[i].Ret == 0 {
-			rep.Target.Argv = log.Events[i].Argv
-			break
-		}
-	}
-	if n := len(log.Events); n > 0 {
-		rep.Trace.Duration = log.Events[n-1].Time
-	}
-	rep.Analysis = annotate.AnalyzeFacts(rep.Events, snap, rep.Trace.Facts())
+	rep := diagnose.FromStraceLog(log, toolVersion())
 	return emit(rep, o, stdout, stderr, false)
-}
-
-// snapshotFromLog is the snapshot of a strace log: nothing about the system
-// is known, and it says so, so the analysis marks what it infers. Node types,
-// numbers and modes still come from the stat calls in the log itself.
-func snapshotFromLog() *snapshot.Snapshot {
-	return &snapshot.Snapshot{Unavailable: []string{
-		"/proc/devices: not in a strace log (run: grep nvidia /proc/devices)",
-		"cgroup device policy: not in a strace log (run cudatrace on the host, or: bpftool cgroup tree)",
-		"device node owners and mounts: not in a strace log (run: ls -l /dev/nvidia*; findmnt /dev)",
-	}}
-}
-
-func straceLimits(log *stracelog.Log) []string {
-	out := []string{"a strace log shows no cgroup programs, /proc/devices or node owners: the cause of an EPERM or EACCES is inferred"}
-	if !log.HasDevNumbers {
-		out = append(out, "no -yy: device numbers of opened fds are unknown (record with strace -f -yy)")
-	}
-	if !log.HasPIDs {
-		out = append(out, "no pids: record with strace -f so child processes are told apart")
-	}
-	if !log.HasTimes {
-		out = append(out, "no timestamps: record with -tt for timing")
-	}
-	return out
 }

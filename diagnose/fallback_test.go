@@ -1,12 +1,12 @@
-package main
+package diagnose
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/cudatrace/cudatrace/internal/privtest"
 	"github.com/cudatrace/cudatrace/tracer"
 )
 
@@ -22,25 +22,27 @@ func (u *unloadable) Run(context.Context, tracer.Spec, tracer.Sink) (*tracer.Res
 }
 
 func TestAutoFallsBackWhenEBPFCannotLoad(t *testing.T) {
+	ctx := privtest.Deadline(t)
 	spec := tracer.Spec{Argv: []string{"/bin/sh", "-c", "exec 3</dev/null; exit 3"}, DeviceMajors: []uint32{1}}
 	untouched := func() bool { return true }
 
-	var stderr bytes.Buffer
+	var notices []string
+	notice := func(m string) { notices = append(notices, m) }
 	var opens int
 	sink := tracer.SinkFunc(func(e *tracer.Event) {
 		if e.Kind == tracer.KindOpen && e.Path == "/dev/null" {
 			opens++
 		}
 	})
-	res, err := runBackend(context.Background(), &unloadable{}, true, spec, sink, untouched, &stderr)
+	res, err := runBackend(ctx, &unloadable{}, true, spec, sink, untouched, notice)
 	if err != nil {
 		t.Fatalf("auto: %v", err)
 	}
 	if res.Backend != "ptrace" || res.Exit == nil || res.Exit.Code != 3 || opens != 1 {
 		t.Errorf("auto: backend %s, exit %+v, %d opens of /dev/null; want ptrace, 3, 1", res.Backend, res.Exit, opens)
 	}
-	if want := "cudatrace: eBPF unavailable (BPF not supported: kfunc \"x\": backend unavailable); using ptrace\n"; stderr.String() != want {
-		t.Errorf("stderr %q, want %q", stderr.String(), want)
+	if want := "eBPF unavailable (BPF not supported: kfunc \"x\": backend unavailable); using ptrace"; len(notices) != 1 || notices[0] != want {
+		t.Errorf("notices %q, want [%q]", notices, want)
 	}
 
 	// --backend ebpf, or a trace that already saw calls: the error stands.
@@ -52,9 +54,9 @@ func TestAutoFallsBackWhenEBPFCannotLoad(t *testing.T) {
 		"calls seen":    {true, func() bool { return false }},
 	} {
 		u := &unloadable{}
-		stderr.Reset()
-		if _, err := runBackend(context.Background(), u, tc.fallback, spec, sink, tc.untouched, &stderr); err == nil || !strings.Contains(err.Error(), "kfunc") || u.runs != 1 || stderr.Len() != 0 {
-			t.Errorf("%s: err %v, %d runs, stderr %q; want the load error, one run, nothing printed", name, err, u.runs, stderr.String())
+		notices = nil
+		if _, err := runBackend(ctx, u, tc.fallback, spec, sink, tc.untouched, notice); err == nil || !strings.Contains(err.Error(), "kfunc") || u.runs != 1 || len(notices) != 0 {
+			t.Errorf("%s: err %v, %d runs, stderr %q; want the load error, one run, nothing printed", name, err, u.runs, notices)
 		}
 	}
 }

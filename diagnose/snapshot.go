@@ -1,0 +1,100 @@
+package diagnose
+
+import (
+	"sync"
+
+	"github.com/cudatrace/cudatrace/snapshot"
+)
+
+// failureSnapshot takes the system snapshot at the first failed device
+// open, while the failing process still exists. It runs beside the event
+// stream so the tracer never stalls. An earlier, weaker trigger (a failed
+// ioctl, a non-device open: a container runtime's setup can make those
+// before the target's cgroup is in place) is replaced by the first failed
+// open of an NVIDIA node.
+type failureSnapshot struct {
+	opts   snapshot.Options
+	mu     sync.Mutex
+	closed bool
+	strong bool // a failed NVIDIA open triggered it
+	wg     sync.WaitGroup
+	snap   *snapshot.Snapshot
+	gen    int
+	// env is the failing process's environment, read at once: a process
+	// that exits right after CUDA fails outlives the first reads, not the
+	// whole snapshot, and CUDA_VISIBLE_DEVICES may be the cause.
+	env map[string]string
+
+	deps deps // the system reads
+}
+
+// cudaFailed notes CUDA's failure code: compute mode (46) and the fabric
+// manager (802) are asked of nvidia-smi, which takes a second or more and
+// so is asked only then.
+func (f *failureSnapshot) cudaFailed(code int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if code == 46 || code == 802 {
+		f.opts.NvidiaSMI = "auto" // nvidia-smi is not a traced child
+	}
+}
+
+func (f *failureSnapshot) options() snapshot.Options {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.opts
+}
+
+func (f *failureSnapshot) trigger(pid int, path string) { f.triggerAs(pid, path, false) }
+
+func (f *failureSnapshot) triggerAs(pid int, path string, strong bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed || f.strong || (f.gen > 0 && !strong) {
+		return
+	}
+	f.strong = strong
+	f.gen++
+	gen := f.gen
+	if env, err := f.deps.targetEnv(pid); err == nil {
+		f.env = env
+	}
+	opts := f.opts
+	opts.PID = pid
+	if path != "" {
+		opts.ExtraPaths = []string{path} // described even if it is missing
+	}
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		snap := f.deps.collect(opts)
+		// A target that exited while it was being read leaves a snapshot
+		// that is part its view, part cudatrace's (mounts or cgroups
+		// lost on the way): drop it, and the exit snapshot is taken
+		// instead.
+		if snap.TargetLost {
+			snap = nil
+		}
+		f.mu.Lock()
+		if gen == f.gen {
+			f.snap = snap
+		}
+		f.mu.Unlock()
+	}()
+}
+
+func (f *failureSnapshot) wait() *snapshot.Snapshot {
+	f.mu.Lock()
+	f.closed = true // no trigger after this point
+	f.mu.Unlock()
+	f.wg.Wait()
+	return f.snap
+}
+
+// fillEnv gives an exit snapshot, taken when the target was gone, the
+// environment read at the failure.
+func (f *failureSnapshot) fillEnv(s *snapshot.Snapshot) {
+	if s.Env == nil && f.env != nil {
+		s.Env = f.env
+	}
+}
