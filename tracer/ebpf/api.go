@@ -1,6 +1,7 @@
 package ebpf
 
 import (
+	"debug/elf"
 	"errors"
 	"fmt"
 	"os"
@@ -44,7 +45,10 @@ func apiCookie(lib, fn int) uint64 { return uint64(lib)<<16 | uint64(fn) }
 // open), and at the end nothing is left: Close detaches all.
 type apiProbes struct {
 	enter, ret *ebpf.Program
-	probed     *ebpf.Map // probed_libs: the files the kernel need not hold for
+	// enterMulti, retMulti attach a library's entry points with one
+	// uprobe_multi link each (nil before 6.6, or where not loaded).
+	enterMulti, retMulti *ebpf.Program
+	probed               *ebpf.Map // probed_libs: the files the kernel need not hold for
 
 	mu       sync.Mutex
 	libs     []string           // by cookie index: the path the target used
@@ -105,8 +109,14 @@ func (p *apiProbes) attachFile(f *os.File, name string) error {
 		return err
 	}
 	li := len(p.libs)
-	found := 0
+	found, err := p.attachMulti(ex, f, base, li)
+	if err != nil {
+		found = 0 // per symbol, below
+	}
 	for fi, fn := range apiFuncs {
+		if err == nil {
+			break // attached as one link per library (or nothing to attach)
+		}
 		if !strings.HasPrefix(base, fn.lib) {
 			continue
 		}
@@ -134,6 +144,68 @@ func (p *apiProbes) attachFile(f *os.File, name string) error {
 	// The kernel knows the file by its superblock's dev_t and inode.
 	key := bpfLibId{Ino: st.Ino, Dev: uint32(unix.Major(st.Dev))<<20 | uint32(unix.Minor(st.Dev))}
 	return p.probed.Put(key, uint8(1))
+}
+
+// attachMulti attaches the library's exported entry points with one
+// uretprobe_multi link (and one uprobe_multi for those with a count out),
+// returning how many it probes; an error leaves nothing attached.
+func (p *apiProbes) attachMulti(ex *link.Executable, f *os.File, base string, li int) (int, error) {
+	if p.enterMulti == nil || p.retMulti == nil {
+		return 0, errors.New("uprobe_multi not available")
+	}
+	exported, err := dynamicSymbols(f)
+	if err != nil {
+		return 0, err
+	}
+	var rets, enters []string
+	var retCookies []uint64
+	for fi, fn := range apiFuncs {
+		if !strings.HasPrefix(base, fn.lib) || !exported[fn.name] {
+			continue
+		}
+		rets = append(rets, fn.name)
+		retCookies = append(retCookies, apiCookie(li, fi))
+		if fn.countOut {
+			enters = append(enters, fn.name)
+		}
+	}
+	if len(rets) == 0 {
+		return 0, nil
+	}
+	rl, err := ex.UretprobeMulti(rets, p.retMulti, &link.UprobeMultiOptions{Cookies: retCookies})
+	if err != nil {
+		return 0, err
+	}
+	if len(enters) > 0 {
+		el, err := ex.UprobeMulti(enters, p.enterMulti, nil)
+		if err != nil {
+			rl.Close()
+			return 0, err
+		}
+		p.links = append(p.links, el)
+	}
+	p.links = append(p.links, rl)
+	return len(rets), nil
+}
+
+// dynamicSymbols are the names a shared library exports (.dynsym): the
+// entry points a uprobe_multi link may name (one missing fails the link).
+func dynamicSymbols(f *os.File) (map[string]bool, error) {
+	ef, err := elf.NewFile(f)
+	if err != nil {
+		return nil, err
+	}
+	syms, err := ef.DynamicSymbols()
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]bool, len(apiFuncs))
+	for _, s := range syms {
+		if s.Section != elf.SHN_UNDEF && elf.ST_TYPE(s.Info) == elf.STT_FUNC {
+			out[s.Name] = true
+		}
+	}
+	return out, nil
 }
 
 // markProbed records a file as the kernel identified it in a held open, so

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
@@ -257,6 +258,11 @@ func load(spec tracer.Spec, ringBytes int, phases *phaseLog) (*session, error) {
 	if ringBytes != 0 {
 		cspec.Maps[bpfMapEvents].MaxEntries = uint32(ringBytes)
 	}
+	if features.HaveBPFLinkUprobeMulti() != nil {
+		// Before 6.6: these programs cannot load; per-symbol links remain.
+		delete(cspec.Programs, bpfProgCtApiEnterMulti)
+		delete(cspec.Programs, bpfProgCtApiRetMulti)
+	}
 	// No RLIMIT_MEMLOCK to lift: it was charged before 5.11, and the
 	// programs need 5.17 (bpf_loop).
 	phases.mark("object")
@@ -286,6 +292,7 @@ func load(spec tracer.Spec, ringBytes int, phases *phaseLog) (*session, error) {
 	}
 	s := &session{coll: coll, hook: hook, debug: spec.Debug, fold: fold, exits: make(chan struct{}, 1),
 		api: newAPIProbes(coll.Programs[bpfProgCtApiEnter], coll.Programs[bpfProgCtApiRet], coll.Maps[bpfMapProbedLibs])}
+	s.api.enterMulti, s.api.retMulti = coll.Programs[bpfProgCtApiEnterMulti], coll.Programs[bpfProgCtApiRetMulti]
 	majors := coll.Maps[bpfMapNvidiaMajors]
 	if len(spec.DeviceMajors) > int(majors.MaxEntries()) {
 		s.close()

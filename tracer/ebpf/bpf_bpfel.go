@@ -164,7 +164,9 @@ const (
 	bpfMapProbedLibs         = "probed_libs"
 	bpfMapTraced             = "traced"
 	bpfProgCtApiEnter        = "ct_api_enter"
+	bpfProgCtApiEnterMulti   = "ct_api_enter_multi"
 	bpfProgCtApiRet          = "ct_api_ret"
+	bpfProgCtApiRetMulti     = "ct_api_ret_multi"
 	bpfProgCtExit            = "ct_exit"
 	bpfProgCtFork            = "ct_fork"
 	bpfProgCtSysEnter        = "ct_sys_enter"
@@ -233,12 +235,14 @@ type bpfSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type bpfProgramSpecs struct {
-	CtApiEnter *ebpf.ProgramSpec `ebpf:"ct_api_enter"`
-	CtApiRet   *ebpf.ProgramSpec `ebpf:"ct_api_ret"`
-	CtExit     *ebpf.ProgramSpec `ebpf:"ct_exit"`
-	CtFork     *ebpf.ProgramSpec `ebpf:"ct_fork"`
-	CtSysEnter *ebpf.ProgramSpec `ebpf:"ct_sys_enter"`
-	CtSysExit  *ebpf.ProgramSpec `ebpf:"ct_sys_exit"`
+	CtApiEnter      *ebpf.ProgramSpec `ebpf:"ct_api_enter"`
+	CtApiEnterMulti *ebpf.ProgramSpec `ebpf:"ct_api_enter_multi"`
+	CtApiRet        *ebpf.ProgramSpec `ebpf:"ct_api_ret"`
+	CtApiRetMulti   *ebpf.ProgramSpec `ebpf:"ct_api_ret_multi"`
+	CtExit          *ebpf.ProgramSpec `ebpf:"ct_exit"`
+	CtFork          *ebpf.ProgramSpec `ebpf:"ct_fork"`
+	CtSysEnter      *ebpf.ProgramSpec `ebpf:"ct_sys_enter"`
+	CtSysExit       *ebpf.ProgramSpec `ebpf:"ct_sys_exit"`
 }
 
 // bpfMapSpecs contains maps before they are loaded into the kernel.
@@ -357,18 +361,22 @@ type bpfVariables struct {
 //
 // It can be passed to loadBpfObjects or ebpf.CollectionSpec.LoadAndAssign.
 type bpfPrograms struct {
-	CtApiEnter *ebpf.Program `ebpf:"ct_api_enter"`
-	CtApiRet   *ebpf.Program `ebpf:"ct_api_ret"`
-	CtExit     *ebpf.Program `ebpf:"ct_exit"`
-	CtFork     *ebpf.Program `ebpf:"ct_fork"`
-	CtSysEnter *ebpf.Program `ebpf:"ct_sys_enter"`
-	CtSysExit  *ebpf.Program `ebpf:"ct_sys_exit"`
+	CtApiEnter      *ebpf.Program `ebpf:"ct_api_enter"`
+	CtApiEnterMulti *ebpf.Program `ebpf:"ct_api_enter_multi"`
+	CtApiRet        *ebpf.Program `ebpf:"ct_api_ret"`
+	CtApiRetMulti   *ebpf.Program `ebpf:"ct_api_ret_multi"`
+	CtExit          *ebpf.Program `ebpf:"ct_exit"`
+	CtFork          *ebpf.Program `ebpf:"ct_fork"`
+	CtSysEnter      *ebpf.Program `ebpf:"ct_sys_enter"`
+	CtSysExit       *ebpf.Program `ebpf:"ct_sys_exit"`
 }
 
 func (p *bpfPrograms) Close() error {
 	return _BpfClose(
 		p.CtApiEnter,
+		p.CtApiEnterMulti,
 		p.CtApiRet,
+		p.CtApiRetMulti,
 		p.CtExit,
 		p.CtFork,
 		p.CtSysEnter,
