@@ -70,6 +70,9 @@ var gpuCases = []gpuCase{
 	{state: "11-cvd-none-cuinit", ids: []string{"cuda-visible-devices-hides-all"}, cuda: "failed 100", verdict: "CUDA_VISIBLE_DEVICES"},
 	{state: "11-cvd-invalid-cuinit-ptrace", verdict: "CUDA's own return code is unknown"},
 	{state: "11-cvd-none-cuinit-ptrace", verdict: "CUDA's own return code is unknown"},
+	// The final build: ptrace with the uprobes (root), CUDA's code as under eBPF.
+	{state: "13-ptrace-api-deny-uvm-cuinit", failPath: "/dev/nvidia-uvm", errno: "EPERM", ids: []string{"cgroup2-denied"}, mention: []string{"c 238:* rwm"}, cuda: "failed 999", verdict: "cuInit returned 999 (CUDA_ERROR_UNKNOWN)"},
+	{state: "13-ptrace-api-healthy-torch", ids: []string{"calls-ok"}, cuda: "ok", verdict: "found 1 GPU(s)"},
 }
 
 // TestGPURecordings replays the reports recorded on a real H200 through the
