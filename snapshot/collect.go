@@ -138,11 +138,11 @@ func (c *collector) run() *Snapshot {
 	}
 	if alive {
 		c.collectEnv(pidDir)
-		// Everything above is the target's view; a target gone by now
-		// may have left part of it as cudatrace's own. What follows is the
-		// host's and does not depend on the target.
-		s.TargetLost = c.opts.PID != 0 && !c.alive(pidDir)
 	}
+	// Everything above is the target's view; a target gone by now (or
+	// already at the start) left part of it as cudatrace's own. What
+	// follows is the host's and does not depend on the target.
+	s.TargetLost = c.opts.PID != 0 && (!alive || !c.alive(pidDir))
 
 	c.collectDriver()
 	c.collectDriverState()

@@ -284,7 +284,7 @@ func checkAttachReport(t *testing.T, backend, path string, pid int, spawner bool
 		t.Fatalf("failing call %+v, want openat /dev/nvidia-uvm O_RDWR|O_CLOEXEC EPERM", f)
 	}
 	if finding(rep, "cgroup2-denied") == nil || finding(rep, "cgroup2-denied").Severity != annotate.SeverityError {
-		t.Errorf("findings %v, want cgroup2-denied", findingIDs(rep))
+		t.Errorf("findings %v, want cgroup2-denied (snapshot of pid %d %q, cgroup v2 %+v, not read: %q)", findingIDs(rep), rep.Snapshot.Process.PID, rep.Snapshot.Process.Comm, rep.Snapshot.CgroupV2, rep.Snapshot.Unavailable)
 	}
 	if !spawner {
 		if f.PID != pid {
