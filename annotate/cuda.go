@@ -264,6 +264,10 @@ func (a *analyzer) cudaVerdict() (string, bool) {
 			if a.cause != "" {
 				s += ": " + a.cause
 			}
+			if isGPUNode(c.Path) {
+				// Several GPUs: the job runs on fewer, far from the cause.
+				s += "; CUDA runs without that GPU"
+			}
 			return s + ".", true
 		}
 		s += "; no NVIDIA device call failed."

@@ -137,3 +137,37 @@ func TestVisibleDevicesInvalidUUID(t *testing.T) {
 		}
 	}
 }
+
+// Eight GPUs, one node denied by the device cgroup: CUDA starts with seven.
+// The headline says which GPU is gone and why; a GPU merely not given to
+// the container is not a fault.
+func TestOneOfEightGPUs(t *testing.T) {
+	build := func(errnoOf3 unix.Errno) *evb {
+		b := newEvents(845, "python3")
+		b.open("/dev/nvidiactl", unix.O_RDWR, 3, dev(195, 255))
+		for i := uint32(0); i < 8; i++ {
+			p := "/dev/nvidia" + string(rune('0'+i))
+			if i == 3 {
+				b.open(p, unix.O_RDWR, errno(errnoOf3), nil)
+				continue
+			}
+			b.open(p, unix.O_RDWR, int64(10+i), dev(195, i))
+		}
+		b.api("cuInit", 0)
+		n := int64(7)
+		b.add(tracer.Event{Kind: tracer.KindAPI, Func: "cuDeviceGetCount", Out: &n})
+		return b
+	}
+	a := AnalyzeFacts(build(unix.EPERM).evs, h200(), traced)
+	if a.Failing == nil || a.Failing.Path != "/dev/nvidia3" || !strings.Contains(a.Verdict, "found 7 GPU(s), but") || !strings.Contains(a.Verdict, "CUDA runs without that GPU") {
+		t.Fatalf("denied: failing %v, verdict %q", a.Failing, a.Verdict)
+	}
+	s := h200()
+	s.Env = map[string]string{"NVIDIA_VISIBLE_DEVICES": "0,1,2,4,5,6,7"}
+	a = AnalyzeFacts(build(unix.ENOENT).evs, s, traced)
+	if a.Failing != nil || !strings.HasSuffix(a.Verdict, "no NVIDIA device call failed.") {
+		t.Fatalf("allocated: failing %v, verdict %q", a.Failing, a.Verdict)
+	}
+	f := find(t, a, "ignored-failures")
+	mustContain(t, "detail", strings.Join(f.Detail, "\n"), "/dev/nvidia3", "not given to this container")
+}

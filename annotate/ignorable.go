@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/cudatrace/cudatrace/tracer"
 )
 
@@ -30,6 +32,9 @@ func (a *analyzer) ignorable(i int) (string, bool) {
 			return o.why, true
 		}
 	}
+	if why := a.hiddenOnPurpose(e); why != "" {
+		return why, true
+	}
 	switch e.Kind {
 	case tracer.KindOpen:
 		if a.recovered(i) {
@@ -41,6 +46,27 @@ func (a *analyzer) ignorable(i int) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// hiddenOnPurpose says why a GPU node that is absent did not matter: CUDA
+// started, and the node is missing where GPUs are allocated per container
+// (a device plugin, CDI, NVIDIA_VISIBLE_DEVICES) or CUDA_VISIBLE_DEVICES
+// narrows the GPUs. An intended isolation is not a fault; a node that
+// exists and is denied still is.
+func (a *analyzer) hiddenOnPurpose(e *tracer.Event) string {
+	if e.Kind != tracer.KindOpen || !isGPUNode(e.Path) || e.Errno() != unix.ENOENT || a.cuda.Status != "ok" {
+		return ""
+	}
+	if v, ok := a.s.Env["NVIDIA_VISIBLE_DEVICES"]; ok {
+		return fmt.Sprintf("the GPU was not given to this container (NVIDIA_VISIBLE_DEVICES=%q), and CUDA started with the others", v)
+	}
+	if v, ok := a.s.Env["CUDA_VISIBLE_DEVICES"]; ok {
+		return fmt.Sprintf("CUDA_VISIBLE_DEVICES=%q narrows the GPUs, and CUDA started with the others", v)
+	}
+	if a.inContainer() {
+		return "its node is absent in this container, as when a device plugin or CDI allocates only some GPUs, and CUDA started with the others"
+	}
+	return ""
 }
 
 // openedLater: the same process opened the path successfully after call i.
@@ -59,9 +85,9 @@ func (a *analyzer) openedLater(i int) bool {
 // says why they are not the verdict. Only worth saying when something
 // failed; /dev/char links and nvidia-modprobe lookups are libcuda's routine.
 func (a *analyzer) noteIgnored() {
-	if a.fail < 0 && a.cudaFailed() == nil {
-		return
-	}
+	// With nothing failed, only a GPU hidden on purpose is worth saying:
+	// the job runs on fewer GPUs than the host has, by design.
+	onlyHidden := a.fail < 0 && a.cudaFailed() == nil
 	var d []string
 	var events []uint64
 	for i := range a.ev {
@@ -70,7 +96,7 @@ func (a *analyzer) noteIgnored() {
 			continue
 		}
 		why, ok := a.ignorable(i)
-		if !ok || len(d) >= 8 {
+		if !ok || len(d) >= 8 || onlyHidden && a.hiddenOnPurpose(e) == "" {
 			continue
 		}
 		d = append(d, fmt.Sprintf("`%s` by %s %s: %s.", FormatCall(e), who(e), FormatResult(e), why))
