@@ -306,18 +306,27 @@ extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym __weak;
 /* Tests turn the cast off to run the fallback on a kernel that has it. */
 const volatile bool use_rdonly_cast = true;
 
-/* The inode behind one of the current task's fds: fd → file → inode. The
- * walk is BTF pointer loads (a faulting one reads 0), not a helper call per
- * field; only the fd array slot needs bpf_probe_read_kernel. */
-static __always_inline bool fd_inode(int fd, umode_t *mode, dev_t *rdev)
+/* The file behind one of the current task's fds, or NULL. The walk is BTF
+ * pointer loads (a faulting one reads 0), not a helper call per field; only
+ * the fd array slot needs bpf_probe_read_kernel. */
+static __always_inline struct file *fd_file(int fd)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct fdtable *fdt = task->files->fdt;
 	if (!fdt || fd < 0 || (__u32)fd >= fdt->max_fds)
-		return false;
+		return NULL;
 	struct file **fds = fdt->fd;
 	struct file *slot = NULL;
-	if (bpf_probe_read_kernel(&slot, sizeof(slot), &fds[fd]) || !slot)
+	if (bpf_probe_read_kernel(&slot, sizeof(slot), &fds[fd]))
+		return NULL;
+	return slot;
+}
+
+/* The inode behind one of the current task's fds: fd → file → inode. */
+static __always_inline bool fd_inode(int fd, umode_t *mode, dev_t *rdev)
+{
+	struct file *slot = fd_file(fd);
+	if (!slot)
 		return false;
 	struct inode *ino;
 	if (use_rdonly_cast && bpf_ksym_exists(bpf_rdonly_cast)) {
@@ -340,13 +349,8 @@ static __always_inline bool fd_inode(int fd, umode_t *mode, dev_t *rdev)
 /* The identity of the file behind fd (a library just opened). */
 static __always_inline bool fd_file_id(int fd, struct lib_id *id)
 {
-	struct task_struct *task = bpf_get_current_task_btf();
-	struct fdtable *fdt = task->files->fdt;
-	if (!fdt || fd < 0 || (__u32)fd >= fdt->max_fds)
-		return false;
-	struct file **fds = fdt->fd;
-	struct file *slot = NULL;
-	if (bpf_probe_read_kernel(&slot, sizeof(slot), &fds[fd]) || !slot)
+	struct file *slot = fd_file(fd);
+	if (!slot)
 		return false;
 	struct inode *ino = BPF_CORE_READ(slot, f_inode);
 	if (!ino)

@@ -119,17 +119,7 @@ func (d *decoder) decode(raw []byte) (*tracer.Event, error) {
 		return nil, fmt.Errorf("unknown event kind %d / syscall %d", e.Kind, e.Syscall)
 	}
 	box := &d.box
-	box.ev = tracer.Event{}
-	ev := &box.ev
-	d.seq++
-	ev.Seq = d.seq
-	if e.Ktime > d.startKtime {
-		ev.Time = time.Duration(e.Ktime - d.startKtime)
-	}
-	ev.PID = int(e.Tgid)
-	ev.TID = int(e.Tid)
-	ev.Comm = d.internLast(cstr(e.Comm[:]), &d.lastComm)
-	ev.Kind = kinds[e.Kind]
+	ev := d.begin(e, kinds[e.Kind])
 	ev.Syscall = syscallNames[e.Syscall]
 	ev.Ret = e.Ret
 	if ev.Kind == tracer.KindExit {
@@ -172,6 +162,23 @@ func (d *decoder) decode(raw []byte) (*tracer.Event, error) {
 	return ev, nil
 }
 
+// begin fills the reused event with what every record has: the next Seq,
+// the time since the trace started, who made the call.
+func (d *decoder) begin(e *bpfEvent, kind tracer.Kind) *tracer.Event {
+	d.box.ev = tracer.Event{}
+	ev := &d.box.ev
+	d.seq++
+	ev.Seq = d.seq
+	if e.Ktime > d.startKtime {
+		ev.Time = time.Duration(e.Ktime - d.startKtime)
+	}
+	ev.PID = int(e.Tgid)
+	ev.TID = int(e.Tid)
+	ev.Comm = d.internLast(cstr(e.Comm[:]), &d.lastComm)
+	ev.Kind = kind
+	return ev
+}
+
 // decodeAPI converts a uretprobe's record: which entry point returned
 // what, in which library.
 func (d *decoder) decodeAPI(e *bpfEvent) (*tracer.Event, error) {
@@ -183,17 +190,7 @@ func (d *decoder) decodeAPI(e *bpfEvent) (*tracer.Event, error) {
 		return nil, fmt.Errorf("api event with unknown cookie %#x", e.Request)
 	}
 	box := &d.box
-	box.ev = tracer.Event{}
-	ev := &box.ev
-	d.seq++
-	ev.Seq = d.seq
-	if e.Ktime > d.startKtime {
-		ev.Time = time.Duration(e.Ktime - d.startKtime)
-	}
-	ev.PID = int(e.Tgid)
-	ev.TID = int(e.Tid)
-	ev.Comm = d.internLast(cstr(e.Comm[:]), &d.lastComm)
-	ev.Kind = tracer.KindAPI
+	ev := d.begin(e, tracer.KindAPI)
 	ev.Func = fn
 	ev.Path = lib
 	ev.Ret = e.Ret
