@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"unicode/utf8"
 
+	"github.com/clipperhouse/displaywidth"
 	"github.com/olekukonko/tablewriter"
 	"github.com/olekukonko/tablewriter/renderer"
 	"github.com/olekukonko/tablewriter/tw"
@@ -64,8 +64,8 @@ func doctorText(w io.Writer, res *doctor.Result, o RenderOptions) error {
 
 	subjW, checkW := 8, 6
 	for _, c := range res.Checks {
-		subjW = max(subjW, min(utf8.RuneCountInString(c.Subject), 34))
-		checkW = max(checkW, utf8.RuneCountInString(c.ID))
+		subjW = max(subjW, min(displaywidth.String(c.Subject), 34))
+		checkW = max(checkW, displaywidth.String(c.ID))
 	}
 	const gap = 2
 	resultW := max(width-(4+checkW+subjW)-3*gap, 30)
@@ -220,7 +220,7 @@ func wrapWords(s string, width int) []string {
 	var cur strings.Builder
 	n := 0
 	for _, word := range strings.Fields(s) {
-		wl := utf8.RuneCountInString(word)
+		wl := displaywidth.String(word)
 		if n > 0 && n+1+wl > width {
 			lines = append(lines, cur.String())
 			cur.Reset()

@@ -8,6 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/clipperhouse/displaywidth"
 	"github.com/olekukonko/tablewriter"
 	"github.com/olekukonko/tablewriter/renderer"
 	"github.com/olekukonko/tablewriter/tw"
@@ -350,11 +351,11 @@ func writeTimelineTable(w io.Writer, rows []timelineRow, width int, p palette) e
 	header := []string{"TIME", "PROCESS", "CALL", "RESULT", "DEVICE"}
 	widths := make([]int, len(header))
 	for i, h := range header {
-		widths[i] = utf8.RuneCountInString(h)
+		widths[i] = displaywidth.String(h)
 	}
 	for _, r := range rows {
 		for i, c := range r.cells() {
-			widths[i] = max(widths[i], utf8.RuneCountInString(c))
+			widths[i] = max(widths[i], displaywidth.String(c))
 		}
 	}
 	const gap = 2 // after each column, the last one included
@@ -409,17 +410,18 @@ func writeTimelineTable(w io.Writer, rows []timelineRow, width int, p palette) e
 	return err
 }
 
-// wrapCall breaks a formatted call into lines of at most width runes,
+// wrapCall breaks a formatted call into lines of at most width columns
+// (display width, as tablewriter pads: a CJK character or an emoji takes two),
 // after ", " where it can, hard where a single argument is longer.
 // Continuation lines are indented by two spaces. It works on one line's
 // worth of text at a time, so a path of a megabyte (the target controls
 // paths) takes linear time.
 func wrapCall(s string, width int) []string {
-	if utf8.RuneCountInString(s) <= width || width < 8 {
+	if displaywidth.String(s) <= width || width < 8 {
 		return []string{s}
 	}
 	var lines []string
-	cur, curN := "", 0 // the line being built, and its length in runes
+	cur, curN := "", 0 // the line being built, and its display width
 	for s != "" {
 		// The next piece: up to and including ", ", or the rest.
 		pc := s
@@ -427,7 +429,7 @@ func wrapCall(s string, width int) []string {
 			pc = s[:i+2]
 		}
 		s = s[len(pc):]
-		n := utf8.RuneCountInString(pc)
+		n := displaywidth.String(pc)
 		if cur != "" && curN+n > width {
 			lines = append(lines, strings.TrimRight(cur, " "))
 			cur, curN = "  ", 2
@@ -436,7 +438,7 @@ func wrapCall(s string, width int) []string {
 			// Too long for one line even alone: break a path after a
 			// slash if there is one, else anywhere.
 			k := width - curN
-			take := runePrefixLen(pc, k)
+			take := widthPrefixLen(pc, k)
 			line := cur + pc[:take]
 			cut := len(line)
 			if i := strings.LastIndex(line, "/"); i > 2 {
@@ -444,8 +446,8 @@ func wrapCall(s string, width int) []string {
 			}
 			lines = append(lines, line[:cut])
 			cur = "  " + line[cut:]
-			curN = 2 + utf8.RuneCountInString(line[cut:])
-			pc, n = pc[take:], n-k
+			curN = 2 + displaywidth.String(line[cut:])
+			pc, n = pc[take:], n-displaywidth.String(pc[:take])
 		}
 		cur += pc
 		curN += n
@@ -456,12 +458,18 @@ func wrapCall(s string, width int) []string {
 	return lines
 }
 
-// runePrefixLen is the length in bytes of s's first n runes.
-func runePrefixLen(s string, n int) int {
-	i := 0
-	for ; n > 0 && i < len(s); n-- {
-		_, size := utf8.DecodeRuneInString(s[i:])
-		i += size
+// widthPrefixLen is the length in bytes of s's longest prefix of whole
+// graphemes at most n columns wide; at least one grapheme, so that a wide
+// character facing a one-column gap still makes progress.
+func widthPrefixLen(s string, n int) int {
+	i, w := 0, 0
+	for g := displaywidth.StringGraphemes(s); g.Next(); {
+		gw := g.Width()
+		if i > 0 && w+gw > n {
+			break
+		}
+		i += len(g.Value())
+		w += gw
 	}
 	return i
 }

@@ -137,7 +137,7 @@ func mountCgroup2() (dir string, unmount func() error, err error) {
 		return "", nil, err
 	}
 	if err := unix.Mount("none", dir, "cgroup2", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		os.Remove(dir)
+		_ = os.Remove(dir) // best effort: an rmdir of a non-empty cgroup fails, and it is reported elsewhere
 		if errors.Is(err, unix.EPERM) {
 			return "", nil, fmt.Errorf("%w (needs root or CAP_SYS_ADMIN)", err)
 		}

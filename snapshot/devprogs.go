@@ -129,7 +129,7 @@ func queryDir(path string, flags uint32) ([]link.AttachedProgram, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer unix.Close(fd)
+	defer func() { _ = unix.Close(fd) }() // read-only: a failed close loses nothing
 	res, err := link.QueryPrograms(link.QueryOptions{Target: fd, Attach: ebpf.AttachCGroupDevice, QueryFlags: flags})
 	if err != nil {
 		// cilium/ebpf reports the kernel's EPERM for an unprivileged query
@@ -151,7 +151,7 @@ func attachFlags(path string) (uint32, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer unix.Close(fd)
+	defer func() { _ = unix.Close(fd) }() // read-only: a failed close loses nothing
 	// The BPF_PROG_QUERY part of union bpf_attr, up to prog_cnt.
 	var attr struct {
 		targetFD    uint32
@@ -177,7 +177,7 @@ func readProgram(id ebpf.ProgramID) (DeviceProgram, error) {
 	if err != nil {
 		return out, fmt.Errorf("open device program %d: %w", id, err)
 	}
-	defer prog.Close()
+	defer func() { _ = prog.Close() }() // read-only: a failed close loses nothing
 	info, err := prog.Info()
 	if err != nil {
 		return out, fmt.Errorf("device program %d: info: %w", id, err)

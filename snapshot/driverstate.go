@@ -128,7 +128,7 @@ func (sv *DriverState) collectKernelConfig(c *collector, release string) {
 		if zr, err := gzip.NewReader(f); err == nil {
 			text, _ = io.ReadAll(io.LimitReader(zr, 16<<20))
 		}
-		f.Close()
+		_ = f.Close() // read-only: a failed close loses nothing
 	}
 	if text == nil {
 		text, _ = os.ReadFile(filepath.Join(c.hostRoot, "boot", "config-"+release))

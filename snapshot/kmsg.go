@@ -39,7 +39,7 @@ func (c *collector) collectKernelLog() {
 		c.snap.Unavailable = append(c.snap.Unavailable, "kernel log: "+c.kmsgPath+": "+err.Error()+hint)
 		return
 	}
-	defer unix.Close(fd)
+	defer func() { _ = unix.Close(fd) }() // read-only: a failed close loses nothing
 
 	boot := c.bootTime()
 	since := c.opts.KmsgSince.Add(-kmsgSlack)

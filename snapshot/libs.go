@@ -119,7 +119,7 @@ func OpenMappedLibraries(pid int) []*LibFile {
 	if err != nil {
 		return nil
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only: a failed close loses nothing
 	seen := map[[2]uint64]bool{}
 	var out []*LibFile
 	sc := bufio.NewScanner(io.LimitReader(f, 64<<20))
@@ -136,7 +136,7 @@ func OpenMappedLibraries(pid int) []*LibFile {
 		}
 		id, ok := fileID(lf)
 		if !ok || seen[id] {
-			lf.Close()
+			_ = lf.Close() // read-only: a failed close loses nothing
 			continue
 		}
 		seen[id] = true
@@ -170,7 +170,7 @@ func openUnique(r *rootFS, candidates []string) []*LibFile {
 		}
 		id, ok := fileID(f)
 		if !ok || seenFile[id] {
-			f.Close()
+			_ = f.Close() // read-only: a failed close loses nothing
 			continue
 		}
 		seenFile[id] = true
@@ -193,7 +193,7 @@ func openRegular(p string) (*os.File, error) {
 func regularFile(fd int, name string) (*os.File, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
-		unix.Close(fd)
+		_ = unix.Close(fd) // read-only: a failed close loses nothing
 		return nil, errors.New("not a regular file")
 	}
 	return os.NewFile(uintptr(fd), name), nil
@@ -213,7 +213,7 @@ func ReadEnviron(pid int) []string {
 	if err != nil {
 		return nil
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only: a failed close loses nothing
 	b, _ := io.ReadAll(io.LimitReader(f, maxEnvironSize))
 	var env []string
 	for _, kv := range bytes.Split(b, []byte{0}) {

@@ -20,7 +20,7 @@ func (c *collector) collectLimits(pidDir string) {
 	if err != nil {
 		return
 	}
-	defer d.Close()
+	defer func() { _ = d.Close() }() // read-only: a failed close loses nothing
 	// Read in batches, bounded: a process may hold a million fds.
 	for n := 0; n < 1<<20; {
 		names, err := d.Readdirnames(4096)

@@ -106,7 +106,7 @@ func (g *fsGuard) readFile(name string, limit int64) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		defer h.Close()
+		defer func() { _ = h.Close() }() // read-only: a failed close loses nothing
 		return readHandle(h, limit)
 	})
 }
@@ -125,7 +125,7 @@ func (g *fsGuard) readFileInRoot(root, name string, limit int64) ([]byte, error)
 		if err != nil {
 			return nil, err
 		}
-		defer h.Close()
+		defer func() { _ = h.Close() }() // read-only: a failed close loses nothing
 		return readHandle(h, limit)
 	})
 }
@@ -137,7 +137,7 @@ func (g *fsGuard) existsInRoot(root, name string) bool {
 		if err != nil {
 			return false, err
 		}
-		h.Close()
+		_ = h.Close() // read-only: a failed close loses nothing
 		return true, nil
 	})
 	return ok
@@ -151,7 +151,7 @@ func (g *fsGuard) readDirNames(root, dir string) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		defer h.Close()
+		defer func() { _ = h.Close() }() // read-only: a failed close loses nothing
 		var st unix.Stat_t
 		if err := unix.Fstat(int(h.Fd()), &st); err != nil {
 			return nil, err
@@ -163,7 +163,7 @@ func (g *fsGuard) readDirNames(root, dir string) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		defer d.Close()
+		defer func() { _ = d.Close() }() // read-only: a failed close loses nothing
 		names, err := d.Readdirnames(maxDirNames + 1)
 		if errors.Is(err, io.EOF) {
 			err = nil
@@ -193,7 +193,7 @@ func (g *fsGuard) lstatInRoot(root, name string) (unix.Stat_t, string, error) {
 		if err != nil {
 			return r, err
 		}
-		defer h.Close()
+		defer func() { _ = h.Close() }() // read-only: a failed close loses nothing
 		if err := unix.Fstatat(int(h.Fd()), base, &r.st, unix.AT_SYMLINK_NOFOLLOW|unix.AT_EMPTY_PATH); err != nil {
 			return r, err
 		}
@@ -215,7 +215,7 @@ func openInRoot(root, name string) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer rootDir.Close()
+	defer func() { _ = rootDir.Close() }() // read-only: a failed close loses nothing
 	rel := strings.TrimLeft(path.Clean("/"+name), "/")
 	if rel == "" {
 		rel = "."
@@ -247,7 +247,7 @@ func readHandle(h *os.File, limit int64) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only: a failed close loses nothing
 	// Files in /proc and /sys report size 0: read up to the limit, not st.Size.
 	b, err := io.ReadAll(io.LimitReader(f, limit+1))
 	if err != nil {

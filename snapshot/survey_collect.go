@@ -132,7 +132,7 @@ func SurveyHost(opts SurveyOptions) *Survey {
 		if fd, err := unix.MemfdCreate("cudatrace-doctor", unix.MFD_CLOEXEC); err != nil {
 			sv.MemfdError = err.Error()
 		} else {
-			unix.Close(fd)
+			_ = unix.Close(fd) // read-only: a failed close loses nothing
 		}
 	}
 
@@ -187,7 +187,7 @@ func surveyCgroup(c *collector, cg string, mounts []selfMount) {
 // node. The link is followed one step only, inside the root.
 func (sv *Survey) collectCharLinks(r *rootFS) {
 	if fd, err := r.open("/dev/char", unix.O_PATH|unix.O_DIRECTORY); err == nil {
-		unix.Close(fd)
+		_ = unix.Close(fd) // read-only: a failed close loses nothing
 		sv.CharDir = true
 	}
 	for _, n := range sv.Base.Nodes {
@@ -210,7 +210,7 @@ func (sv *Survey) collectCharLinks(r *rootFS) {
 						unix.Major(st.Rdev) == n.Major && unix.Minor(st.Rdev) == n.Minor {
 						cl.Resolves = true
 					}
-					unix.Close(tfd)
+					_ = unix.Close(tfd) // read-only: a failed close loses nothing
 				}
 			} else {
 				var st unix.Stat_t
@@ -219,7 +219,7 @@ func (sv *Survey) collectCharLinks(r *rootFS) {
 					cl.Resolves = st.Mode&unix.S_IFMT == unix.S_IFCHR && unix.Major(st.Rdev) == n.Major && unix.Minor(st.Rdev) == n.Minor
 				}
 			}
-			unix.Close(dfd)
+			_ = unix.Close(dfd) // read-only: a failed close loses nothing
 		}
 		sv.CharLinks = append(sv.CharLinks, cl)
 	}
@@ -253,13 +253,13 @@ func (sv *Survey) collectSystemdRuntimes(r *rootFS) {
 	if fd, err := r.open("/run/systemd/system", unix.O_PATH|unix.O_DIRECTORY); err != nil {
 		return
 	} else {
-		unix.Close(fd)
+		_ = unix.Close(fd) // read-only: a failed close loses nothing
 	}
 	for _, rt := range []struct{ name, sock string }{
 		{"docker", "/run/docker.sock"}, {"containerd", "/run/containerd/containerd.sock"}, {"cri-o", "/run/crio/crio.sock"},
 	} {
 		if fd, err := r.open(rt.sock, unix.O_PATH); err == nil {
-			unix.Close(fd)
+			_ = unix.Close(fd) // read-only: a failed close loses nothing
 			sv.SystemdRuntimes = append(sv.SystemdRuntimes, rt.name)
 		}
 	}

@@ -56,7 +56,7 @@ func doctorCommand(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&smi, "nvidia-smi", "", "nvidia-smi to ask for compute and persistence mode; - asks nothing")
 	fs.StringVar(&hostRoot, "host-root", "", "read container configs and CDI specs under this root (testing)")
 	for _, n := range []string{"proc-devices", "host-root"} {
-		fs.MarkHidden(n)
+		_ = fs.MarkHidden(n) // the flags were just defined
 	}
 	if err := fs.Parse(args); err != nil || help {
 		if help || err == pflag.ErrHelp {

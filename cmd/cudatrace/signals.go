@@ -72,7 +72,7 @@ func handleSignals(launched bool, cancel context.CancelFunc) func() {
 					if group && inOurGroup(pid) {
 						continue // the kernel delivered it already
 					}
-					syscall.Kill(pid, s)
+					_ = syscall.Kill(pid, s) // it may have exited already
 				}
 			}
 		}
@@ -148,7 +148,7 @@ func (s *sentinel) close() {
 // and setpgid takes it for writing before it checks anything: a no-op
 // setpgid waits for any such send in progress. Its result does not matter.
 func groupBarrier() {
-	unix.Setpgid(0, unix.Getpgrp())
+	_ = unix.Setpgid(0, unix.Getpgrp()) // best effort: on failure signals still reach the target via forwarding
 }
 
 func inOurGroup(pid int) bool {

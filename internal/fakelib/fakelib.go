@@ -48,7 +48,11 @@ func build() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	os.Chmod(out, 0o755)
+	// MkdirTemp makes it 0700: a target running as another user must reach it.
+	if err := os.Chmod(out, 0o755); err != nil {
+		_ = os.RemoveAll(out) // best-effort cleanup of an empty temp dir
+		return "", err
+	}
 	for _, b := range [][]string{
 		{"-shared", "-fPIC", "-O1", "-o", filepath.Join(out, "libcuda.so.1"), filepath.Join(src, "libcuda.c")},
 		{"-shared", "-fPIC", "-O1", "-o", filepath.Join(out, "libnvidia-ml.so.1"), filepath.Join(src, "libnvidia-ml.c")},

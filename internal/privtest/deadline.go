@@ -146,7 +146,7 @@ func killDescendants() []int {
 	}
 	walk(os.Getpid())
 	for _, pid := range order {
-		syscall.Kill(pid, syscall.SIGKILL)
+		_ = syscall.Kill(pid, syscall.SIGKILL) // it may have exited already
 	}
 	return order
 }

@@ -144,7 +144,7 @@ func attachedDevicePrograms(dir string) ([]uint32, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer unix.Close(fd)
+	defer func() { _ = unix.Close(fd) }() // read-only: a failed close loses nothing
 	res, err := link.QueryPrograms(link.QueryOptions{Target: fd, Attach: ebpf.AttachCGroupDevice})
 	if err != nil {
 		return nil, fmt.Errorf("query device programs of %s: %w", dir, err)
@@ -164,7 +164,7 @@ func (cg *cgroupV2) detach() error {
 	if err != nil {
 		return err
 	}
-	defer unix.Close(fd)
+	defer func() { _ = unix.Close(fd) }() // read-only: a failed close loses nothing
 	ids, err := attachedDevicePrograms(cg.path)
 	if err != nil {
 		return err
@@ -177,7 +177,7 @@ func (cg *cgroupV2) detach() error {
 			continue
 		}
 		err = link.RawDetachProgram(link.RawDetachProgramOptions{Target: fd, Program: prog, Attach: ebpf.AttachCGroupDevice})
-		prog.Close()
+		_ = prog.Close() // read-only: a failed close loses nothing
 		if err != nil {
 			errs = append(errs, fmt.Errorf("detach program %d: %w", id, err))
 		}
@@ -246,7 +246,7 @@ func killAll(dir string, v2 bool) error {
 	}
 	for _, f := range strings.Fields(string(data)) {
 		if pid, err := strconv.Atoi(f); err == nil {
-			syscall.Kill(pid, syscall.SIGKILL)
+			_ = syscall.Kill(pid, syscall.SIGKILL) // it may have exited already
 		}
 	}
 	return nil

@@ -32,7 +32,7 @@ func RunMain(m *testing.M) {
 	code := m.Run()
 	shared.Lock()
 	if shared.dir != "" {
-		os.RemoveAll(shared.dir)
+		_ = os.RemoveAll(shared.dir) // best-effort cleanup: nothing to do if it fails
 	}
 	shared.Unlock()
 	os.Exit(code)

@@ -317,7 +317,7 @@ func (e *Env) Command(t testing.TB, argv ...string) *exec.Cmd {
 	cmd := exec.Command("unshare", args...)
 	t.Cleanup(func() {
 		if cmd.Process != nil && cmd.ProcessState == nil {
-			cmd.Process.Kill()
+			_ = cmd.Process.Kill() // it may have exited already
 		}
 	})
 	return cmd

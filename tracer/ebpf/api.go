@@ -86,7 +86,7 @@ func (p *apiProbes) attachLibs(libs []*snapshot.LibFile) {
 		if err := p.attachFile(l.File, l.Path); err != nil {
 			p.note("uprobes on %s: %v", l.Path, err)
 		}
-		l.Close()
+		_ = l.Close() // best-effort cleanup: nothing to do if it fails
 	}
 }
 
@@ -179,7 +179,7 @@ func (p *apiProbes) attachMulti(ex *link.Executable, f *os.File, base string, li
 	if len(enters) > 0 {
 		el, err := ex.UprobeMulti(enters, p.enterMulti, nil)
 		if err != nil {
-			rl.Close()
+			_ = rl.Close() // best-effort cleanup: nothing to do if it fails
 			return 0, err
 		}
 		p.links = append(p.links, el)
@@ -211,13 +211,13 @@ func dynamicSymbols(f *os.File) (map[string]bool, error) {
 // markProbed records a file as the kernel identified it in a held open, so
 // later opens of it are not held again.
 func (p *apiProbes) markProbed(dev uint32, ino uint64) {
-	p.probed.Put(bpfLibId{Ino: ino, Dev: dev}, uint8(1))
+	_ = p.probed.Put(bpfLibId{Ino: ino, Dev: dev}, uint8(1)) // on failure the next open is held again: slower, not wrong
 }
 
 // release continues a process the kernel stopped at its open of an
 // unprobed library, once that library is probed (or could not be).
 func (p *apiProbes) release(h heldOpen) {
-	defer unix.Kill(h.pid, unix.SIGCONT)
+	defer func() { _ = unix.Kill(h.pid, unix.SIGCONT) }() // it may have exited already
 	p.attachOpened(h.pid, h.fd, h.path)
 	p.markProbed(h.dev, h.ino)
 }
@@ -230,7 +230,7 @@ func (p *apiProbes) attachOpened(pid, fd int, name string) {
 		p.note("uprobes on %s (opened by PID %d): %v", name, pid, err)
 		return
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only: a failed close loses nothing
 	var st unix.Stat_t
 	if unix.Fstat(int(f.Fd()), &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
 		if err := p.attachFile(f, name); err != nil {
@@ -264,7 +264,7 @@ func (p *apiProbes) close() {
 	p.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, l := range links {
-		wg.Go(func() { l.Close() })
+		wg.Go(func() { _ = l.Close() }) // best-effort cleanup: nothing to do if it fails
 	}
 	wg.Wait()
 }

@@ -32,10 +32,10 @@ type apiObjects struct {
 
 func (o *apiObjects) close() {
 	// Close is a no-op on nil: what a failed load left unset.
-	o.Enter.Close()
-	o.Ret.Close()
+	_ = o.Enter.Close() // best-effort cleanup: nothing to do if it fails
+	_ = o.Ret.Close()   // best-effort cleanup: nothing to do if it fails
 	for _, m := range []*ebpf.Map{o.Events, o.Traced, o.Probed, o.Drops} {
-		m.Close()
+		_ = m.Close() // best-effort cleanup: nothing to do if it fails
 	}
 }
 
@@ -112,7 +112,7 @@ func (p *APIProbes) Trace(tgid int) error {
 
 // Untrace removes one (it exited: its pid may be reused).
 func (p *APIProbes) Untrace(tgid int) {
-	p.objs.Traced.Delete(uint32(tgid))
+	_ = p.objs.Traced.Delete(uint32(tgid)) // absent already is fine; the map is bounded
 }
 
 // AttachLibs probes the libraries and closes their files.
@@ -181,6 +181,6 @@ func (p *APIProbes) Lost() uint64 {
 // Close detaches every probe and frees the programs and maps.
 func (p *APIProbes) Close() {
 	p.probes.close()
-	p.rd.Close()
+	_ = p.rd.Close() // best-effort cleanup: nothing to do if it fails
 	p.objs.close()
 }

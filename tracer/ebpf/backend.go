@@ -221,7 +221,7 @@ func tgidOf(pid int) (int, error) {
 
 func monotonicNow() uint64 {
 	var ts unix.Timespec
-	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) // the clock of bpf_ktime_get_ns
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) // CLOCK_MONOTONIC cannot fail
 	return uint64(ts.Nano())
 }
 
@@ -351,7 +351,7 @@ func (s *session) stopTracing() {
 func (s *session) detach() {
 	var wg sync.WaitGroup
 	for _, l := range s.links {
-		wg.Go(func() { l.Close() })
+		wg.Go(func() { _ = l.Close() }) // best-effort cleanup: nothing to do if it fails
 	}
 	wg.Wait()
 	s.links = nil
@@ -364,7 +364,7 @@ func (s *session) close() {
 	s.detach()
 	wg.Wait()
 	if s.rd != nil {
-		s.rd.Close()
+		_ = s.rd.Close() // best-effort cleanup: nothing to do if it fails
 	}
 	s.coll.Close()
 }

@@ -146,7 +146,7 @@ func createMaps(spec *ebpf.CollectionSpec) (map[string]*ebpf.Map, error) {
 
 func closeMaps(maps map[string]*ebpf.Map) {
 	for _, m := range maps {
-		m.Close()
+		_ = m.Close() // best-effort cleanup: nothing to do if it fails
 	}
 }
 

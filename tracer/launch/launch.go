@@ -119,9 +119,9 @@ func Start(opts Options) (*Child, error) {
 		Env:   env,
 		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr, r},
 	})
-	r.Close()
+	_ = r.Close() // best-effort cleanup: nothing to do if it fails
 	if err != nil {
-		w.Close()
+		_ = w.Close() // best-effort cleanup: nothing to do if it fails
 		return nil, fmt.Errorf("start loader: %w", err)
 	}
 	c := &Child{PID: proc.Pid, proc: proc, release: w}
@@ -185,16 +185,16 @@ func splitNUL(b []byte) []string {
 
 // Release lets the loader exec the target.
 func (c *Child) Release() error {
-	defer c.release.Close()
+	defer func() { _ = c.release.Close() }() // best-effort cleanup: nothing to do if it fails
 	_, err := c.release.Write([]byte{1})
 	return err
 }
 
 // Abort kills the loader before it execs (the tracer failed to start).
 func (c *Child) Abort() {
-	c.release.Close() // EOF tells the loader to give up
-	c.proc.Kill()
-	c.proc.Wait()
+	_ = c.release.Close() // EOF tells the loader to give up
+	_ = c.proc.Kill()     // it may have exited already; Wait reaps it either way
+	_, _ = c.proc.Wait()  // its status is of no interest: we are aborting
 }
 
 // Wait waits for the target and returns how it ended. Backends that reap
@@ -275,7 +275,7 @@ func runLoader(argv []string) int {
 		return fail(1, "loader: %v", err)
 	}
 	if cfg.DieWithParent {
-		unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0)
+		_ = unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0) // best effort: without it the loader outlives a killed tracer
 		if os.Getppid() != cfg.Parent {
 			return 1 // the parent died before the prctl
 		}
@@ -286,7 +286,7 @@ func runLoader(argv []string) int {
 	if n, _ := release.Read(b[:]); n != 1 {
 		return 1 // the tracer gave up; it reports why
 	}
-	release.Close()
+	_ = release.Close() // best-effort cleanup: nothing to do if it fails
 
 	// The filter goes in while we are still root (no no_new_privs needed),
 	// before the credentials drop.
@@ -322,7 +322,7 @@ func runLoader(argv []string) int {
 	if len(name) > 15 {
 		name = name[:15]
 	}
-	unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&append(name, 0)[0])), 0, 0, 0)
+	_ = unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&append(name, 0)[0])), 0, 0, 0) // cosmetic: the name in ps
 	err = syscall.Exec(argv[0], argv, env)
 	code := 126
 	if errors.Is(err, syscall.ENOENT) {

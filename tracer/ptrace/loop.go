@@ -70,7 +70,7 @@ func (t *task) fds() int {
 // closeFDs closes the /proc descriptor (the task is gone, or changed tid).
 func (t *task) closeFDs() {
 	if t.fdDir != 0 {
-		unix.Close(t.fdDir - 1)
+		_ = unix.Close(t.fdDir - 1) // read-only: a failed close loses nothing
 		t.fdDir = 0
 	}
 }
@@ -245,7 +245,7 @@ func (s *session) handle(pid int, ws unix.WaitStatus) {
 		if !fresh && isStopSignal(sig) {
 			// Group-stop: stay stopped, but let SIGCONT wake us.
 			t.listening = true
-			listen(t.tid)
+			_ = listen(t.tid) // it may have exited already: the wait loop sees that
 			return
 		}
 		s.resume(t, 0) // first stop of a new task, PTRACE_INTERRUPT, or end of a group-stop

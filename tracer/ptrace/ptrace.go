@@ -119,7 +119,7 @@ func (b *Backend) Run(ctx context.Context, spec tracer.Spec, sink tracer.Sink) (
 	}()
 	o := <-done
 	if o.res != nil && o.res.Finish != nil && !spec.DeferRelease {
-		o.res.Finish()
+		_ = o.res.Finish() // the result is already out; Finish's error has nowhere to go
 		o.res.Finish = nil
 	}
 	return o.res, o.err
@@ -312,7 +312,7 @@ func (s *session) seizeProcess(pid int) error {
 			err := seize(tid, baseOptions)
 			switch {
 			case err == nil:
-				interrupt(tid) // stop it so that it restarts in syscall-stop mode
+				_ = interrupt(tid) // it may have exited already: the wait loop sees that
 			case err == unix.ESRCH && tid != pid:
 				continue // a thread that just exited
 			case err == unix.ESRCH:
@@ -432,6 +432,6 @@ func kernelAtLeast(major, minor int) bool {
 		return false
 	}
 	var ma, mi int
-	fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &ma, &mi)
+	_, _ = fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &ma, &mi) // an unparsable release leaves 0.0: the conservative path
 	return ma > major || (ma == major && mi >= minor)
 }

@@ -54,6 +54,6 @@ func silenceSIGCHLD() (restore func()) {
 		if rtSigaction(unix.SIGCHLD, &dfl, nil) != nil {
 			return nil
 		}
-		return func() { rtSigaction(unix.SIGCHLD, &cur, nil) }
+		return func() { _ = rtSigaction(unix.SIGCHLD, &cur, nil) } // restoring the handler we read cannot fail
 	})
 }

@@ -57,7 +57,7 @@ func (w *waker) request(expired bool) {
 		w.cancelled = true
 	}
 	if w.pidfd >= 0 {
-		unix.PidfdSendSignal(w.pidfd, unix.SIGKILL, nil, 0)
+		_ = unix.PidfdSendSignal(w.pidfd, unix.SIGKILL, nil, 0) // it may have exited already
 	}
 }
 
@@ -78,13 +78,13 @@ func (w *waker) reaped(pid int) bool {
 	}
 	w.dropLocked()
 	if !(w.cancelled && w.expired) {
-		w.spawnLocked() // on failure, requests can no longer wake us early
+		_ = w.spawnLocked() // on failure, requests can no longer wake us early
 	}
 	return true
 }
 
 func (w *waker) dropLocked() {
-	unix.Close(w.pidfd)
+	_ = unix.Close(w.pidfd) // best-effort cleanup: nothing to do if it fails
 	w.pidfd = -1
 	w.child.Abort() // closes its pipe; the process is already reaped
 	w.child = nil
@@ -97,8 +97,8 @@ func (w *waker) close() {
 	if w.child == nil {
 		return
 	}
-	w.child.Abort() // kill + wait: nothing else waits for it any more
-	unix.Close(w.pidfd)
+	w.child.Abort()         // kill + wait: nothing else waits for it any more
+	_ = unix.Close(w.pidfd) // best-effort cleanup: nothing to do if it fails
 	w.pidfd = -1
 	w.child = nil
 }

@@ -111,7 +111,7 @@ func ParseFiles(paths []string) (*Log, error) {
 			if err != nil {
 				return nil, err
 			}
-			defer f.Close()
+			defer func() { _ = f.Close() }() // read-only: a failed close loses nothing
 			return Parse(f)
 		}
 	}
@@ -145,7 +145,7 @@ func ParseFiles(paths []string) (*Log, error) {
 			allTimed = allTimed && rec.hasTime
 			fl.recs = append(fl.recs, rec)
 		})
-		f.Close()
+		_ = f.Close() // read-only: a failed close loses nothing
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", p, err)
 		}

@@ -73,7 +73,7 @@ func install(spec Spec) error {
 		if sock, err = connect(spec.NotifySocket); err != nil {
 			return err
 		}
-		defer unix.Close(sock)
+		defer func() { _ = unix.Close(sock) }() // best-effort cleanup: nothing to do if it fails
 	}
 	prog := Filter(spec.Deny, action)
 	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
@@ -99,7 +99,7 @@ func install(spec Spec) error {
 	if sock < 0 {
 		return nil
 	}
-	defer unix.Close(int(fd))
+	defer func() { _ = unix.Close(int(fd)) }() // best-effort cleanup: nothing to do if it fails
 	if err := unix.Sendmsg(sock, []byte{0}, unix.UnixRights(int(fd)), nil, 0); err != nil {
 		return fmt.Errorf("hand the seccomp listener to %s: %w", spec.NotifySocket, err)
 	}
@@ -117,7 +117,7 @@ func connect(path string) (int, error) {
 		return -1, err
 	}
 	if err := unix.Connect(sock, &unix.SockaddrUnix{Name: path}); err != nil {
-		unix.Close(sock)
+		_ = unix.Close(sock) // best-effort cleanup: nothing to do if it fails
 		return -1, fmt.Errorf("connect to seccomp supervisor %s: %w", path, err)
 	}
 	return sock, nil

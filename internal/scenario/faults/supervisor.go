@@ -49,7 +49,7 @@ func NewSupervisor(path string) (*Supervisor, error) {
 		return nil, err
 	}
 	if err := os.Chmod(path, 0o777); err != nil {
-		ln.Close()
+		_ = ln.Close() // best-effort cleanup: nothing to do if it fails
 		return nil, err
 	}
 	s := &Supervisor{ln: ln, stop: make(chan struct{})}
@@ -91,10 +91,10 @@ func (s *Supervisor) accept() {
 		if err == nil {
 			_, err = conn.Write([]byte{1})
 			if err != nil {
-				unix.Close(fd)
+				_ = unix.Close(fd) // best-effort cleanup: nothing to do if it fails
 			}
 		}
-		conn.Close()
+		_ = conn.Close() // best-effort cleanup: nothing to do if it fails
 		if err != nil {
 			continue // that target's Exec reports it
 		}
@@ -106,7 +106,7 @@ func (s *Supervisor) accept() {
 func receiveFD(conn *net.UnixConn) (int, error) {
 	buf := make([]byte, 1)
 	oob := make([]byte, unix.CmsgSpace(4))
-	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second)) // a failed deadline only risks the test's own deadline
 	_, oobn, _, _, err := conn.ReadMsgUnix(buf, oob)
 	if err != nil {
 		return -1, err
@@ -118,7 +118,7 @@ func receiveFD(conn *net.UnixConn) (int, error) {
 	fds, err := unix.ParseUnixRights(&msgs[0])
 	if err != nil || len(fds) != 1 {
 		for _, fd := range fds {
-			unix.Close(fd)
+			_ = unix.Close(fd) // best-effort cleanup: nothing to do if it fails
 		}
 		return -1, fmt.Errorf("want one fd (%v)", err)
 	}
@@ -129,7 +129,7 @@ func receiveFD(conn *net.UnixConn) (int, error) {
 // or the supervisor closes. It polls with a timeout so that Close is seen.
 func (s *Supervisor) serve(fd int) {
 	defer s.wg.Done()
-	defer unix.Close(fd)
+	defer func() { _ = unix.Close(fd) }() // best-effort cleanup: nothing to do if it fails
 	for {
 		select {
 		case <-s.stop:

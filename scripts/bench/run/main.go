@@ -160,7 +160,7 @@ func main() {
 	}
 	defer func() { _ = f.Close() }() // written through runsCSV, whose Error() is checked
 	b.runsCSV = csv.NewWriter(f)
-	b.runsCSV.Write(runHeader)
+	_ = b.runsCSV.Write(runHeader) // errors surface in runsCSV.Error()
 
 	dev := func(n, threads, procs int) []string {
 		return []string{"-mode", "dev", "-path", b.node, "-n", strconv.Itoa(n),
@@ -322,7 +322,7 @@ func (b *bench) finish(r *run, res *result, err error, hasReport bool, reportPat
 		fmt.Fprintf(os.Stderr, "bench: %s/%s rep %d: %s\n", r.Workload, r.Config, r.Rep, r.Note)
 	}
 	b.runs = append(b.runs, *r)
-	b.runsCSV.Write(r.csv())
+	_ = b.runsCSV.Write(r.csv()) // errors surface in runsCSV.Error()
 	b.runsCSV.Flush()
 }
 
@@ -344,7 +344,7 @@ func (b *bench) measureTrue(c config, rep int) {
 		r.OK, r.WallNs, r.CPUNs, r.MaxRSSKB = true, res.wall.Nanoseconds(), res.cpu.Nanoseconds(), res.maxRSS
 	}
 	b.runs = append(b.runs, r)
-	b.runsCSV.Write(r.csv())
+	_ = b.runsCSV.Write(r.csv()) // errors surface in runsCSV.Error()
 }
 
 // measureW5 runs the burst under eBPF with the given ring size (0: the
