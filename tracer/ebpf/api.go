@@ -217,7 +217,12 @@ func (p *apiProbes) markProbed(dev uint32, ino uint64) {
 // release continues a process the kernel stopped at its open of an
 // unprobed library, once that library is probed (or could not be).
 func (p *apiProbes) release(h heldOpen) {
-	defer func() { _ = unix.Kill(h.pid, unix.SIGCONT) }() // it may have exited already
+	defer func() {
+		// Gone already (ESRCH) is fine; a live process left stopped is not.
+		if err := unix.Kill(h.pid, unix.SIGCONT); err != nil && err != unix.ESRCH {
+			p.note("could not continue PID %d after probing %s: %v; it stays stopped (kill -CONT %d)", h.pid, h.path, err, h.pid)
+		}
+	}()
 	p.attachOpened(h.pid, h.fd, h.path)
 	p.markProbed(h.dev, h.ino)
 }
