@@ -7,9 +7,6 @@ import (
 	"strings"
 
 	"github.com/clipperhouse/displaywidth"
-	"github.com/olekukonko/tablewriter"
-	"github.com/olekukonko/tablewriter/renderer"
-	"github.com/olekukonko/tablewriter/tw"
 
 	"github.com/cudatrace/cudatrace/doctor"
 )
@@ -71,21 +68,7 @@ func doctorText(w io.Writer, res *doctor.Result, o RenderOptions) error {
 	resultW := max(width-(4+checkW+subjW)-3*gap, 30)
 
 	var buf strings.Builder
-	t := tablewriter.NewTable(&buf,
-		tablewriter.WithHeaderAutoFormat(tw.Off),
-		tablewriter.WithHeaderAlignment(tw.AlignLeft),
-		tablewriter.WithRowAutoWrap(tw.WrapNone),
-		tablewriter.WithTrimSpace(tw.Off),
-		tablewriter.WithPadding(tw.Padding{Left: "", Right: strings.Repeat(" ", gap), Overwrite: true}),
-		tablewriter.WithRenderer(renderer.NewBlueprint(tw.Rendition{
-			Borders: tw.BorderNone,
-			Symbols: tw.NewSymbols(tw.StyleLight),
-			Settings: tw.Settings{
-				Separators: tw.Separators{BetweenRows: tw.Off, BetweenColumns: tw.Off},
-				Lines:      tw.Lines{ShowHeaderLine: tw.On},
-			},
-		})),
-	)
+	t := plainTable(&buf, gap)
 	t.Header([]string{"STATUS", "CHECK", "SUBJECT", "RESULT"})
 	// Status colours go in after the layout: escape codes inside cells
 	// would throw the widths off.

@@ -363,21 +363,7 @@ func writeTimelineTable(w io.Writer, rows []timelineRow, width int, p palette) e
 	callWidth = min(max(callWidth, 24), widths[2])
 
 	var buf strings.Builder
-	t := tablewriter.NewTable(&buf,
-		tablewriter.WithHeaderAutoFormat(tw.Off),
-		tablewriter.WithHeaderAlignment(tw.AlignLeft),
-		tablewriter.WithRowAutoWrap(tw.WrapNone),
-		tablewriter.WithTrimSpace(tw.Off),
-		tablewriter.WithPadding(tw.Padding{Left: "", Right: strings.Repeat(" ", gap), Overwrite: true}),
-		tablewriter.WithRenderer(renderer.NewBlueprint(tw.Rendition{
-			Borders: tw.BorderNone,
-			Symbols: tw.NewSymbols(tw.StyleLight),
-			Settings: tw.Settings{
-				Separators: tw.Separators{BetweenRows: tw.Off, BetweenColumns: tw.Off},
-				Lines:      tw.Lines{ShowHeaderLine: tw.On},
-			},
-		})),
-	)
+	t := plainTable(&buf, gap)
 	t.Header(header)
 	// Lines each row takes, so that the failing row can be coloured
 	// after the layout (escape codes inside cells would only confuse it).
@@ -519,4 +505,25 @@ func devCell(rep *Report, e *tracer.Event) string {
 		return fmt.Sprintf("(%s %d:%d)", n.Type, n.Major, n.Minor)
 	}
 	return ""
+}
+
+// plainTable is the layout of cudatrace's tables: no borders, a rule under
+// the header, columns padded to their display width plus gap spaces, and
+// cells that the caller has already wrapped.
+func plainTable(w io.Writer, gap int) *tablewriter.Table {
+	return tablewriter.NewTable(w,
+		tablewriter.WithHeaderAutoFormat(tw.Off),
+		tablewriter.WithHeaderAlignment(tw.AlignLeft),
+		tablewriter.WithRowAutoWrap(tw.WrapNone),
+		tablewriter.WithTrimSpace(tw.Off),
+		tablewriter.WithPadding(tw.Padding{Left: "", Right: strings.Repeat(" ", gap), Overwrite: true}),
+		tablewriter.WithRenderer(renderer.NewBlueprint(tw.Rendition{
+			Borders: tw.BorderNone,
+			Symbols: tw.NewSymbols(tw.StyleLight),
+			Settings: tw.Settings{
+				Separators: tw.Separators{BetweenRows: tw.Off, BetweenColumns: tw.Off},
+				Lines:      tw.Lines{ShowHeaderLine: tw.On},
+			},
+		})),
+	)
 }
