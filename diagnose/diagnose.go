@@ -48,12 +48,13 @@ type Progress interface {
 // deps is what the pipeline reads of the system, and the analysis; tests
 // replace them.
 type deps struct {
-	collect   func(snapshot.Options) *snapshot.Snapshot
-	targetEnv func(pid int) (map[string]string, error)
-	analyze   func([]tracer.Event, *snapshot.Snapshot, annotate.Facts) annotate.Analysis
+	collect         func(snapshot.Options) *snapshot.Snapshot
+	targetEnv       func(pid int) (map[string]string, error)
+	targetContainer func(pid int) (snapshot.Container, bool)
+	analyze         func([]tracer.Event, *snapshot.Snapshot, annotate.Facts) annotate.Analysis
 }
 
-var live = deps{collect: snapshot.Collect, targetEnv: snapshot.TargetEnv, analyze: annotate.AnalyzeFacts}
+var live = deps{collect: snapshot.Collect, targetEnv: snapshot.TargetEnv, targetContainer: snapshot.TargetContainer, analyze: annotate.AnalyzeFacts}
 
 // Trace runs the backend on o.Spec and returns the analysed report.
 // release (never nil) waits for the backend to let go of what it still

@@ -24,6 +24,9 @@ type failureSnapshot struct {
 	// that exits right after CUDA fails outlives the first reads, not the
 	// whole snapshot, and CUDA_VISIBLE_DEVICES may be the cause.
 	env map[string]string
+	// container is the failing process's container, read at once for the
+	// same reason: the fix is written in that runtime's syntax.
+	container snapshot.Container
 
 	deps deps // the system reads
 }
@@ -58,6 +61,11 @@ func (f *failureSnapshot) triggerAs(pid int, path string, strong bool) {
 	gen := f.gen
 	if env, err := f.deps.targetEnv(pid); err == nil {
 		f.env = env
+	}
+	if f.deps.targetContainer != nil {
+		if ct, ok := f.deps.targetContainer(pid); ok {
+			f.container = ct
+		}
 	}
 	opts := f.opts
 	opts.PID = pid
@@ -96,5 +104,8 @@ func (f *failureSnapshot) wait() *snapshot.Snapshot {
 func (f *failureSnapshot) fillEnv(s *snapshot.Snapshot) {
 	if s.Env == nil && f.env != nil {
 		s.Env = f.env
+	}
+	if s.Container.Runtime == "" && f.container.Runtime != "" {
+		s.Container = f.container
 	}
 }

@@ -268,6 +268,27 @@ func (c *collector) collectEnv(pidDir string) {
 	c.snap.Env = DiagnosticEnv(parseEnviron(data))
 }
 
+// TargetContainer says which container process pid runs in, from its
+// cgroup path, its pid namespace's init and its ancestors: a few quick
+// reads, for a process that may exit any moment (a container's CUDA job
+// that fails exits at once, before its full snapshot is read).
+func TargetContainer(pid int) (Container, bool) {
+	c := newCollector(Options{PID: pid})
+	pidDir := filepath.Join(c.proc, strconv.Itoa(pid))
+	text, err := c.fs.readString(filepath.Join(pidDir, "cgroup"), maxFileSize)
+	if err != nil {
+		return Container{}, false
+	}
+	ct := DetectContainer(text, c.initEnv(pidDir, nil))
+	if ct.Runtime == "" || ct.Runtime == "systemd" {
+		if r := RuntimeFromAncestors(c.ancestorComms(pidDir)); r != "" {
+			ct.Runtime = r
+		}
+	}
+	placeLXC(&ct, c.hostExists)
+	return ct, ct.Runtime != ""
+}
+
 // TargetEnv reads the variables of process pid's environment a report
 // keeps (DiagnosticEnv): one quick read, for a process that may exit any
 // moment (CUDA failed and it is on its way out).
