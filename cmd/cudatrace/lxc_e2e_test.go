@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -257,6 +258,54 @@ func TestLXCPlaceholderFile(t *testing.T) {
 			}
 			if c := tr.rep.Snapshot.Container; c.Runtime != "lxc" || c.ID != name {
 				t.Errorf("container %+v (snapshot of pid %d %q; not read: %q)", c, tr.rep.Snapshot.Process.PID, tr.rep.Snapshot.Process.Comm, tr.rep.Snapshot.Unavailable)
+			}
+		})
+	}
+}
+
+// Traced from inside: cudatrace run in the container itself (what a user
+// with a shell in it does). The container's view has no cgroup mount and
+// its own cgroup namespace, so the policy is inferred from the errno; the
+// failing call, the node and the runtime must still be right.
+//
+// Inside the container's PID namespace the eBPF programs cannot know its
+// PIDs: --backend ebpf refuses in one line (it used to wait forever), and
+// auto falls back to ptrace.
+func TestLXCTraceFromInside(t *testing.T) {
+	t.Run("ebpf-refused", func(t *testing.T) {
+		_, argv, rootfs := lxcCase{allow: []string{"c 1:7 rwm", "c 1:5 rwm"}, procDevices: "procdevices-standin"}.start(t)
+		copyFile(t, cudatraceBin, filepath.Join(rootfs, "cudatrace"), 0o755)
+		i := slices.Index(argv, "--")
+		inner := append(append(append([]string{}, argv[:i+1]...), "/cudatrace", "--backend", "ebpf", "--"), argv[i+1:]...)
+		r := runBinary(t, exec.Command(inner[0], inner[1:]...))
+		if r.code != exitFailure || !strings.Contains(r.stderr, "PID namespace of its own") || strings.Contains(r.stdout, "cuInit") {
+			t.Errorf("exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+		}
+	})
+	for _, backend := range []string{"auto", "ptrace"} {
+		t.Run(backend, func(t *testing.T) {
+			name, argv, rootfs := lxcCase{allow: []string{"c 1:7 rwm", "c 1:5 rwm"}, procDevices: "procdevices-standin"}.start(t)
+			copyFile(t, cudatraceBin, filepath.Join(rootfs, "cudatrace"), 0o755)
+			// lxc-execute ... -- /cudatrace ... -- /fakecuda --proc-devices /pd
+			i := slices.Index(argv, "--")
+			inner := append(append(append([]string{}, argv[:i+1]...), "/cudatrace", "--backend", backend, "--proc-devices", "/pd", "-o", "/r.json", "--"), argv[i+1:]...)
+			r := runBinary(t, exec.Command(inner[0], inner[1:]...))
+			if !strings.Contains(r.stdout, "cuInit 999") {
+				t.Fatalf("container %s printed %q (exit %d); stderr:\n%s", name, r.stdout, r.code, r.stderr)
+			}
+			rep, err := report.LoadFile(filepath.Join(rootfs, "r.json"))
+			if err != nil {
+				t.Fatalf("load report: %v\nstderr:\n%s", err, r.stderr)
+			}
+			f := rep.Analysis.Failing
+			if f == nil || f.Path != "/dev/nvidia-uvm" || f.Errno() != unix.EPERM {
+				t.Fatalf("failing %+v; verdict %q", f, rep.Analysis.Verdict)
+			}
+			if rep.Trace.Backend != "ptrace" {
+				t.Errorf("backend %q, want ptrace", rep.Trace.Backend)
+			}
+			if !strings.Contains(rep.Analysis.Verdict, "/dev/nvidia-uvm") || strings.Contains(rep.Analysis.Verdict, "No NVIDIA device call failed") {
+				t.Errorf("verdict %q", rep.Analysis.Verdict)
 			}
 		})
 	}

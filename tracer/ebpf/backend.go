@@ -50,6 +50,9 @@ func (backend) Run(ctx context.Context, spec tracer.Spec, sink tracer.Sink) (res
 	if err := checkPrivileges(); err != nil {
 		return nil, err
 	}
+	if !inInitialPIDNamespace() {
+		return nil, unavailable("cudatrace runs in a PID namespace of its own (a container): the eBPF programs would not know its PIDs")
+	}
 	var tgids []int
 	if !launching {
 		if tgids, err = resolvePIDs(spec.PIDs); err != nil {

@@ -66,6 +66,12 @@ func Probe() error {
 	if err := checkPrivileges(); err != nil {
 		return err
 	}
+	// The programs filter by the kernel's PIDs; in a PID namespace of its
+	// own (a container) cudatrace knows only the namespace's, and would
+	// trace nothing, then wait for a process the filter never saw exit.
+	if !inInitialPIDNamespace() {
+		return unavailable("cudatrace runs in a PID namespace of its own (a container): the eBPF programs would not know its PIDs")
+	}
 	if _, err := os.Stat(vmlinuxBTF); err != nil {
 		// Elsewhere (a vmlinux under /boot) only a full parse can tell.
 		if _, err := btf.LoadKernelSpec(); err != nil {
