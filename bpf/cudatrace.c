@@ -783,7 +783,9 @@ static __always_inline void read_args(struct pt_regs *regs, struct sys_args *arg
 {
 	if (is_arm64()) {
 		struct pt_regs___arm64 *r = (void *)regs;
-		args->a[0] = r->regs[0];
+		/* x0 holds the return value once the call is done; orig_x0
+		 * keeps the first argument for the no-entry path at exit. */
+		args->a[0] = r->orig_x0;
 		args->a[1] = r->regs[1];
 		args->a[2] = r->regs[2];
 		args->a[3] = r->regs[3];
