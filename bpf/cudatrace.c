@@ -250,6 +250,16 @@ struct {
 	__type(value, __u64);
 } call_sites SEC(".maps");
 
+/* Character devices a traced process opened through an NVIDIA path
+ * (/dev/nvidia*) although their major is another driver's (a stale node):
+ * their ioctls are recorded too, so the ENOTTY that follows is seen. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 256);
+	__type(key, __u32); /* kernel dev_t */
+	__type(value, __u8);
+} path_devs SEC(".maps");
+
 /* Library files with uretprobes on them (filled by user space). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -603,7 +613,7 @@ static __always_inline int ioctl_enter(int fd, __u32 request, unsigned long uptr
 	if (fd >= 0) {
 		/* Decided from the inode, so inherited and dup'd fds count too. */
 		if (!fd_inode(fd, &mode, &rdev) || (mode & S_IFMT) != S_IFCHR ||
-		    !is_nvidia_major(rdev >> 20)) {
+		    (!is_nvidia_major(rdev >> 20) && !bpf_map_lookup_elem(&path_devs, &rdev))) {
 			/* The only traced call that begins nothing: a slot left
 			 * by a call whose exit was missed must not pair with
 			 * this exit. */
@@ -938,6 +948,11 @@ static __always_inline int finish(struct event *e, long ret)
 		}
 		if (have_inode)
 			set_kdev(e, rdev);
+		if (have_inode && (imode & S_IFMT) == S_IFCHR && is_node_path(e->path) &&
+		    !is_nvidia_major(rdev >> 20)) {
+			__u8 one = 1;
+			bpf_map_update_elem(&path_devs, &rdev, &one, BPF_ANY);
+		}
 		if (hold_unprobed_libs && ret >= 0 && !have_inode && lib) {
 			struct lib_id id;
 			if (fd_file_id((int)ret, &id) && !bpf_map_lookup_elem(&probed_libs, &id)) {

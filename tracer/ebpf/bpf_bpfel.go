@@ -160,6 +160,7 @@ const (
 	bpfMapEvents             = "events"
 	bpfMapIoctlSites         = "ioctl_sites"
 	bpfMapNvidiaMajors       = "nvidia_majors"
+	bpfMapPathDevs           = "path_devs"
 	bpfMapPending            = "pending"
 	bpfMapProbedLibs         = "probed_libs"
 	bpfMapTraced             = "traced"
@@ -255,6 +256,7 @@ type bpfMapSpecs struct {
 	Events       *ebpf.MapSpec `ebpf:"events"`
 	IoctlSites   *ebpf.MapSpec `ebpf:"ioctl_sites"`
 	NvidiaMajors *ebpf.MapSpec `ebpf:"nvidia_majors"`
+	PathDevs     *ebpf.MapSpec `ebpf:"path_devs"`
 	Pending      *ebpf.MapSpec `ebpf:"pending"`
 	ProbedLibs   *ebpf.MapSpec `ebpf:"probed_libs"`
 	Traced       *ebpf.MapSpec `ebpf:"traced"`
@@ -312,6 +314,7 @@ type bpfMaps struct {
 	Events       *ebpf.Map `ebpf:"events"`
 	IoctlSites   *ebpf.Map `ebpf:"ioctl_sites"`
 	NvidiaMajors *ebpf.Map `ebpf:"nvidia_majors"`
+	PathDevs     *ebpf.Map `ebpf:"path_devs"`
 	Pending      *ebpf.Map `ebpf:"pending"`
 	ProbedLibs   *ebpf.Map `ebpf:"probed_libs"`
 	Traced       *ebpf.Map `ebpf:"traced"`
@@ -325,6 +328,7 @@ func (m *bpfMaps) Close() error {
 		m.Events,
 		m.IoctlSites,
 		m.NvidiaMajors,
+		m.PathDevs,
 		m.Pending,
 		m.ProbedLibs,
 		m.Traced,

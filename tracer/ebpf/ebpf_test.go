@@ -59,6 +59,14 @@ func helperMain(args []string) int {
 			}
 		case "ioctl-badfd": // what libcuda does after a failed uvm open
 			unix.IoctlGetInt(-1, unix.TCGETS)
+		case "open-ioctl": // an ioctl on the node at path
+			fd, err := unix.Open(path, unix.O_RDWR, 0)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+			unix.IoctlGetInt(fd, unix.TCGETS)
+			unix.Close(fd)
 		case "cold-open": // the path sits in a page not yet faulted in
 			if err := coldOpen(path); err != nil {
 				fmt.Fprintln(os.Stderr, err)
@@ -667,4 +675,29 @@ func TestFdWalkWithoutRdonlyCast(t *testing.T) {
 		return e.Kind == tracer.KindIoctl && e.Request == unix.TCGETS
 	})
 	wantDev(t, ioctl, 1, 3)
+}
+
+// A node under /dev/nvidia* whose major is another driver's (a stale
+// node): its ioctls are recorded, so the ENOTTY they get is seen; the same
+// device opened elsewhere by a process that never used the NVIDIA path
+// is not.
+func TestIoctlOnNvidiaPathOfAnotherDriver(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	privtest.RequireRoot(t)
+	node := fakeNode(t, "nvidia-uvm") // c 1:3
+	rec := &recorder{}
+	res, err := New().Run(privtest.Deadline(t), tracer.Spec{
+		Argv: []string{self, helperArg, "open-ioctl", node}, DeviceMajors: []uint32{195},
+	}, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkComplete(t, res)
+	e := one(t, rec, "ioctl on the node", func(e *tracer.Event) bool { return e.Kind == tracer.KindIoctl && e.FD >= 0 })
+	if e.Dev == nil || e.Dev.Major != 1 || e.Dev.Minor != 3 || e.Errno() != unix.ENOTTY {
+		t.Errorf("ioctl %+v, want TCGETS on c 1:3 failing ENOTTY", *e)
+	}
 }

@@ -631,3 +631,17 @@ func TestAttachHeldDevices(t *testing.T) {
 	}
 	assertUntraced(t, cmd.Process.Pid)
 }
+
+// A node under /dev/nvidia* whose major is another driver's (a stale
+// node): its ioctls are recorded, so the ENOTTY they get is seen.
+func TestIoctlOnNvidiaPathOfAnotherDriver(t *testing.T) {
+	node, prefix := fakeNode(t) // c 1:3 at /dev/nvidiactl-...
+	_, c, _ := runLaunch(t, helperArgv("calls", node, prefix), []uint32{195})
+	got := c.where(func(e *tracer.Event) bool {
+		return e.Kind == tracer.KindIoctl && e.Request == testIoctl && e.FD >= 0
+	})
+	if len(got) != 1 || got[0].Dev == nil || got[0].Dev.Major != 1 || got[0].Dev.Minor != 3 || got[0].Errno() != unix.ENOTTY {
+		dump(t, c.all())
+		t.Fatalf("ioctls on %s: %+v, want one on c 1:3 failing ENOTTY", node, got)
+	}
+}

@@ -56,10 +56,16 @@ func (c *call) setDev(d tracer.Dev) {
 // rules decides which calls become events.
 type rules struct {
 	majors map[uint32]bool
+	// pathDevs are character devices opened through an NVIDIA path whose
+	// major is another driver's (a stale node): their ioctls count too.
+	pathDevs map[tracer.Dev]bool
 }
 
+// maxPathDevs bounds pathDevs, as the BPF map path_devs is bounded.
+const maxPathDevs = 256
+
 func newRules(majors []uint32) rules {
-	r := rules{majors: make(map[uint32]bool, len(majors))}
+	r := rules{majors: make(map[uint32]bool, len(majors)), pathDevs: map[tracer.Dev]bool{}}
 	for _, m := range majors {
 		r.majors[m] = true
 	}
@@ -182,6 +188,8 @@ func (r *rules) exit(tid, fdDir int, c *call, ret int64) *tracer.Event {
 				c.setDev(tracer.Dev{Major: unix.Major(st.Rdev), Minor: unix.Minor(st.Rdev)})
 				if st.Mode&unix.S_IFMT == unix.S_IFCHR && r.majors[c.dev.Major] {
 					c.pathMatched = true
+				} else if st.Mode&unix.S_IFMT == unix.S_IFCHR && isDevicePath(e.Path) && len(r.pathDevs) < maxPathDevs {
+					r.pathDevs[c.dev] = true
 				}
 			}
 		}
@@ -294,5 +302,5 @@ func (r *rules) nvidiaFD(fdDir, fd int) (tracer.Dev, bool) {
 		return tracer.Dev{}, false
 	}
 	d := tracer.Dev{Major: unix.Major(st.Rdev), Minor: unix.Minor(st.Rdev)}
-	return d, r.majors[d.Major]
+	return d, r.majors[d.Major] || r.pathDevs[d]
 }
