@@ -948,7 +948,7 @@ static __always_inline int finish(struct event *e, long ret)
 		}
 		if (have_inode)
 			set_kdev(e, rdev);
-		if (have_inode && (imode & S_IFMT) == S_IFCHR && is_node_path(e->path) &&
+		if (have_inode && (imode & S_IFMT) == S_IFCHR && HAS_PREFIX(e->path, "/dev/nvidia") &&
 		    !is_nvidia_major(rdev >> 20)) {
 			__u8 one = 1;
 			bpf_map_update_elem(&path_devs, &rdev, &one, BPF_ANY);

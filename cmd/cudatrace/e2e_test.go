@@ -557,9 +557,12 @@ func TestCgroup1AllowList(t *testing.T) {
 			}
 		}
 	}
-	bothBackendsPrepared(t, mk, allow, nil, nil, func(t *testing.T, env *scenario.Env, tr traceRun) {
+	// lingerArgs: the process outlives its failing open by the snapshot's
+	// reads (a target gone before them leaves cudatrace's own view, and
+	// the rules are then only inferred; fakecuda alone exits at once).
+	bothBackendsPrepared(t, mk, allow, nil, append([]string{"fakecuda"}, lingerArgs...), func(t *testing.T, env *scenario.Env, tr traceRun) {
 		commonChecks(t, tr)
-		tr.checkStreams(t, "999", 1)
+		tr.checkStreams(t, "999", 2)
 		tr.failing(t, "openat", "/dev/nvidia-uvm", unix.EPERM)
 		tr.requireFinding(t, "cgroup1-denied", annotate.SeverityError)
 		if text := tr.findingText("cgroup1-denied"); !strings.Contains(text, "c 7:* rwm") {
