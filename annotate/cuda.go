@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/tracer"
 )
 
@@ -306,8 +307,7 @@ func (a *analyzer) apiUnseen() string {
 func (a *analyzer) loadedLibcuda() bool {
 	for i := range a.ev {
 		e := &a.ev[i]
-		b := baseName(e.Path)
-		if e.Kind == tracer.KindOpen && !e.Failed() && (strings.HasPrefix(b, "libcuda.so") || strings.HasPrefix(b, "libnvidia-ml.so")) {
+		if e.Kind == tracer.KindOpen && !e.Failed() && nvdev.IsLibrary(e.Path) {
 			return true
 		}
 	}

@@ -42,3 +42,12 @@ func IsDir(p string) bool {
 	}
 	return false
 }
+
+// IsLibrary reports whether a path's file name is that of the CUDA driver
+// library or NVML (libcuda.so*, libnvidia-ml.so*): the files whose opens
+// are recorded and whose entry points are probed. The BPF programs apply
+// the same rule to the name after the last '/'.
+func IsLibrary(p string) bool {
+	base := p[strings.LastIndexByte(p, '/')+1:]
+	return strings.HasPrefix(base, "libcuda.so") || strings.HasPrefix(base, "libnvidia-ml.so")
+}

@@ -2,7 +2,6 @@ package snapshot
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +11,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cudatrace/cudatrace/nvdev"
 )
 
 // LibFile is a CUDA or NVML library a process loads or would load, opened
@@ -52,31 +53,26 @@ func libDirs() []string {
 
 // Bounds on what the target controls: its environment, its library paths.
 const (
-	maxLibDirs     = 64
-	maxLibFiles    = 32
-	maxEnvironSize = 1 << 20
+	maxLibDirs  = 64
+	maxLibFiles = 32
 )
 
 // OpenCUDALibraries opens every libcuda and libnvidia-ml a process with
-// this root directory (e.g. /proc/PID/root) and environment would find, as
+// this root directory (e.g. /proc/PID/root) and LD_LIBRARY_PATH would find, as
 // its dynamic loader searches: LD_LIBRARY_PATH, /etc/ld.so.cache, the
 // default and NVIDIA directories. Paths resolve inside root (openat2
 // RESOLVE_IN_ROOT), so a symlink cannot lead outside it; only regular
 // files are opened, without blocking. A file seen already is skipped.
-func OpenCUDALibraries(root string, env []string) []*LibFile {
+func OpenCUDALibraries(root, ldLibraryPath string) []*LibFile {
 	r, err := openRootFS(root)
 	if err != nil {
 		return nil
 	}
 	defer r.close()
 	var dirs []string
-	for _, kv := range env {
-		if v, ok := strings.CutPrefix(kv, "LD_LIBRARY_PATH="); ok {
-			for _, d := range strings.Split(v, ":") {
-				if d != "" && path.IsAbs(d) {
-					dirs = append(dirs, path.Clean(d))
-				}
-			}
+	for _, d := range strings.Split(ldLibraryPath, ":") {
+		if d != "" && path.IsAbs(d) { // relative entries depend on the cwd
+			dirs = append(dirs, path.Clean(d))
 		}
 	}
 	if len(dirs) > maxLibDirs {
@@ -127,7 +123,7 @@ func OpenMappedLibraries(pid int) []*LibFile {
 	for sc.Scan() && len(out) < maxLibFiles {
 		// start-end perms offset dev inode path
 		fields := strings.Fields(sc.Text())
-		if len(fields) < 6 || !namesCUDALib(fields[5]) {
+		if len(fields) < 6 || !nvdev.IsLibrary(fields[5]) {
 			continue
 		}
 		lf, err := openRegular(fmt.Sprintf("/proc/%d/map_files/%s", pid, fields[0]))
@@ -143,12 +139,6 @@ func OpenMappedLibraries(pid int) []*LibFile {
 		out = append(out, &LibFile{File: lf, Path: strings.Join(fields[5:], " ")})
 	}
 	return out
-}
-
-// namesCUDALib: a path with a libcuda.so or libnvidia-ml.so component, the
-// rule the tracers apply to opens.
-func namesCUDALib(p string) bool {
-	return strings.Contains(p, "/libcuda.so") || strings.Contains(p, "/libnvidia-ml.so")
 }
 
 func openUnique(r *rootFS, candidates []string) []*LibFile {
@@ -205,21 +195,4 @@ func fileID(f *os.File) ([2]uint64, bool) {
 		return [2]uint64{}, false
 	}
 	return [2]uint64{st.Dev, st.Ino}, true
-}
-
-// ReadEnviron reads a process's environment, bounded.
-func ReadEnviron(pid int) []string {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/environ", pid))
-	if err != nil {
-		return nil
-	}
-	defer func() { _ = f.Close() }() // read-only: a failed close loses nothing
-	b, _ := io.ReadAll(io.LimitReader(f, maxEnvironSize))
-	var env []string
-	for _, kv := range bytes.Split(b, []byte{0}) {
-		if len(kv) > 0 {
-			env = append(env, string(kv))
-		}
-	}
-	return env
 }

@@ -61,14 +61,6 @@ func newAPIProbes(enter, ret *ebpf.Program, probed *ebpf.Map) *apiProbes {
 	return &apiProbes{enter: enter, ret: ret, probed: probed, attached: map[[2]uint64]bool{}}
 }
 
-// NamesAPILibrary reports whether a path's file name is that of a library
-// whose entry points are probed (libcuda.so*, libnvidia-ml.so*), as the
-// kernel side decides which opens to hold.
-func NamesAPILibrary(p string) bool {
-	base := path.Base(p)
-	return strings.HasPrefix(base, "libcuda.so") || strings.HasPrefix(base, "libnvidia-ml.so")
-}
-
 // describe names a returned probe for the decoder.
 func (p *apiProbes) describe(cookie uint32) (fn, lib string, ok bool) {
 	li, fi := int(cookie>>16), int(cookie&0xffff)
@@ -281,4 +273,14 @@ type heldOpen struct {
 	path    string
 	dev     uint32
 	ino     uint64
+}
+
+// TargetLibraryPath is a running process's LD_LIBRARY_PATH, read through
+// the snapshot's guarded reader ("" when unreadable).
+func TargetLibraryPath(pid int) string {
+	env, err := snapshot.TargetEnv(pid)
+	if err != nil {
+		return ""
+	}
+	return env["LD_LIBRARY_PATH"]
 }

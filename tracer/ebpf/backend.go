@@ -417,7 +417,7 @@ func (s *session) runLaunch(spec tracer.Spec, child *launch.Child, res *tracer.R
 	}
 	// The libraries the target's loader would pick are probed before it
 	// runs; one opened from anywhere else is held at its open (hold_unprobed_libs).
-	s.api.attachLibs(snapshot.OpenCUDALibraries(fmt.Sprintf("/proc/%d/root", child.PID), os.Environ()))
+	s.api.attachLibs(snapshot.OpenCUDALibraries(fmt.Sprintf("/proc/%d/root", child.PID), os.Getenv("LD_LIBRARY_PATH")))
 	s.phases.mark("attached")
 	waitc := make(chan waitResult, 1)
 	if err := child.Release(); err != nil {
@@ -524,7 +524,7 @@ func (s *session) runAttach(ctx context.Context, spec tracer.Spec, tgids []int, 
 	}
 	for _, t := range tgids {
 		s.api.attachLibs(snapshot.OpenMappedLibraries(t))
-		s.api.attachLibs(snapshot.OpenCUDALibraries(fmt.Sprintf("/proc/%d/root", t), snapshot.ReadEnviron(t)))
+		s.api.attachLibs(snapshot.OpenCUDALibraries(fmt.Sprintf("/proc/%d/root", t), TargetLibraryPath(t)))
 	}
 	res.Notes = append(res.Notes, "attached to running processes: calls made before the attach are not in this trace")
 	for _, t := range tgids {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
 	"github.com/cudatrace/cudatrace/tracer/ebpf"
@@ -41,11 +42,11 @@ func (s *session) startAPI(res *tracer.Result, pids []int, launched bool) {
 	for _, pid := range pids {
 		root := fmt.Sprintf("/proc/%d/root", pid)
 		if launched {
-			p.AttachLibs(snapshot.OpenCUDALibraries(root, os.Environ()))
+			p.AttachLibs(snapshot.OpenCUDALibraries(root, os.Getenv("LD_LIBRARY_PATH")))
 			continue
 		}
 		p.AttachLibs(snapshot.OpenMappedLibraries(pid))
-		p.AttachLibs(snapshot.OpenCUDALibraries(root, snapshot.ReadEnviron(pid)))
+		p.AttachLibs(snapshot.OpenCUDALibraries(root, ebpf.TargetLibraryPath(pid)))
 	}
 	if onAPIStarted != nil {
 		onAPIStarted()
@@ -77,7 +78,7 @@ func (s *session) untraceAPI(tgid int) {
 // openedAPI probes a CUDA or NVML library the stopped task just opened,
 // unless that file is probed already.
 func (s *session) openedAPI(t *task, c *call, ret int64) {
-	if s.api == nil || ret < 0 || c.ev.Kind != tracer.KindOpen || !ebpf.NamesAPILibrary(c.ev.Path) {
+	if s.api == nil || ret < 0 || c.ev.Kind != tracer.KindOpen || !nvdev.IsLibrary(c.ev.Path) {
 		return
 	}
 	s.api.AttachOpened(t.tid, int(ret), c.ev.Path)
