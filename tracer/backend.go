@@ -6,13 +6,25 @@ import (
 	"time"
 )
 
-// Spec says what to trace: a command to launch, or running processes to
-// attach to (exactly one of the two).
+// Spec says what to trace: a command to launch, running processes to
+// attach to, or (HostWide) the whole host: exactly one of the three.
 type Spec struct {
 	Argv []string // command to launch; Argv[0] already resolved to a path
 	// Credentials for the launched command (-u USER); nil keeps ours.
 	Cred *Cred
 	PIDs []int // processes to attach to
+
+	// HostWide (cudatrace watch) traces every process on the host that
+	// opens an NVIDIA device node or a CUDA/NVML library, from that open
+	// on, and the processes it forks later; the tracer's own process is
+	// never traced. Run returns when ctx is cancelled (or Duration
+	// passes). Only the eBPF backend supports it. Each followed process's
+	// events end with its KindExit event; a Sink that implements
+	// FoldSink gets the process's folded counts just before it.
+	HostWide bool
+	// Stats, when set, is called about once a second while a HostWide
+	// trace runs, from a goroutine of the backend's.
+	Stats func(LiveStats)
 
 	// Duration stops an attach (or a launch) after this long; 0 means until
 	// the target exits or ctx is cancelled.
@@ -42,6 +54,22 @@ type Spec struct {
 	// wait for the kernel (a few ms for the BPF links used now), which the
 	// report need not wait for.
 	DeferRelease bool
+}
+
+// LiveStats are a running HostWide trace's counters.
+type LiveStats struct {
+	Dropped     uint64 // events lost so far (kernel and tracer)
+	Following   int    // processes followed now
+	Followed    uint64 // processes followed since the start
+	SyscallHook string // as Result.SyscallHook
+}
+
+// FoldSink is a Sink that, in a HostWide trace, receives each followed
+// process's folded counts (see Spec.FoldIoctlsAfter) just before that
+// process's exit event: the report of one process needs only its own.
+type FoldSink interface {
+	Sink
+	Folded(pid int, folded []Folded)
 }
 
 // Cred is who the launched command runs as.
