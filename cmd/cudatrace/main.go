@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
+	"strings"
 
 	"github.com/spf13/pflag"
 
@@ -65,13 +66,28 @@ func main() {
 	launch.RunLoaderIfRequested()
 	// In a pod that sees the host's processes (hostPID) but has a cgroup
 	// namespace of its own, every cgroup path would read relative to the
-	// pod's; as root, cudatrace re-executes itself in init's namespace.
-	if os.Geteuid() == 0 {
+	// pod's; the node agents (watch, doctor) re-execute themselves in
+	// init's namespace. A traced command keeps the namespace it was given.
+	if os.Geteuid() == 0 && nodeAgent(os.Args[1:]) {
 		if err := hostns.JoinInitCgroupNamespace(); err != nil {
 			fmt.Fprintf(os.Stderr, "cudatrace: cgroup paths are this container's own view: %v\n", err)
 		}
 	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// nodeAgent reports whether args run watch or doctor: the first word that
+// is not a flag, before any "--".
+func nodeAgent(args []string) bool {
+	for _, a := range args {
+		if a == "--" {
+			return false
+		}
+		if !strings.HasPrefix(a, "-") {
+			return a == "watch" || a == "doctor"
+		}
+	}
+	return false
 }
 
 // exitError carries an exit code and a one-line message to main.
