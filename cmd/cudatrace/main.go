@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/cudatrace/cudatrace/internal/hostns"
 	"github.com/cudatrace/cudatrace/tracer/launch"
 )
 
@@ -62,6 +63,14 @@ func main() {
 	// A traced command starts as a re-executed cudatrace that waits for the
 	// tracer; that copy never gets past this line.
 	launch.RunLoaderIfRequested()
+	// In a pod that sees the host's processes (hostPID) but has a cgroup
+	// namespace of its own, every cgroup path would read relative to the
+	// pod's; as root, cudatrace re-executes itself in init's namespace.
+	if os.Geteuid() == 0 {
+		if err := hostns.JoinInitCgroupNamespace(); err != nil {
+			fmt.Fprintf(os.Stderr, "cudatrace: cgroup paths are this container's own view: %v\n", err)
+		}
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 

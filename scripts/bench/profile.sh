@@ -32,6 +32,6 @@ for round in 1 2 3; do
 	echo "== round $round floor W2"
 	"$b/bpfstats" -floor -- "$b/workload" -mode getppid -n $((n * 5)) 2>&1
 	echo "== round $round floor W2, statistics off (the floor a traced run pays)"
-	"$b/bpfstats" -floor -nostats -- "$b/workload" -mode getppid -n $((n * 5)) 2>&1
+	"$b/bpfstats" -floor -stats=false -- "$b/workload" -mode getppid -n $((n * 5)) 2>&1
 done
 cat /proc/loadavg >>"$out/profile-env.txt"

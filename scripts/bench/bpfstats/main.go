@@ -12,10 +12,9 @@
 //
 //	bpfstats -floor -- workload -mode getppid -n 2000000
 //
-// The statistics themselves add two clock reads to every program run (on
-// the H200 VM they took a getppid from 134 to ~340 ns with the floor
-// programs): -nostats leaves them off, for the floor as a traced run pays it
-// (the run harness's floor config measures the same).
+// The statistics themselves cost every run two clock reads, so -floor
+// -stats=false is the bare hook's cost (compare the command's own timing
+// with and without it).
 //
 // Programs are sampled every -every while the command runs (cudatrace closes
 // its programs before it exits, so the last sample is the total).
@@ -46,14 +45,14 @@ type sample struct {
 func main() {
 	prefix := flag.String("prefix", "ct_", "programs whose name starts with this")
 	withFloor := flag.Bool("floor", false, "attach do-nothing programs to sys_enter and sys_exit first")
-	noStats := flag.Bool("nostats", false, "leave the statistics off (they add two clock reads to every program run): with -floor, the hook's cost as a traced run pays it")
 	every := flag.Duration("every", 50*time.Millisecond, "sampling interval")
+	withStats := flag.Bool("stats", true, "turn the kernel's statistics on (they cost every program run two clock reads: -floor -stats=false measures the bare hook)")
 	flag.Parse()
 	if flag.NArg() == 0 {
-		fmt.Fprintln(os.Stderr, "usage: bpfstats [-floor] [-nostats] [-prefix P] -- command [args...]")
+		fmt.Fprintln(os.Stderr, "usage: bpfstats [-floor] [-prefix P] -- command [args...]")
 		os.Exit(2)
 	}
-	if !*noStats {
+	if *withStats {
 		stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
 		if err != nil {
 			fatal("enable BPF stats: %v", err)
@@ -96,7 +95,9 @@ loop:
 		}
 	}
 	sampleInto(last, *prefix, before) // programs still loaded (-floor, or a tracer left running)
-	print(last)
+	if *withStats {
+		print(last)
+	}
 	var exit *exec.ExitError
 	if errors.As(runErr, &exit) {
 		os.Exit(exit.ExitCode())
