@@ -940,6 +940,25 @@ static __always_inline bool past_first(void *sites, void *key, __u32 after)
 	return __sync_fetch_and_add(n, 1) >= after;
 }
 
+/* The path into a fold key, NUL-padded: eight word copies masked at its
+ * length (path_len, with its NUL, is at most FOLD_PATH_LEN here), where a
+ * kernel string copy went byte by byte through a helper. */
+static __always_inline void fold_path(char *dst, const struct event *e)
+{
+	int len = e->path_len;
+#pragma unroll
+	for (int i = 0; i < FOLD_PATH_LEN / 8; i++) {
+		__u64 w;
+		int rem = len - i * 8;
+		__builtin_memcpy(&w, &e->path[i * 8], 8);
+		if (rem <= 0)
+			w = 0;
+		else if (rem < 8)
+			w &= (1ULL << (rem * 8)) - 1; /* little-endian: the first rem bytes */
+		__builtin_memcpy(dst + i * 8, &w, 8);
+	}
+}
+
 /* Whether a completed call is a repeat to count rather than send. Failures
  * are the evidence: always sent. */
 static __always_inline bool fold(struct event *e, __u8 kind, long ret, bool held)
@@ -963,7 +982,7 @@ static __always_inline bool fold(struct event *e, __u8 kind, long ret, bool held
 	__builtin_memset(&k, 0, sizeof(k));
 	k.tgid = e->tgid;
 	k.kind = kind;
-	bpf_probe_read_kernel_str(k.path, sizeof(k.path), e->path);
+	fold_path(k.path, e);
 	return past_first(&call_sites, &k, fold_calls_after);
 }
 
