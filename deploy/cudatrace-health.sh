@@ -40,6 +40,10 @@ headline() {
 		/^      "(id|status|summary)": "/ {
 			key = $1; gsub(/[":]/, "", key)
 			val = $0; sub(/^      "[a-z]+": "/, "", val); sub(/",?$/, "", val)
+			# JSON escapes (\\, \u001b, \n, \") are not text: each is a space.
+			gsub(/\\\\/, " ", val)
+			gsub(/\\u[0-9a-fA-F][0-9a-fA-F][0-9a-fA-F][0-9a-fA-F]/, " ", val)
+			gsub(/\\./, " ", val)
 			f[key] = val
 		}
 		/^    }/ {
