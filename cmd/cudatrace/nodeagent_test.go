@@ -9,7 +9,7 @@ func TestNodeAgent(t *testing.T) {
 	}{
 		{[]string{"watch", "--json"}, true},
 		{[]string{"-q", "doctor"}, true},
-		{[]string{"--", "doctor"}, false},       // a program named doctor
+		{[]string{"--", "doctor"}, false},        // a program named doctor
 		{[]string{"python3", "watch.py"}, false}, // a traced command
 		{[]string{"-p", "42"}, false},
 		{nil, false},

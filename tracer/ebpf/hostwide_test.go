@@ -115,15 +115,33 @@ func TestHostWideFollowsNVIDIAOpeners(t *testing.T) {
 	libOpener := run("/bin/cat", lib)
 	parent := run("/bin/sh", "-c", fmt.Sprintf(": < %s; /bin/true; exit 0", node))
 
-	// Wait until the live counters have seen the four followed processes
-	// (their events are in the sink by then), then stop.
-	for s := range stats {
-		if s.Followed >= 4 && s.Following == 0 {
-			if s.SyscallHook == "" {
-				t.Errorf("live stats name no syscall hook: %+v", s)
+	// Wait until the followed processes' exits are in (other tests may run
+	// processes that are followed too: the counters alone do not say),
+	// then stop.
+	exitsOf := func(pids ...int) bool {
+		for _, pid := range pids {
+			if len(rec.find(func(e *tracer.Event) bool { return e.PID == pid && e.Kind == tracer.KindExit })) == 0 {
+				return false
 			}
-			break
 		}
+		return true
+	}
+	var last tracer.LiveStats
+	for !exitsOf(repeater, libOpener, parent) || len(rec.find(func(e *tracer.Event) bool {
+		return e.PID != parent && e.Kind == tracer.KindExit && e.Comm == "true"
+	})) == 0 {
+		select {
+		case last = <-stats:
+		case <-ctx.Done():
+			t.Fatalf("the followed processes' exits did not arrive\n%s", rec.dump())
+		}
+	}
+	if last.SyscallHook == "" || last.Followed < 4 {
+		// Wait for one more round of counters, which saw them all.
+		last = <-stats
+	}
+	if last.SyscallHook == "" || last.Followed < 4 {
+		t.Errorf("live stats: %+v, want a syscall hook and at least 4 processes followed", last)
 	}
 	cancel()
 	r := <-done

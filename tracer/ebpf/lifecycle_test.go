@@ -228,8 +228,8 @@ func TestBadSpecs(t *testing.T) {
 		spec tracer.Spec
 		want string
 	}{
-		{"nothing to trace", tracer.Spec{}, "either a command"},
-		{"both", tracer.Spec{Argv: []string{"/bin/true"}, PIDs: []int{1}}, "either a command"},
+		{"nothing to trace", tracer.Spec{}, "exactly one of a command"},
+		{"both", tracer.Spec{Argv: []string{"/bin/true"}, PIDs: []int{1}}, "exactly one of a command"},
 		{"missing PID", tracer.Spec{PIDs: []int{1 << 30}}, fmt.Sprintf("no such process: %d", 1<<30)},
 		{"negative PID", tracer.Spec{PIDs: []int{-4}}, "invalid PID -4"},
 		{"ourselves", tracer.Spec{PIDs: []int{os.Getpid()}}, "cannot attach to cudatrace itself"},
