@@ -95,6 +95,11 @@ func helperMain(args []string) int {
 				fmt.Fprintln(os.Stderr, err)
 				return 1
 			}
+		case "inband-repeat": // successful ioctls, one with a failure in its params
+			if err := inbandRepeat(path); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
 		case "probe": // print Probe's verdict; exit 3 when unavailable
 			err := Probe()
 			fmt.Println(err)
