@@ -300,11 +300,17 @@ func InbandResult(e *tracer.Event, driverVersion string) string {
 }
 
 // InbandMayHaveFailed is whether any known layout of e's request shows a
-// non-zero status: the recorder keeps such calls verbatim whatever the
-// driver version, so a fold never hides an in-band failure.
+// non-zero status, or the tracer read one (Event.Status): the recorder
+// keeps such calls verbatim whatever the driver version, so a fold never
+// hides an in-band failure.
 func InbandMayHaveFailed(e *tracer.Event) bool {
 	if e.Kind != tracer.KindIoctl || e.Failed() || (len(e.Arg) == 0 && e.Status == nil) {
 		return false
+	}
+	if e.Status != nil && e.Status.Value != 0 {
+		// The tracer read a failure where the request keeps its result
+		// (InbandStatusWords): the eBPF backend sent it unfolded for that.
+		return true
 	}
 	var layouts []paramLayout
 	switch name := IoctlName(e.Request, e.Dev); {

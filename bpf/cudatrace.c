@@ -192,9 +192,8 @@ struct call_site {
  * UVM ioctls return 0 and put the NV_STATUS there), at the offset for the
  * running driver: user space fills inband_status from annotate's tables. */
 struct inband_word {
-	__u32 off;
-	__u32 ok;       /* the word on success */
-	__u8 keep_all;  /* the word alone cannot show success: never fold */
+	__u32 off;     /* of the u32 result: 0 is success (NV_OK) */
+	__u8 keep_all; /* the word alone cannot show success: never fold */
 	__u8 pad[3];
 };
 
@@ -923,7 +922,7 @@ static __always_inline bool inband_failed(struct event *e)
 	    !bpf_probe_read_user(&e->status, sizeof(e->status), (const void *)(e->uptr + w->off))) {
 		e->status_off = w->off;
 		e->has_status = 1;
-		if (e->status != w->ok)
+		if (e->status)
 			return true;
 	}
 	return w->keep_all;

@@ -40,7 +40,7 @@ type Spec struct {
 	// failed a request, and puts the NV_STATUS in the params. After each
 	// successful call of a listed request a backend reads that word into
 	// Event.Status and never folds (FoldIoctlsAfter) a call whose word is
-	// not the request's success value. Filled by the caller from annotate's
+	// not 0 (NV_OK). Filled by the caller from annotate's
 	// tables for the running driver version; tests list their own.
 	InbandStatus []StatusWord
 
@@ -68,8 +68,7 @@ type Spec struct {
 // StatusWord says where one ioctl request's params keep its result.
 type StatusWord struct {
 	Request uint32 // the ioctl request number, as the target passes it
-	Off     uint32 // byte offset of the 32-bit result word
-	OK      uint32 // the word's value on success
+	Off     uint32 // byte offset of the 32-bit result word; 0 is success
 	// KeepAll: the word alone cannot show success (another field holds a
 	// result too, or the driver version that picks the offset is unknown),
 	// so no call of the request is folded.

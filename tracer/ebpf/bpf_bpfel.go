@@ -85,7 +85,6 @@ const (
 type bpfInbandWord struct {
 	_       structs.HostLayout
 	Off     uint32
-	Ok      uint32
 	KeepAll uint8
 	Pad     [3]uint8
 }

@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cudatrace/cudatrace/internal/fakeinband"
 	"github.com/cudatrace/cudatrace/internal/privtest"
 	"github.com/cudatrace/cudatrace/tracer"
 	"github.com/cudatrace/cudatrace/tracer/launch"
@@ -96,7 +97,7 @@ func helperMain(args []string) int {
 				return 1
 			}
 		case "inband-repeat": // successful ioctls, one with a failure in its params
-			if err := inbandRepeat(path); err != nil {
+			if err := fakeinband.Repeat(path); err != nil {
 				fmt.Fprintln(os.Stderr, err)
 				return 1
 			}

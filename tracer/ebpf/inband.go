@@ -19,7 +19,7 @@ func setInbandStatus(m *ebpf.Map, words []tracer.StatusWord) error {
 		if w.Off > math.MaxUint16 { // the event's status_off
 			return fmt.Errorf("in-band status of ioctl %#x at offset %d: at most %d", w.Request, w.Off, math.MaxUint16)
 		}
-		v := bpfInbandWord{Off: w.Off, Ok: w.OK}
+		v := bpfInbandWord{Off: w.Off}
 		if w.KeepAll {
 			v.KeepAll = 1
 		}
