@@ -16,7 +16,7 @@ VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -s -w -X main.version=$(VERSION)
 BIN      := bin
 
-.PHONY: all build bpf fakecuda generate check-generated test test-short demo bench clean
+.PHONY: all build bpf fakecuda generate check-generated test test-short demo bench image clean
 
 all: build
 
@@ -67,6 +67,13 @@ demo: build fakecuda
 
 bench:
 	./scripts/bench.sh
+
+# The container image (Dockerfile: static, version-stamped, scratch) with
+# podman or docker, whichever is installed; IMAGE names it.
+CONTAINER_TOOL ?= $(or $(shell command -v podman 2>/dev/null),$(shell command -v docker 2>/dev/null),docker)
+IMAGE    ?= cudatrace:$(VERSION)
+image:
+	$(CONTAINER_TOOL) build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
 
 clean:
 	rm -rf $(BIN)

@@ -16,6 +16,7 @@ import (
 	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
+	"github.com/cudatrace/cudatrace/tracer/record"
 )
 
 // Options are one live diagnosis's inputs.
@@ -48,13 +49,16 @@ type Progress interface {
 // deps is what the pipeline reads of the system, and the analysis; tests
 // replace them.
 type deps struct {
-	collect         func(snapshot.Options) *snapshot.Snapshot
+	// collectView reads the target's own view, addHost the rest
+	// (snapshot.CollectView, snapshot.AddHost).
+	collectView     func(snapshot.Options) *snapshot.Snapshot
+	addHost         func(*snapshot.Snapshot, snapshot.Options)
 	targetEnv       func(pid int) (map[string]string, error)
 	targetContainer func(pid int) (snapshot.Container, bool)
 	analyze         func([]tracer.Event, *snapshot.Snapshot, annotate.Facts) annotate.Analysis
 }
 
-var live = deps{collect: snapshot.Collect, targetEnv: snapshot.TargetEnv, targetContainer: snapshot.TargetContainer, analyze: annotate.AnalyzeFacts}
+var live = deps{collectView: snapshot.CollectView, addHost: snapshot.AddHost, targetEnv: snapshot.TargetEnv, targetContainer: snapshot.TargetContainer, analyze: annotate.AnalyzeFacts}
 
 // Trace runs the backend on o.Spec and returns the analysed report.
 // release (never nil) waits for the backend to let go of what it still
@@ -70,9 +74,9 @@ func Trace(ctx context.Context, o Options) (rep *report.Report, release func() e
 		notice = func(string) {}
 	}
 	spec := o.Spec
-	rec := report.NewRecorder()
+	rec := record.New()
 	snapper := &failureSnapshot{opts: snapshot.Options{ProcDevicesPath: o.ProcDevicesPath, KmsgSince: time.Now()}, deps: d}
-	sink := tracer.SinkFunc(func(e *tracer.Event) {
+	sink := &pipelineSink{snap: snapper, event: func(e *tracer.Event) {
 		if o.Progress != nil {
 			o.Progress.Event(e)
 		}
@@ -80,19 +84,19 @@ func Trace(ctx context.Context, o Options) (rep *report.Report, release func() e
 		// The snapshot is taken while the failing process still exists.
 		switch {
 		case e.Failed() && e.Kind == tracer.KindOpen && nvdev.IsNodePath(e.Path):
-			snapper.triggerAs(e.PID, e.Path, true)
+			snapper.triggerAs(e, e.Path, true)
 		case e.Kind == tracer.KindOpen && !e.Failed() && e.Dev == nil && nvdev.IsNodePath(e.Path):
 			// The live backends read the new fd's inode: no device number
 			// means it is not a device (LXC's placeholder file). Snapshot
 			// it in the target's view, which the exit snapshot may lose.
-			snapper.trigger(e.PID, e.Path)
+			snapper.trigger(e, e.Path)
 		case e.APIFailed():
 			snapper.cudaFailed(e.Ret)
-			snapper.trigger(e.PID, "")
+			snapper.trigger(e, "")
 		case e.Failed() && (e.NoEntry || e.Kind == tracer.KindIoctl):
-			snapper.trigger(e.PID, "")
+			snapper.trigger(e, "")
 		}
-	})
+	}}
 	started := time.Now()
 	if o.Progress != nil {
 		o.Progress.Start()
@@ -123,6 +127,25 @@ func Trace(ctx context.Context, o Options) (rep *report.Report, release func() e
 	}
 	return rep, release, nil
 }
+
+// collect takes a whole snapshot.
+func (d deps) collect(o snapshot.Options) *snapshot.Snapshot {
+	s := d.collectView(o)
+	d.addHost(s, o)
+	return s
+}
+
+// pipelineSink is Trace's sink: each event goes to event; a backend that
+// holds a failing thread stopped (tracer.StopSink) waits there for the
+// failure snapshot's read of that process's own view.
+type pipelineSink struct {
+	event func(*tracer.Event)
+	snap  *failureSnapshot
+}
+
+func (p *pipelineSink) Event(e *tracer.Event) { p.event(e) }
+
+func (p *pipelineSink) Stopped(e *tracer.Event, deadline time.Time) { p.snap.held(e, deadline) }
 
 // firstPID is the process whose view the exit snapshot takes: the attached
 // one, or the first traced process.
@@ -160,7 +183,7 @@ func fillCred(s *snapshot.Snapshot, c *tracer.Cred) {
 	s.Process.UID, s.Process.GID, s.Process.Groups, s.Process.User = c.UID, c.GID, c.Groups, c.User
 }
 
-func buildReport(spec tracer.Spec, res *tracer.Result, rec *report.Recorder, snap *snapshot.Snapshot, started time.Time, version string, analyze func([]tracer.Event, *snapshot.Snapshot, annotate.Facts) annotate.Analysis) *report.Report {
+func buildReport(spec tracer.Spec, res *tracer.Result, rec *record.Recorder, snap *snapshot.Snapshot, started time.Time, version string, analyze func([]tracer.Event, *snapshot.Snapshot, annotate.Facts) annotate.Analysis) *report.Report {
 	rep := &report.Report{
 		Schema:  report.SchemaVersion,
 		Tool:    report.Tool{Name: "cudatrace", Version: version},

@@ -52,7 +52,8 @@ type fakeSystem struct {
 
 func (s *fakeSystem) deps() *deps {
 	return &deps{
-		collect: func(o snapshot.Options) *snapshot.Snapshot {
+		addHost: func(*snapshot.Snapshot, snapshot.Options) {},
+		collectView: func(o snapshot.Options) *snapshot.Snapshot {
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			s.calls = append(s.calls, o)

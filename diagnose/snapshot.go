@@ -2,8 +2,10 @@ package diagnose
 
 import (
 	"sync"
+	"time"
 
 	"github.com/cudatrace/cudatrace/snapshot"
+	"github.com/cudatrace/cudatrace/tracer"
 )
 
 // failureSnapshot takes the system snapshot at the first failed device
@@ -11,7 +13,12 @@ import (
 // stream so the tracer never stalls. An earlier, weaker trigger (a failed
 // ioctl, a non-device open: a container runtime's setup can make those
 // before the target's cgroup is in place) is replaced by the first failed
-// open of an NVIDIA node.
+// open of an NVIDIA node. So at most two snapshots are read per trace.
+//
+// The target's own view is read first and the host's facts after it; a
+// backend that holds the failing thread stopped (tracer.StopSink) waits in
+// held for the first part, so a process that exits right after its failing
+// call is still there to be read.
 type failureSnapshot struct {
 	opts   snapshot.Options
 	mu     sync.Mutex
@@ -27,6 +34,10 @@ type failureSnapshot struct {
 	// container is the failing process's container, read at once for the
 	// same reason: the fix is written in that runtime's syntax.
 	container snapshot.Container
+	// viewSeq is the event whose trigger is reading the target's view;
+	// viewDone is closed once that read ends.
+	viewSeq  uint64
+	viewDone chan struct{}
 
 	deps deps // the system reads
 }
@@ -48,14 +59,15 @@ func (f *failureSnapshot) options() snapshot.Options {
 	return f.opts
 }
 
-func (f *failureSnapshot) trigger(pid int, path string) { f.triggerAs(pid, path, false) }
+func (f *failureSnapshot) trigger(e *tracer.Event, path string) { f.triggerAs(e, path, false) }
 
-func (f *failureSnapshot) triggerAs(pid int, path string, strong bool) {
+func (f *failureSnapshot) triggerAs(e *tracer.Event, path string, strong bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed || f.strong || (f.gen > 0 && !strong) {
 		return
 	}
+	pid := e.PID
 	f.strong = strong
 	f.gen++
 	gen := f.gen
@@ -72,16 +84,21 @@ func (f *failureSnapshot) triggerAs(pid int, path string, strong bool) {
 	if path != "" {
 		opts.ExtraPaths = []string{path} // described even if it is missing
 	}
+	viewDone := make(chan struct{})
+	f.viewSeq, f.viewDone = e.Seq, viewDone
 	f.wg.Add(1)
 	go func() {
 		defer f.wg.Done()
-		snap := f.deps.collect(opts)
+		snap := f.deps.collectView(opts)
+		close(viewDone) // a held target may go on now
 		// A target that exited while it was being read leaves a snapshot
 		// that is part its view, part cudatrace's (mounts or cgroups
 		// lost on the way): drop it, and the exit snapshot is taken
 		// instead.
 		if snap.TargetLost {
 			snap = nil
+		} else {
+			f.deps.addHost(snap, opts)
 		}
 		f.mu.Lock()
 		if gen == f.gen {
@@ -89,6 +106,26 @@ func (f *failureSnapshot) triggerAs(pid int, path string, strong bool) {
 		}
 		f.mu.Unlock()
 	}()
+}
+
+// held is called while the backend holds e's thread stopped at the exit of
+// its failed call: if e triggered a snapshot, it waits (until deadline at
+// most) for the read of that process's own view.
+func (f *failureSnapshot) held(e *tracer.Event, deadline time.Time) {
+	f.mu.Lock()
+	done := f.viewDone
+	if done == nil || f.viewSeq != e.Seq {
+		f.mu.Unlock()
+		return
+	}
+	f.viewDone = nil // one wait per trigger
+	f.mu.Unlock()
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }
 
 func (f *failureSnapshot) wait() *snapshot.Snapshot {

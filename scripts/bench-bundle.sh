@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Builds the benchmark into DIR for a host without Go or strace (the GPU
-# host): static cudatrace, workload and driver, optionally a baseline
-# cudatrace built from git revision BASE (run beside this one as the
-# ebpf-base configs), and this host's strace with its shared libraries.
+# host): static cudatrace, workload, driver, bpfstats and profile.sh,
+# optionally a baseline cudatrace built from git revision BASE (run beside
+# this one as the ebpf-base configs), and this host's strace with its
+# shared libraries.
 #
 #   scripts/bench-bundle.sh DIR [BASE]
 #
 # Then, on the other host, as root:  DIR/run-bench.sh OUT [flags for scripts/bench/run]
+# or DIR/profile.sh DIR OUT [N] (per-program BPF statistics, the floor).
 set -euo pipefail
 
-[ $# -ge 1 ] || { sed -n '2,9p' "$0"; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,11p' "$0"; exit 2; }
 dir=$1
 base=${2:-}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -21,6 +23,8 @@ cd "$root"
 go build -trimpath -o "$dir/cudatrace" ./cmd/cudatrace
 go build -trimpath -o "$dir/workload" ./scripts/bench/workload
 go build -trimpath -o "$dir/run" ./scripts/bench/run
+go build -trimpath -o "$dir/bpfstats" ./scripts/bench/bpfstats
+cp scripts/bench/profile.sh "$dir/"
 echo "cudatrace $(git describe --always --dirty 2>/dev/null || echo unknown)" >"$dir/VERSIONS"
 
 if [ -n "$base" ]; then

@@ -85,7 +85,31 @@ func Collect(opts Options) *Snapshot {
 	return newCollector(opts).run()
 }
 
+// CollectView reads only the target's own view (Collect's first part:
+// its nodes, mounts, cgroups and device policy, credentials, environment),
+// quickly, for a caller that holds the target stopped meanwhile. AddHost
+// completes the snapshot.
+func CollectView(opts Options) *Snapshot {
+	c := newCollector(opts)
+	c.view()
+	return c.snap
+}
+
+// AddHost adds to s, taken by CollectView with the same opts, the facts
+// that do not depend on the target: the driver, its state, the kernel log.
+func AddHost(s *Snapshot, opts Options) {
+	c := newCollector(opts)
+	c.snap = s
+	c.host()
+}
+
 func (c *collector) run() *Snapshot {
+	c.view()
+	c.host()
+	return c.snap
+}
+
+func (c *collector) view() {
 	c.snap = &Snapshot{TakenAt: c.now()}
 	s := c.snap
 	c.collectHost()
@@ -143,11 +167,12 @@ func (c *collector) run() *Snapshot {
 	// already at the start) left part of it as cudatrace's own. What
 	// follows is the host's and does not depend on the target.
 	s.TargetLost = c.opts.PID != 0 && (!alive || !c.alive(pidDir))
+}
 
+func (c *collector) host() {
 	c.collectDriver()
 	c.collectDriverState()
 	c.collectKernelLog()
-	return s
 }
 
 // alive: the process behind pidDir is neither gone nor a zombie.

@@ -68,7 +68,7 @@ func (c *collector) collectKernelLog() {
 				continue
 			}
 			rec, ok := parseKmsgRecord(line)
-			if !ok || !kmsgInteresting.MatchString(rec.Text) {
+			if !ok || !kmsgInteresting(rec.Text) {
 				continue
 			}
 			at := boot.Add(time.Duration(rec.Usec) * time.Microsecond)

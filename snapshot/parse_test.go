@@ -242,7 +242,7 @@ func TestParseKmsgRecord(t *testing.T) {
 	if !ok || rec.Seq != 1623 || rec.Usec != 8273941 || rec.Text != "NVRM: Xid (PCI:0000:00:06): 79, pid=1234, GPU has fallen off the bus." {
 		t.Fatalf("got %+v %v", rec, ok)
 	}
-	if !kmsgInteresting.MatchString(rec.Text) {
+	if !kmsgInteresting(rec.Text) {
 		t.Error("Xid line should be kept")
 	}
 	for _, bad := range []string{"", "no semicolon", "4,x,1,-;t", "4,1;t"} {
@@ -250,7 +250,7 @@ func TestParseKmsgRecord(t *testing.T) {
 			t.Errorf("parseKmsgRecord(%q) accepted", bad)
 		}
 	}
-	if kmsgInteresting.MatchString("usb 1-1: new high-speed USB device") {
+	if kmsgInteresting("usb 1-1: new high-speed USB device") {
 		t.Error("unrelated line kept")
 	}
 }
@@ -315,5 +315,21 @@ func TestKmsgUnescape(t *testing.T) {
 	rec, ok := parseKmsgRecord(`4,1234,5678,-;NVRM: API mismatch: the client 'rmprobe' (pid 3228)\x0aNVRM: has the version 0.0.0\x5c`)
 	if !ok || rec.Text != `NVRM: API mismatch: the client 'rmprobe' (pid 3228) NVRM: has the version 0.0.0\` {
 		t.Fatalf("%q", rec.Text)
+	}
+}
+
+// Each driver mark keeps a line wherever it appears; case matters, as it
+// did in the regexp this replaced.
+func TestKmsgInterestingMarks(t *testing.T) {
+	for _, line := range []string{"[x] NVRM: loading", "a Xid b", "nvidia-uvm: Loaded", "nvidia-modeset: x",
+		"NVIDIA: API mismatch", "RmInitAdapter failed", "GSP timeout", "nvidia-nvlink: Nvlink Core", "NVIDIA GPU"} {
+		if !kmsgInteresting(line) {
+			t.Errorf("%q dropped", line)
+		}
+	}
+	for _, line := range []string{"nvidia: module verification failed", "xid", "gsp", "nvidia-drm"} {
+		if kmsgInteresting(line) {
+			t.Errorf("%q kept", line)
+		}
 	}
 }

@@ -17,17 +17,16 @@ func IsDevicePath(p string) bool {
 }
 
 // IsInterestingOpen adds the files that tell which driver and library were
-// used: /proc/driver/nvidia, /proc/devices, module parameters, and any path
-// with a libcuda.so or libnvidia-ml.so component (a stub or compat copy
-// shows here).
+// used: /proc/driver/nvidia, /proc/devices, module parameters, and the CUDA
+// and NVML libraries by file name (nvdev.IsLibrary: a stub or compat copy
+// shows here, and so does a dlopen of a bare "libcuda.so.1" that the loader
+// turned into a relative open).
 func IsInterestingOpen(p string) bool {
-	if IsDevicePath(p) ||
+	return IsDevicePath(p) ||
 		strings.HasPrefix(p, "/proc/driver/nvidia") ||
 		strings.HasPrefix(p, "/proc/devices") ||
-		strings.HasPrefix(p, "/sys/module/nvidia") {
-		return true
-	}
-	return strings.Contains(p, "/libcuda.so") || strings.Contains(p, "/libnvidia-ml.so")
+		strings.HasPrefix(p, "/sys/module/nvidia") ||
+		nvdev.IsLibrary(p)
 }
 
 // IsInterestingStat adds libcuda looking for nvidia-modprobe.

@@ -20,7 +20,13 @@ func TestPathRules(t *testing.T) {
 		{"/usr/lib/libcudart.so.12", false, false},
 		{"/dev/null", false, false},
 		{"/proc/version", false, false},
-		{"libcuda.so.1", false, false}, // relative: the kernel filter sees it as passed
+		// The library rule looks at the file's name only (nvdev.IsLibrary),
+		// as the BPF filter does: relative names count, a directory named
+		// like the library does not.
+		{"libcuda.so.1", true, false},
+		{"./libnvidia-ml.so.1", true, false},
+		{"/opt/libcuda.so.1/README", false, false},
+		{"/opt/mylibcuda.so", false, false},
 	} {
 		if got := IsInterestingOpen(c.path); got != c.open {
 			t.Errorf("IsInterestingOpen(%q) = %v, want %v", c.path, got, c.open)

@@ -8,9 +8,11 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
+	"strings"
 
 	"github.com/spf13/pflag"
 
+	"github.com/cudatrace/cudatrace/internal/hostns"
 	"github.com/cudatrace/cudatrace/tracer/launch"
 )
 
@@ -62,7 +64,30 @@ func main() {
 	// A traced command starts as a re-executed cudatrace that waits for the
 	// tracer; that copy never gets past this line.
 	launch.RunLoaderIfRequested()
+	// In a pod that sees the host's processes (hostPID) but has a cgroup
+	// namespace of its own, every cgroup path would read relative to the
+	// pod's; the node agents (watch, doctor) re-execute themselves in
+	// init's namespace. A traced command keeps the namespace it was given.
+	if os.Geteuid() == 0 && nodeAgent(os.Args[1:]) {
+		if err := hostns.JoinInitCgroupNamespace(); err != nil {
+			fmt.Fprintf(os.Stderr, "cudatrace: cgroup paths are this container's own view: %v\n", err)
+		}
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// nodeAgent reports whether args run watch or doctor: the first word that
+// is not a flag, before any "--".
+func nodeAgent(args []string) bool {
+	for _, a := range args {
+		if a == "--" {
+			return false
+		}
+		if !strings.HasPrefix(a, "-") {
+			return a == "watch" || a == "doctor"
+		}
+	}
+	return false
 }
 
 // exitError carries an exit code and a one-line message to main.

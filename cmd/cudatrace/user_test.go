@@ -108,21 +108,26 @@ func TestUserInScratchLikeRoot(t *testing.T) {
 	}
 }
 
-// cudatrace links no cgo package: go install gives a static binary.
+// cudatrace links no cgo package of its own. Only net's resolver (pflag's IP
+// flags import net) uses cgo, so a plain go install links dynamically where
+// a C compiler exists; CGO_ENABLED=0 (README, Makefile) or -tags netgo
+// leaves no cgo at all, and the binary is static.
 func TestNoCgoImports(t *testing.T) {
-	out, err := exec.Command("go", "list", "-deps", "-f", "{{if .CgoFiles}}{{.ImportPath}}{{end}}", ".").Output()
-	if err != nil {
-		t.Skipf("go list: %v", err)
+	cgoPackages := func(flags ...string) []string {
+		args := append(append([]string{"list"}, flags...), "-deps", "-f", "{{if .CgoFiles}}{{.ImportPath}}{{end}}", ".")
+		out, err := exec.Command("go", args...).Output()
+		if err != nil {
+			t.Skipf("go list: %v", err)
+		}
+		return strings.Fields(string(out))
 	}
-	for _, p := range strings.Fields(string(out)) {
-		switch p {
-		case "runtime/cgo":
-		case "net":
-			// pflag's IP flags import net; see the report to the lead.
-			t.Log("net (via github.com/spf13/pflag) still uses cgo when CGO_ENABLED=1")
-		default:
+	for _, p := range cgoPackages() {
+		if p != "runtime/cgo" && p != "net" {
 			t.Errorf("%s uses cgo: a plain go install would link it dynamically", p)
 		}
+	}
+	if ps := cgoPackages("-tags", "netgo"); len(ps) > 0 {
+		t.Errorf("with -tags netgo, %v still use cgo: go install -tags netgo would not be static", ps)
 	}
 }
 

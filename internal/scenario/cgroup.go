@@ -139,6 +139,18 @@ func newCgroupV2(t testing.TB, rules []DeviceRule, allowOnly bool) *cgroupV2 {
 	return cg
 }
 
+// TargetCgroupV2 makes a scratch cgroup v2 whose device program denies the
+// rules, for a target to move itself into: the tracer stays outside it, so
+// its own view cannot stand in for the target's. A target (a container
+// runtime's job) may remove it itself once it is empty; cleanup then has
+// nothing to do.
+func TargetCgroupV2(t testing.TB, deny []DeviceRule) (dir string, progIDs []uint32) {
+	t.Helper()
+	privtest.RequireRoot(t)
+	cg := newCgroupV2(t, deny, false)
+	return cg.path, cg.progIDs
+}
+
 func attachedDevicePrograms(dir string) ([]uint32, error) {
 	fd, err := unix.Open(dir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -211,6 +223,9 @@ func newCgroupV1(t testing.TB, deny []string) string {
 // leftover cgroup is a bug.
 func removeCgroup(t testing.TB, dir string, v2 bool, detach func() error) {
 	t.Helper()
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		return // removed already (TargetCgroupV2): nothing is left of it
+	}
 	if err := killAll(dir, v2); err != nil {
 		t.Errorf("scenario: %v", err)
 	}

@@ -5,7 +5,8 @@
 # interleaved rounds of W1 (N iterations of openat+ioctl+close) untraced and
 # under cudatrace, with the kernel's BPF run-time statistics per program;
 # then the floor: what a syscall pays for do-nothing programs on sys_enter
-# and sys_exit, against getppid untraced.
+# and sys_exit, against getppid untraced (with the statistics on, then off:
+# they add two clock reads to every program run).
 set -eu
 b=$(cd "$1" && pwd); out=$2; n=${3:-400000}
 mkdir -p "$out"
@@ -30,5 +31,7 @@ for round in 1 2 3; do
 	"$b/workload" -mode getppid -n $((n * 5))
 	echo "== round $round floor W2"
 	"$b/bpfstats" -floor -- "$b/workload" -mode getppid -n $((n * 5)) 2>&1
+	echo "== round $round floor W2, statistics off (the floor a traced run pays)"
+	"$b/bpfstats" -floor -stats=false -- "$b/workload" -mode getppid -n $((n * 5)) 2>&1
 done
 cat /proc/loadavg >>"$out/profile-env.txt"

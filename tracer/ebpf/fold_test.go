@@ -41,6 +41,12 @@ func repeatCalls(path string) error {
 				}
 				unix.IoctlGetTermios(fd, unix.TCGETS) // fails: never folded
 				unix.Close(fd)
+				// A longer path read into the same slot: the fold key of
+				// the next open must not pick up its tail.
+				if _, err := unix.Open(path+"-absent-and-longer-than-the-node", unix.O_RDONLY, 0); err == nil {
+					errs <- fmt.Errorf("%s-absent...: opened", path)
+					return
+				}
 			}
 		})
 	}

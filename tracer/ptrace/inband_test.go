@@ -5,18 +5,18 @@ import (
 
 	"github.com/cudatrace/cudatrace/internal/fakeinband"
 	"github.com/cudatrace/cudatrace/internal/privtest"
-	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/tracer"
+	"github.com/cudatrace/cudatrace/tracer/record"
 )
 
 // ptrace delivers every call with its in-band status word (read from the
-// tracee when it lies past the bytes copied); the report's recorder, which
+// tracee when it lies past the bytes copied); the recorder, which
 // folds in user space, keeps the one that failed beyond its sample.
 func TestInbandStatusKept(t *testing.T) {
 	privtest.RequireRoot(t)
 	node := fakeinband.Node(t)
 	c := &collector{}
-	rec := report.NewRecorder()
+	rec := record.New()
 	sink := tracer.SinkFunc(func(e *tracer.Event) { c.Event(e); rec.Event(e) })
 	spec := tracer.Spec{Argv: helperArgv("inband", node), DeviceMajors: []uint32{1}, InbandStatus: fakeinband.Words(false)}
 	res, err := New().Run(privtest.Deadline(t), spec, sink)
@@ -50,8 +50,8 @@ func TestInbandStatusKept(t *testing.T) {
 				stored = append(stored, e)
 			}
 		}
-		if len(stored) != report.IoctlSamplePerSite+1 || stored[len(stored)-1].Seq != failed[0].Seq {
-			t.Errorf("ioctl %#x: recorder stored %d, want the first %d and the failure", w.Request, len(stored), report.IoctlSamplePerSite)
+		if len(stored) != record.IoctlSamplePerSite+1 || stored[len(stored)-1].Seq != failed[0].Seq {
+			t.Errorf("ioctl %#x: recorder stored %d, want the first %d and the failure", w.Request, len(stored), record.IoctlSamplePerSite)
 		}
 	}
 	var counted uint64

@@ -121,6 +121,9 @@ type session struct {
 	// load. apiErr is a failure to say in the result.
 	api    *ebpf.APIProbes
 	apiErr string
+	// hold lets the sink read a failing process's view at the exit stop
+	// of its failed call, before it can exit (tracer.StopSink).
+	hold *tracer.StopHolder
 }
 
 func newSession(mode stopMode, spec tracer.Spec, sink tracer.Sink) *session {
@@ -128,6 +131,7 @@ func newSession(mode stopMode, spec tracer.Spec, sink tracer.Sink) *session {
 		mode:          mode,
 		rules:         newRules(spec.DeviceMajors, spec.InbandStatus),
 		sink:          sink,
+		hold:          tracer.NewStopHolder(sink),
 		tasks:         map[int]*task{},
 		zombieLeaders: map[int]bool{},
 		unannounced:   map[int]bool{},
@@ -385,6 +389,9 @@ func (s *session) finishRefused(t *task, c *call, ret int64, refused bool) {
 	if e := s.rules.exit(t.tid, t.fds(), c, ret); e != nil {
 		e.NoEntry = refused && e.Failed()
 		s.emit(t, e)
+		if !s.quiet {
+			s.hold.Hold(e) // t is stopped at the call's exit
+		}
 	}
 }
 

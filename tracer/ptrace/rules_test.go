@@ -109,7 +109,7 @@ func TestPathRules(t *testing.T) {
 		{"/sys/module/nvidia_uvm/parameters/uvm_disable_hmm", true, false},
 		{"/usr/lib/x86_64-linux-gnu/libcuda.so.1", true, false},
 		{"/opt/compat/libnvidia-ml.so.1", true, false},
-		{"libnvidia-ml.so.1", false, false}, // the kernel filter wants a '/' before the name
+		{"libnvidia-ml.so.1", true, false}, // relative, as the kernel filter takes it too
 		{"/usr/bin/nvidia-modprobe", false, true},
 		{"/dev/null", false, false},
 		{"/etc/libcuda.conf", false, false},

@@ -12,6 +12,10 @@
 //
 //	bpfstats -floor -- workload -mode getppid -n 2000000
 //
+// The statistics themselves cost every run two clock reads, so -floor
+// -stats=false is the bare hook's cost (compare the command's own timing
+// with and without it).
+//
 // Programs are sampled every -every while the command runs (cudatrace closes
 // its programs before it exits, so the last sample is the total).
 package main
@@ -27,9 +31,9 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/asm"
-	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
+
+	"github.com/cudatrace/cudatrace/scripts/bench/internal/floor"
 )
 
 type sample struct {
@@ -40,31 +44,34 @@ type sample struct {
 
 func main() {
 	prefix := flag.String("prefix", "ct_", "programs whose name starts with this")
-	floor := flag.Bool("floor", false, "attach do-nothing programs to sys_enter and sys_exit first")
+	withFloor := flag.Bool("floor", false, "attach do-nothing programs to sys_enter and sys_exit first")
 	every := flag.Duration("every", 50*time.Millisecond, "sampling interval")
+	withStats := flag.Bool("stats", true, "turn the kernel's statistics on (they cost every program run two clock reads: -floor -stats=false measures the bare hook)")
 	flag.Parse()
 	if flag.NArg() == 0 {
 		fmt.Fprintln(os.Stderr, "usage: bpfstats [-floor] [-prefix P] -- command [args...]")
 		os.Exit(2)
 	}
-	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
-	if err != nil {
-		fatal("enable BPF stats: %v", err)
+	if *withStats {
+		stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+		if err != nil {
+			fatal("enable BPF stats: %v", err)
+		}
+		defer stats.Close()
 	}
-	defer stats.Close()
 
 	// Programs already loaded (a tracer still releasing its programs
 	// from an earlier run) are not this command's.
 	before := map[ebpf.ProgramID]sample{}
 	sampleInto(before, *prefix, nil)
 
-	if *floor {
-		closeFloor, err := attachFloor()
+	if *withFloor {
+		closeFloor, err := floor.Attach()
 		if err != nil {
 			fatal("floor programs: %v", err)
 		}
 		defer closeFloor()
-		*prefix = "ct_floor"
+		*prefix = floor.Prefix
 	}
 
 	cmd := exec.Command(flag.Arg(0), flag.Args()[1:]...)
@@ -88,7 +95,9 @@ loop:
 		}
 	}
 	sampleInto(last, *prefix, before) // programs still loaded (-floor, or a tracer left running)
-	print(last)
+	if *withStats {
+		print(last)
+	}
 	var exit *exec.ExitError
 	if errors.As(runErr, &exit) {
 		os.Exit(exit.ExitCode())
@@ -140,39 +149,6 @@ func print(samples map[ebpf.ProgramID]sample) {
 		}
 		fmt.Fprintf(os.Stderr, "%-24s %14d %14d %10.1f\n", s.name, s.runs, s.runtime.Nanoseconds(), per)
 	}
-}
-
-// attachFloor attaches "return 0" to both syscall tracepoints, the way
-// cudatrace attaches its dispatchers (BTF-typed raw tracepoints).
-func attachFloor() (func(), error) {
-	var links []link.Link
-	closeAll := func() {
-		for _, l := range links {
-			l.Close()
-		}
-	}
-	for _, tp := range []string{"sys_enter", "sys_exit"} {
-		prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
-			Name:         "ct_floor_" + strings.TrimPrefix(tp, "sys_"),
-			Type:         ebpf.Tracing,
-			AttachType:   ebpf.AttachTraceRawTp,
-			AttachTo:     tp,
-			License:      "GPL",
-			Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()},
-		})
-		if err != nil {
-			closeAll()
-			return nil, err
-		}
-		l, err := link.AttachTracing(link.TracingOptions{Program: prog})
-		prog.Close()
-		if err != nil {
-			closeAll()
-			return nil, err
-		}
-		links = append(links, l)
-	}
-	return closeAll, nil
 }
 
 func fatal(format string, args ...any) {

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/cudatrace/cudatrace/internal/procfs"
+	"github.com/cudatrace/cudatrace/scripts/bench/internal/floor"
 )
 
 // A config is one way of running the workload.
@@ -39,6 +40,10 @@ type config struct {
 	neighbour bool
 	cudatrace bool // the run has a cudatrace report to check
 	base      bool // the -base build of cudatrace instead of -bin's
+	// floor: the workload runs untraced with do-nothing programs on the
+	// syscall tracepoints (W1 and W2 only): the hook's own cost, which
+	// cudatrace's programs can add to but not remove.
+	floor bool
 }
 
 // baseConfigs compare a second build (-base) side by side with this one, in
@@ -59,6 +64,7 @@ var configs = []config{
 		return append(b.cudatraceArgv("ebpf", rep), argv...)
 	}},
 	{name: "ebpf-other", cudatrace: true, neighbour: true},
+	{name: "floor", floor: true},
 	{name: "ptrace", cudatrace: true, wrap: func(b *bench, rep string, argv []string) []string {
 		return append(b.cudatraceArgv("ptrace", rep), argv...)
 	}},
@@ -182,9 +188,9 @@ func main() {
 	}
 	cfgs := configs
 	if b.strace == "" {
-		cfgs = cfgs[:5]
+		cfgs = cfgs[:6]
 	}
-	trueCfgs := slices.Clone(cfgs[:4])
+	trueCfgs := slices.DeleteFunc(slices.Clone(cfgs[:5]), func(c config) bool { return c.floor })
 	if b.base != "" {
 		cfgs = append(slices.Clone(cfgs), baseConfigs...)
 		trueCfgs = append(trueCfgs, baseConfigs...)
@@ -195,7 +201,7 @@ func main() {
 		for _, w := range workloads {
 			order := rotate(cfgs, rep)
 			for _, c := range order {
-				if w.name == "start" && c.neighbour {
+				if w.name == "start" && c.neighbour || c.floor && w.name != "W1" && w.name != "W2" {
 					continue
 				}
 				b.measure(w, c, rep)
@@ -224,7 +230,7 @@ func main() {
 	}
 	if big > 0 {
 		// Unfolded: the recorder itself must hold 10M events in bounded memory.
-		b.measure(workload{"W1-10M", dev(big, 1, 0)}, configs[4], 0)
+		b.measure(workload{"W1-10M", dev(big, 1, 0)}, configByName("ebpf-nofold"), 0)
 	}
 	b.runsCSV.Flush()
 
@@ -234,6 +240,22 @@ func main() {
 	}
 	printTable(os.Stdout, sum)
 	printChecks(os.Stdout, b.runs)
+}
+
+func configByName(name string) config {
+	i := slices.IndexFunc(configs, func(c config) bool { return c.name == name })
+	return configs[i]
+}
+
+// execOnFloor runs argv untraced while do-nothing programs sit on the
+// syscall tracepoints.
+func (b *bench) execOnFloor(argv []string) (*result, error) {
+	detach, err := floor.Attach()
+	if err != nil {
+		return nil, fmt.Errorf("floor programs: %v", err)
+	}
+	defer detach()
+	return b.exec(argv)
 }
 
 // rotate returns cfgs starting at cfgs[rep mod n], forwards on even reps
@@ -289,6 +311,8 @@ func (b *bench) measure(w workload, c config, rep int) {
 	switch {
 	case c.neighbour:
 		res, err = b.runBeside(b.tracerBin(c), rep_, argv)
+	case c.floor:
+		res, err = b.execOnFloor(argv)
 	case c.wrap == nil:
 		res, err = b.exec(argv)
 	default:

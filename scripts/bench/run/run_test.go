@@ -3,6 +3,7 @@ package main
 import (
 	"math"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -62,5 +63,22 @@ func TestParseLineIgnoresOtherOutput(t *testing.T) {
 	kv := parseLine("cudatrace: something\nbench-workload mode=dev opens=3 ioctls=2\n")
 	if kv["mode"] != "dev" || kv["opens"] != "3" || kv["ioctls"] != "2" || len(kv) != 3 {
 		t.Errorf("parseLine = %v", kv)
+	}
+}
+
+// The floor row says what the hook costs and what cudatrace adds above it.
+func TestChecksFloorRow(t *testing.T) {
+	w2 := func(cfg string, loopNs int64) run {
+		r := w1Run(cfg, 0, loopNs, 0, 0)
+		r.Workload = "W2"
+		return r
+	}
+	// 500 untraced calls: +100 ns each on the floor, +150 under ebpf.
+	runs := []run{w2("untraced", 1_000_000), w2("floor", 1_050_000), w2("ebpf", 1_075_000)}
+	var out strings.Builder
+	printChecks(&out, runs)
+	want := "hook floor 100.0 ns, ours 50.0 ns above it"
+	if !strings.Contains(out.String(), want) {
+		t.Errorf("checks lack %q:\n%s", want, out.String())
 	}
 }

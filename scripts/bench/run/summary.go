@@ -306,6 +306,26 @@ func printChecks(out io.Writer, runs []run) {
 		f := s.Added.Median / math.Max(e1.Added.Median, 1)
 		check("eBPF: ≥ 100x less added time per event than strace -f", f >= 100, fmt.Sprintf("%.0fx", f))
 	}
+	// The hook's own cost (do-nothing programs on sys_enter and sys_exit)
+	// and what cudatrace's programs add above it: only that part can be
+	// cut without another hook (fentry).
+	for _, fl := range []struct{ w, what, above, also string }{
+		{"W2", "W2 untraced syscall: raw tracepoint floor", "ebpf", "ebpf-other"},
+		{"W1", "W1 per traced call: raw tracepoint floor", "ebpf", ""},
+	} {
+		f, ok := get(fl.w, "floor")
+		if !ok || !f.Added.valid() {
+			continue
+		}
+		line := fmt.Sprintf("hook floor %.1f ns", f.Added.Median)
+		if r, ok := get(fl.w, fl.above); ok && r.Added.valid() {
+			line += fmt.Sprintf(", ours %.1f ns above it", r.Added.Median-f.Added.Median)
+		}
+		if r, ok := get(fl.w, fl.also); ok && r.Added.valid() {
+			line += fmt.Sprintf(" (neighbour: %.1f)", r.Added.Median-f.Added.Median)
+		}
+		fmt.Fprintf(out, "  info  %-58s %s\n", fl.what, line)
+	}
 	// The -base build beside this one: the change's effect, same run.
 	for _, cmp := range []struct {
 		w, c, base, what, unit string
