@@ -48,15 +48,7 @@ func TestInbandFailureNotFolded(t *testing.T) {
 				FoldIoctlsAfter: after,
 				InbandStatus:    tc.words,
 			}
-			rec := &recorder{}
-			res, err := New().Run(privtest.Deadline(t), spec, rec)
-			if err != nil {
-				t.Fatal(err)
-			}
-			checkComplete(t, res)
-			if res.Exit == nil || res.Exit.Code != 0 {
-				t.Fatalf("helper exit %+v", res.Exit)
-			}
+			res, rec := runHelper(t, spec)
 			for _, w := range listed {
 				got := rec.find(func(e *tracer.Event) bool { return e.Kind == tracer.KindIoctl && e.Request == w.Request })
 				var folded uint64
