@@ -220,8 +220,21 @@ func decodeInband(e *tracer.Event, ver drvVersion, haveVer bool) (r inband, ok b
 	return r, true
 }
 
+// paramWordAt reads the params word at off: from the captured leading
+// bytes, else from the word the tracer read there (Event.Status: a status
+// past the bytes captured).
+func paramWordAt(e *tracer.Event, off int) (uint32, bool) {
+	if v, ok := u32At(e.Arg, off); ok {
+		return v, true
+	}
+	if s := e.Status; s != nil && off >= 0 && int64(s.Off) == int64(off) {
+		return s.Value, true
+	}
+	return 0, false
+}
+
 func (r *inband) read(e *tracer.Event, l paramLayout) {
-	if v, got := u32At(e.Arg, l.Status); got {
+	if v, got := paramWordAt(e, l.Status); got {
 		r.Status, r.Known, r.Failed = v, true, v != 0
 		return
 	}
@@ -287,11 +300,17 @@ func InbandResult(e *tracer.Event, driverVersion string) string {
 }
 
 // InbandMayHaveFailed is whether any known layout of e's request shows a
-// non-zero status: the recorder keeps such calls verbatim whatever the
-// driver version, so a fold never hides an in-band failure.
+// non-zero status, or the tracer read one (Event.Status): the recorder
+// keeps such calls verbatim whatever the driver version, so a fold never
+// hides an in-band failure.
 func InbandMayHaveFailed(e *tracer.Event) bool {
-	if e.Kind != tracer.KindIoctl || e.Failed() || len(e.Arg) == 0 {
+	if e.Kind != tracer.KindIoctl || e.Failed() || (len(e.Arg) == 0 && e.Status == nil) {
 		return false
+	}
+	if e.Status != nil && e.Status.Value != 0 {
+		// The tracer read a failure where the request keeps its result
+		// (InbandStatusWords): the eBPF backend sent it unfolded for that.
+		return true
 	}
 	var layouts []paramLayout
 	switch name := IoctlName(e.Request, e.Dev); {
@@ -311,7 +330,7 @@ func InbandMayHaveFailed(e *tracer.Event) bool {
 		}
 	}
 	for _, l := range layouts {
-		if v, ok := u32At(e.Arg, l.Status); ok && v != 0 {
+		if v, ok := paramWordAt(e, l.Status); ok && v != 0 {
 			return true
 		}
 	}

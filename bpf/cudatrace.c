@@ -165,7 +165,9 @@ struct event {
 	 * s_dev and i_ino. */
 	__u8 held;
 	__u8 has_count; /* api: flags holds the count an out-argument returned */
-	__u8 pad[3];
+	__u8 has_status; /* ioctl: status holds the params word at status_off */
+	__u16 status_off;
+	__u32 status;    /* the driver's in-band result (inband_status) */
 	char comm[16];
 	/* The record sent is cut after what its kind uses: an exit ends
 	 * before arg, an ioctl after it, a path call after the path's NUL;
@@ -193,6 +195,15 @@ struct call_site {
 	char path[FOLD_PATH_LEN]; /* NUL-padded */
 };
 
+/* Where a request's params keep the driver's own result (NVIDIA's RM and
+ * UVM ioctls return 0 and put the NV_STATUS there), at the offset for the
+ * running driver: user space fills inband_status from annotate's tables. */
+struct inband_word {
+	__u32 off;     /* of the u32 result: 0 is success (NV_OK) */
+	__u8 keep_all; /* the word alone cannot show success: never fold */
+	__u8 pad[3];
+};
+
 /* A library file, as the kernel names it: the opened file's inode. */
 struct lib_id {
 	__u64 ino;
@@ -210,6 +221,7 @@ const enum drop_reason *unused_drop __attribute__((unused));
 const struct ioctl_site *unused_ioctl_site __attribute__((unused));
 const struct call_site *unused_call_site __attribute__((unused));
 const struct lib_id *unused_lib_id __attribute__((unused));
+const struct inband_word *unused_inband_word __attribute__((unused));
 
 /* Not preallocated: 65536 slots took 8 ms to create at every start, and
  * entries come only from forks. */
@@ -266,6 +278,13 @@ struct {
 	__type(key, __u32); /* kernel dev_t */
 	__type(value, __u8);
 } path_devs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 512);
+	__type(key, __u32); /* ioctl request */
+	__type(value, struct inband_word);
+} inband_status SEC(".maps");
 
 /* Library files with uretprobes on them (filled by user space). */
 struct {
@@ -647,6 +666,7 @@ static __always_inline int ioctl_enter(int fd, __u32 request, unsigned long uptr
 	e->fd = fd;
 	e->request = request;
 	e->uptr = uptr;
+	e->has_status = 0;
 	if (fd >= 0)
 		set_kdev(e, rdev);
 	e->matched = 1;
@@ -940,6 +960,24 @@ static __always_inline bool past_first(void *sites, void *key, __u32 after)
 	return __sync_fetch_and_add(n, 1) >= after;
 }
 
+/* Read a successful ioctl's in-band result into e, if its request has one;
+ * true when it shows a failure (or cannot show success). Every call of a
+ * listed request is read, sent or folded: the word may lie past ARG_LEN. */
+static __always_inline bool inband_failed(struct event *e)
+{
+	struct inband_word *w = bpf_map_lookup_elem(&inband_status, &e->request);
+	if (!w)
+		return false;
+	if (e->uptr >= 4096 &&
+	    !bpf_probe_read_user(&e->status, sizeof(e->status), (const void *)(e->uptr + w->off))) {
+		e->status_off = w->off;
+		e->has_status = 1;
+		if (e->status)
+			return true;
+	}
+	return w->keep_all;
+}
+
 /* The path into a fold key, NUL-padded: eight word copies masked at its
  * length (path_len, with its NUL, is at most FOLD_PATH_LEN here), where a
  * kernel string copy went byte by byte through a helper. */
@@ -960,12 +998,14 @@ static __always_inline void fold_path(char *dst, const struct event *e)
 }
 
 /* Whether a completed call is a repeat to count rather than send. Failures
- * are the evidence: always sent. */
+ * are the evidence: always sent, the driver's in-band ones too. */
 static __always_inline bool fold(struct event *e, __u8 kind, long ret, bool held)
 {
 	if ((ret < 0 && ret > -4096) || kind == KIND_EXEC || held)
 		return false;
 	if (kind == KIND_IOCTL) {
+		if (inband_failed(e))
+			return false;
 		if (!fold_ioctls_after || !e->has_dev)
 			return false;
 		struct ioctl_site k = {
@@ -1213,7 +1253,9 @@ int ct_exit(__u64 *ctx)
 	e->no_entry = 0;
 	e->held = 0;
 	e->has_count = 0;
-	__builtin_memset(e->pad, 0, sizeof(e->pad));
+	e->has_status = 0;
+	e->status_off = 0;
+	e->status = 0;
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 	bpf_ringbuf_submit(e, wakeup_flags(true));
 	return 0;

@@ -1,11 +1,27 @@
 package snapshot
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 )
+
+// HostDriverVersion is the loaded NVIDIA kernel module's version
+// ("580.159.04"), read from the host's /proc/driver/nvidia/version before a
+// trace starts (the tracer reads in-band results by it); "" when no driver
+// is loaded or the file is unreadable.
+func HostDriverVersion() string {
+	f, err := os.Open("/proc/driver/nvidia/version")
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	b, _ := io.ReadAll(io.LimitReader(f, 4096)) // its first line is all it needs
+	first, _, _ := strings.Cut(string(b), "\n")
+	return parseDriverVersion(first)
+}
 
 // collectDriver reads the NVIDIA kernel driver's state. On a host without
 // the driver every file is missing, which is a fact (Loaded=false), not an

@@ -35,6 +35,15 @@ type Spec struct {
 	// caller; tests point it at fake nodes.
 	DeviceMajors []uint32
 
+	// InbandStatus lists the ioctl requests whose params block holds the
+	// driver's own result: NVIDIA's driver returns 0 from ioctl(2) when it
+	// failed a request, and puts the NV_STATUS in the params. After each
+	// successful call of a listed request a backend reads that word into
+	// Event.Status and never folds (FoldIoctlsAfter) a call whose word is
+	// not 0 (NV_OK). Filled by the caller from annotate's
+	// tables for the running driver version; tests list their own.
+	InbandStatus []StatusWord
+
 	// RingBufferBytes overrides the eBPF ring buffer size (0: default).
 	RingBufferBytes int
 	Debug           bool
@@ -54,6 +63,16 @@ type Spec struct {
 	// wait for the kernel (a few ms for the BPF links used now), which the
 	// report need not wait for.
 	DeferRelease bool
+}
+
+// StatusWord says where one ioctl request's params keep its result.
+type StatusWord struct {
+	Request uint32 // the ioctl request number, as the target passes it
+	Off     uint32 // byte offset of the 32-bit result word; 0 is success
+	// KeepAll: the word alone cannot show success (another field holds a
+	// result too, or the driver version that picks the offset is unknown),
+	// so no call of the request is folded.
+	KeepAll bool
 }
 
 // LiveStats are a running HostWide trace's counters.

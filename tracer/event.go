@@ -79,6 +79,10 @@ type Event struct {
 	// Out is what an api call returned through its out-argument, when
 	// read (cuDeviceGetCount: the number of devices).
 	Out *int64 `json:"out,omitempty"`
+	// Status (ioctl) is the params word that holds the driver's own result
+	// (Spec.InbandStatus), read after a successful call: Arg may stop
+	// short of it. nil when the request has none or it was unreadable.
+	Status *ParamWord `json:"status,omitempty"`
 	// NoEntry: the call never reached the kernel's syscall code; something
 	// answered it first (a seccomp filter's RET_ERRNO or USER_NOTIF).
 	NoEntry bool `json:"no_entry,omitempty"`
@@ -105,7 +109,17 @@ func (e *Event) Copy() Event {
 		o := *e.Out
 		c.Out = &o
 	}
+	if e.Status != nil {
+		w := *e.Status
+		c.Status = &w
+	}
 	return c
+}
+
+// ParamWord is a little-endian 32-bit word of an ioctl's params block.
+type ParamWord struct {
+	Off   uint32 `json:"off"`   // byte offset in the params block
+	Value uint32 `json:"value"` // as read after the call
 }
 
 // Failed reports whether the call returned an error.

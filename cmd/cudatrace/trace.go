@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"strings"
 
+	"github.com/cudatrace/cudatrace/annotate"
 	"github.com/cudatrace/cudatrace/diagnose"
 	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/snapshot"
@@ -78,6 +79,8 @@ func traceCommand(argv []string, o *options, stdout, stderr io.Writer) error {
 	}
 	majors := snapshot.ParseProcDevices(string(procDevices))
 	spec.DeviceMajors = nvidiaMajors(majors, o.deviceMajors)
+	// Where the driver's in-band results lie depends on its version.
+	spec.InbandStatus = annotate.InbandStatusWords(snapshot.HostDriverVersion())
 
 	notice := func(msg string) { fmt.Fprintf(stderr, "cudatrace: %s\n", msg) }
 	backend, err := diagnose.ChooseBackend(o.backend, notice)

@@ -330,6 +330,10 @@ func load(spec tracer.Spec, ringBytes int, phases *phaseLog) (*session, error) {
 			return nil, fmt.Errorf("set device major %d: %w", m, err)
 		}
 	}
+	if err := setInbandStatus(coll.Maps[bpfMapInbandStatus], spec.InbandStatus); err != nil {
+		s.close()
+		return nil, err
+	}
 	if s.rd, err = ringbuf.NewReader(coll.Maps[bpfMapEvents]); err != nil {
 		s.close()
 		return nil, fmt.Errorf("open ring buffer: %w", err)

@@ -30,36 +30,39 @@ const (
 )
 
 type bpfEvent struct {
-	_        structs.HostLayout
-	Ktime    uint64
-	Flags    uint64
-	Ret      int64
-	Uptr     uint64
-	PathUptr uint64
-	Tgid     uint32
-	Tid      uint32
-	Request  uint32
-	Fd       int32
-	Mode     uint32
-	DevMajor uint32
-	DevMinor uint32
-	ExitCode uint32
-	Syscall  uint16
-	Kind     uint8
-	HasDev   uint8
-	ArgLen   uint8
-	Argc     uint8
-	Matched  uint8
-	Retry    uint8
-	PathLen  uint16
-	NoEntry  uint8
-	Held     uint8
-	HasCount uint8
-	Pad      [3]uint8
-	Comm     [16]int8
-	Arg      [64]uint8
-	Path     [256]int8
-	Aux      [256]int8
+	_         structs.HostLayout
+	Ktime     uint64
+	Flags     uint64
+	Ret       int64
+	Uptr      uint64
+	PathUptr  uint64
+	Tgid      uint32
+	Tid       uint32
+	Request   uint32
+	Fd        int32
+	Mode      uint32
+	DevMajor  uint32
+	DevMinor  uint32
+	ExitCode  uint32
+	Syscall   uint16
+	Kind      uint8
+	HasDev    uint8
+	ArgLen    uint8
+	Argc      uint8
+	Matched   uint8
+	Retry     uint8
+	PathLen   uint16
+	NoEntry   uint8
+	Held      uint8
+	HasCount  uint8
+	HasStatus uint8
+	StatusOff uint16
+	Status    uint32
+	Comm      [16]int8
+	Arg       [64]uint8
+	Path      [256]int8
+	Aux       [256]int8
+	_         [4]byte
 }
 
 type bpfEventKind uint32
@@ -78,6 +81,13 @@ const (
 	bpfEventKindKIND_EXIT    bpfEventKind = 11
 	bpfEventKindKIND_API     bpfEventKind = 12
 )
+
+type bpfInbandWord struct {
+	_       structs.HostLayout
+	Off     uint32
+	KeepAll uint8
+	Pad     [3]uint8
+}
 
 type bpfIoctlSite struct {
 	_       structs.HostLayout
@@ -158,6 +168,7 @@ const (
 	bpfMapCallSites          = "call_sites"
 	bpfMapDrops              = "drops"
 	bpfMapEvents             = "events"
+	bpfMapInbandStatus       = "inband_status"
 	bpfMapIoctlSites         = "ioctl_sites"
 	bpfMapNvidiaMajors       = "nvidia_majors"
 	bpfMapPathDevs           = "path_devs"
@@ -186,6 +197,7 @@ const (
 	bpfVarStatRdevOff        = "stat_rdev_off"
 	bpfVarUnusedCallSite     = "unused_call_site"
 	bpfVarUnusedDrop         = "unused_drop"
+	bpfVarUnusedInbandWord   = "unused_inband_word"
 	bpfVarUnusedIoctlSite    = "unused_ioctl_site"
 	bpfVarUnusedKind         = "unused_kind"
 	bpfVarUnusedLibId        = "unused_lib_id"
@@ -257,6 +269,7 @@ type bpfMapSpecs struct {
 	CallSites    *ebpf.MapSpec `ebpf:"call_sites"`
 	Drops        *ebpf.MapSpec `ebpf:"drops"`
 	Events       *ebpf.MapSpec `ebpf:"events"`
+	InbandStatus *ebpf.MapSpec `ebpf:"inband_status"`
 	IoctlSites   *ebpf.MapSpec `ebpf:"ioctl_sites"`
 	NvidiaMajors *ebpf.MapSpec `ebpf:"nvidia_majors"`
 	PathDevs     *ebpf.MapSpec `ebpf:"path_devs"`
@@ -283,6 +296,7 @@ type bpfVariableSpecs struct {
 	StatRdevOff        *ebpf.VariableSpec `ebpf:"stat_rdev_off"`
 	UnusedCallSite     *ebpf.VariableSpec `ebpf:"unused_call_site"`
 	UnusedDrop         *ebpf.VariableSpec `ebpf:"unused_drop"`
+	UnusedInbandWord   *ebpf.VariableSpec `ebpf:"unused_inband_word"`
 	UnusedIoctlSite    *ebpf.VariableSpec `ebpf:"unused_ioctl_site"`
 	UnusedKind         *ebpf.VariableSpec `ebpf:"unused_kind"`
 	UnusedLibId        *ebpf.VariableSpec `ebpf:"unused_lib_id"`
@@ -318,6 +332,7 @@ type bpfMaps struct {
 	CallSites    *ebpf.Map `ebpf:"call_sites"`
 	Drops        *ebpf.Map `ebpf:"drops"`
 	Events       *ebpf.Map `ebpf:"events"`
+	InbandStatus *ebpf.Map `ebpf:"inband_status"`
 	IoctlSites   *ebpf.Map `ebpf:"ioctl_sites"`
 	NvidiaMajors *ebpf.Map `ebpf:"nvidia_majors"`
 	PathDevs     *ebpf.Map `ebpf:"path_devs"`
@@ -333,6 +348,7 @@ func (m *bpfMaps) Close() error {
 		m.CallSites,
 		m.Drops,
 		m.Events,
+		m.InbandStatus,
 		m.IoctlSites,
 		m.NvidiaMajors,
 		m.PathDevs,
@@ -360,6 +376,7 @@ type bpfVariables struct {
 	StatRdevOff        *ebpf.Variable `ebpf:"stat_rdev_off"`
 	UnusedCallSite     *ebpf.Variable `ebpf:"unused_call_site"`
 	UnusedDrop         *ebpf.Variable `ebpf:"unused_drop"`
+	UnusedInbandWord   *ebpf.Variable `ebpf:"unused_inband_word"`
 	UnusedIoctlSite    *ebpf.Variable `ebpf:"unused_ioctl_site"`
 	UnusedKind         *ebpf.Variable `ebpf:"unused_kind"`
 	UnusedLibId        *ebpf.Variable `ebpf:"unused_lib_id"`

@@ -64,10 +64,11 @@ const (
 // eventBox holds an event and the parts it points to. The decoder reuses
 // one for every event: a Sink copies what it keeps.
 type eventBox struct {
-	ev  tracer.Event
-	dev tracer.Dev
-	arg [len(bpfEvent{}.Arg)]byte
-	out int64
+	ev     tracer.Event
+	dev    tracer.Dev
+	arg    [len(bpfEvent{}.Arg)]byte
+	out    int64
+	status tracer.ParamWord
 }
 
 // decoder turns ring-buffer samples into tracer.Events. Comms and paths
@@ -148,6 +149,10 @@ func (d *decoder) decode(raw []byte) (*tracer.Event, error) {
 		if n := int(e.ArgLen); n > 0 && n <= len(box.arg) {
 			copy(box.arg[:], e.Arg[:n])
 			ev.Arg = box.arg[:n:n]
+		}
+		if e.HasStatus != 0 {
+			box.status = tracer.ParamWord{Off: uint32(e.StatusOff), Value: e.Status}
+			ev.Status = &box.status
 		}
 	case tracer.KindSymlink:
 		ev.Target = string(cstr(e.Aux[:]))

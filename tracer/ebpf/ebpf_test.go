@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cudatrace/cudatrace/internal/fakeinband"
 	"github.com/cudatrace/cudatrace/internal/privtest"
 	"github.com/cudatrace/cudatrace/tracer"
 	"github.com/cudatrace/cudatrace/tracer/launch"
@@ -92,6 +93,11 @@ func helperMain(args []string) int {
 			}
 		case "repeat": // foldRounds × {open, a successful ioctl, a failing one, close} from foldThreads threads
 			if err := repeatCalls(path); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+		case "inband-repeat": // successful ioctls, one with a failure in its params
+			if err := fakeinband.Repeat(path); err != nil {
 				fmt.Fprintln(os.Stderr, err)
 				return 1
 			}

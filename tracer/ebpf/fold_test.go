@@ -55,6 +55,22 @@ func repeatCalls(path string) error {
 	return <-errs
 }
 
+// runHelper traces spec, a run of this binary's helper, which must end
+// well with nothing dropped.
+func runHelper(t *testing.T, spec tracer.Spec) (*tracer.Result, *recorder) {
+	t.Helper()
+	rec := &recorder{}
+	res, err := New().Run(privtest.Deadline(t), spec, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkComplete(t, res)
+	if res.Exit == nil || res.Exit.Code != 0 {
+		t.Fatalf("helper exit %+v", res.Exit)
+	}
+	return res, rec
+}
+
 // Successful repeats past the thresholds are counted in the kernel, not
 // sent; failures always arrive; sent plus counted is what the target did,
 // exactly, though four threads race on each site.
@@ -87,15 +103,7 @@ func TestFoldRepeats(t *testing.T) {
 			if fold {
 				spec.FoldIoctlsAfter, spec.FoldCallsAfter = ioctlsAfter, callsAfter
 			}
-			rec := &recorder{}
-			res, err := New().Run(privtest.Deadline(t), spec, rec)
-			if err != nil {
-				t.Fatal(err)
-			}
-			checkComplete(t, res)
-			if res.Exit == nil || res.Exit.Code != 0 {
-				t.Fatalf("helper exit %+v", res.Exit)
-			}
+			res, rec := runHelper(t, spec)
 			opens := len(rec.find(func(e *tracer.Event) bool { return e.Kind == tracer.KindOpen && e.Path == node }))
 			okIoctls := len(rec.find(func(e *tracer.Event) bool { return e.Kind == tracer.KindIoctl && e.Request == rndGetEntCnt }))
 			failed := len(rec.find(func(e *tracer.Event) bool { return e.Kind == tracer.KindIoctl && e.Request == unix.TCGETS }))

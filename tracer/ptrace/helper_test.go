@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cudatrace/cudatrace/internal/fakeinband"
 	"github.com/cudatrace/cudatrace/tracer/launch"
 )
 
@@ -55,6 +56,12 @@ func runHelper(mode string, args []string) int {
 		return helperForkRace(args[0], args[1])
 	case "short-children":
 		return helperShortChildren(args[0])
+	case "inband":
+		if err := fakeinband.Repeat(args[0]); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		return 0
 	}
 	fmt.Fprintln(os.Stderr, "unknown helper mode", mode)
 	return 2

@@ -129,7 +129,7 @@ type session struct {
 func newSession(mode stopMode, spec tracer.Spec, sink tracer.Sink) *session {
 	return &session{
 		mode:          mode,
-		rules:         newRules(spec.DeviceMajors),
+		rules:         newRules(spec.DeviceMajors, spec.InbandStatus),
 		sink:          sink,
 		hold:          tracer.NewStopHolder(sink),
 		tasks:         map[int]*task{},

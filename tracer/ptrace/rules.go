@@ -46,6 +46,7 @@ type call struct {
 	pathMatched bool
 	dev         tracer.Dev
 	arg         [64]byte
+	status      tracer.ParamWord
 }
 
 // setDev points the event at d, kept in c.
@@ -60,15 +61,22 @@ type rules struct {
 	// pathDevs are character devices opened through an NVIDIA path whose
 	// major is another driver's (a stale node): their ioctls count too.
 	pathDevs map[tracer.Dev]bool
+	// statusOff: where a request's params keep the driver's own result
+	// (tracer.Spec.InbandStatus), read into Event.Status as eBPF does.
+	statusOff map[uint32]uint32
 }
 
 // maxPathDevs bounds pathDevs, as the BPF map path_devs is bounded.
 const maxPathDevs = 256
 
-func newRules(majors []uint32) rules {
-	r := rules{majors: make(map[uint32]bool, len(majors)), pathDevs: map[tracer.Dev]bool{}}
+func newRules(majors []uint32, inband []tracer.StatusWord) rules {
+	r := rules{majors: make(map[uint32]bool, len(majors)), pathDevs: map[tracer.Dev]bool{},
+		statusOff: make(map[uint32]uint32, len(inband))}
 	for _, m := range majors {
 		r.majors[m] = true
+	}
+	for _, w := range inband {
+		r.statusOff[w.Request] = w.Off
 	}
 	return r
 }
@@ -199,6 +207,9 @@ func (r *rules) exit(tid, fdDir int, c *call, ret int64) *tracer.Event {
 		}
 	case sysIoctl:
 		e.Arg = ioctlArg(tid, a[2], &c.arg)
+		if off, ok := r.statusOff[e.Request]; ok && !e.Failed() && statusWord(tid, a[2], off, e.Arg, &c.status) {
+			e.Status = &c.status
+		}
 	case sysStat, sysLstat, sysNewfstatat:
 		buf := a[1]
 		if c.id == sysNewfstatat {
@@ -262,6 +273,25 @@ func ioctlArg(tid int, ptr uint64, buf *[64]byte) []byte {
 		}
 	}
 	return nil
+}
+
+// statusWord reads the u32 at off in the params block at ptr: from arg, the
+// leading bytes already read, or else from the tracee (a status past them).
+func statusWord(tid int, ptr uint64, off uint32, arg []byte, w *tracer.ParamWord) bool {
+	if ptr < 4096 {
+		return false
+	}
+	*w = tracer.ParamWord{Off: off}
+	if int(off)+4 <= len(arg) {
+		w.Value = binary.NativeEndian.Uint32(arg[off:])
+		return true
+	}
+	var b [4]byte
+	if !readMem(tid, ptr+uint64(off), b[:]) {
+		return false
+	}
+	w.Value = binary.NativeEndian.Uint32(b[:])
+	return true
 }
 
 // fdStat stats what a tracee's fd refers to, through its /proc/TID/fd

@@ -210,6 +210,10 @@ func copyReusing(dst, src *tracer.Event) {
 		o := *src.Out
 		dst.Out = &o
 	}
+	if src.Status != nil {
+		w := *src.Status
+		dst.Status = &w
+	}
 	if src.Dev == nil {
 		dst.Dev = nil
 		return

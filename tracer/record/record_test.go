@@ -473,6 +473,22 @@ func TestRecorderKeepsInbandFailures(t *testing.T) {
 	}
 }
 
+// A status past the captured bytes arrives as the word the tracer read
+// (UVM_SET_STREAM_STOPPED keeps rmStatus @264): a failure there is kept too.
+func TestRecorderKeepsStatusWordFailures(t *testing.T) {
+	r := New()
+	uvm := &tracer.Dev{Major: 238}
+	const stopped = 0x7
+	for i := 0; i < IoctlSamplePerSite+5; i++ {
+		r.Event(&tracer.Event{Kind: tracer.KindIoctl, FD: 9, Request: stopped, Dev: uvm, Arg: make([]byte, 64), Status: &tracer.ParamWord{Off: 264}})
+	}
+	r.Event(&tracer.Event{Kind: tracer.KindIoctl, FD: 9, Request: stopped, Dev: uvm, Arg: make([]byte, 64), Status: &tracer.ParamWord{Off: 264, Value: 0x1a}, Seq: 99})
+	evs := r.Events()
+	if len(evs) != IoctlSamplePerSite+1 || evs[len(evs)-1].Seq != 99 {
+		t.Fatalf("stored %d events, last seq %d; want %d with the in-band failure last", len(evs), evs[len(evs)-1].Seq, IoctlSamplePerSite+1)
+	}
+}
+
 // A program asking cuDeviceGetCount in a loop: its returns fold like calls,
 // the first kept, every one counted; a failing return is kept.
 func TestRecorderFoldsAPIReturns(t *testing.T) {
