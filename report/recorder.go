@@ -131,11 +131,18 @@ type Recorder struct {
 	ioctls   map[ioctlSite]*IoctlSummary
 	ioctlSeq []ioctlSite
 	merged   []tracer.Event // Events' result until the next event
+	limit    int            // stored events past which only decisive ones are (maxStored)
 }
 
 // NewRecorder returns an empty recorder.
-func NewRecorder() *Recorder {
-	return &Recorder{sites: make(map[siteKey]*site), ioctls: make(map[ioctlSite]*IoctlSummary)}
+func NewRecorder() *Recorder { return NewRecorderLimited(maxStored) }
+
+// NewRecorderLimited is NewRecorder storing at most limit events (plus a
+// tenth of it for the calls that decide a verdict): cudatrace watch holds
+// a recorder per live process, so each gets a smaller share.
+func NewRecorderLimited(limit int) *Recorder {
+	limit = min(max(limit, 1), maxStored)
+	return &Recorder{sites: make(map[siteKey]*site), ioctls: make(map[ioctlSite]*IoctlSummary), limit: limit}
 }
 
 // Event implements tracer.Sink.
@@ -198,7 +205,7 @@ func headSize(k siteKey) int {
 // room reports whether one more event may be stored.
 func (r *Recorder) room(decisive bool) bool {
 	n := len(r.head) + r.tailLen
-	return n < maxStored || (decisive && n < maxStored+maxReserved)
+	return n < r.limit || (decisive && n < r.limit+r.limit/(maxStored/maxReserved))
 }
 
 func (r *Recorder) store(e *tracer.Event, decisive bool) bool {
