@@ -67,6 +67,11 @@ const volatile __u32 fold_calls_after = 0;
  * no uretprobe is on yet (not in probed_libs): user space attaches the
  * probes, then sends SIGCONT, before the library's code can run. */
 const volatile bool hold_unprobed_libs = false;
+/* cudatrace watch: an untraced process that opens something NVIDIA's is
+ * followed from that open on (watch_follows). Never our own process: its
+ * opens of the libraries (to probe them) would follow itself. */
+const volatile bool host_wide = false;
+const volatile __u32 self_tgid = 0;
 /* Wake the reader once this many bytes wait in the ring (user space sets a
  * quarter of it); below that it finds them on its own short timer. */
 const volatile __u64 wakeup_bytes = 2 << 20;
@@ -154,8 +159,10 @@ struct event {
 	/* The call's entry was never seen: something answered it before the
 	 * kernel ran it (a seccomp filter's RET_ERRNO, KILL or USER_NOTIF). */
 	__u8 no_entry;
-	/* open of a library not yet probed: the process was sent SIGSTOP;
-	 * request and uptr hold the file's s_dev and i_ino. */
+	/* open of a library not yet probed: 1, the process was sent SIGSTOP
+	 * (a launch); 2, it was not (host-wide: we stop no one's process) and
+	 * its first calls may run unprobed. request and uptr hold the file's
+	 * s_dev and i_ino. */
 	__u8 held;
 	__u8 has_count; /* api: flags holds the count an out-argument returned */
 	__u8 pad[3];
@@ -275,6 +282,16 @@ struct {
 	__type(key, int);
 	__type(value, __u64);
 } api_out_arg SEC(".maps");
+
+/* Host-wide: where an untraced process's open path is read to decide
+ * whether to follow it (no slot is made for the opens of processes that
+ * are not followed). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct event);
+} watch_scratch SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -851,6 +868,36 @@ static __always_inline int enter(__u8 sc, struct pt_regs *regs)
 	return open_enter(sc, path, flags, mode);
 }
 
+/* Host-wide: does this open by an untraced process name something of
+ * NVIDIA's (a /dev/nvidia* node, the driver's /proc or /sys files, the CUDA
+ * or NVML library)? Then the process is followed from this call on. The
+ * path is read at entry: one the kernel has yet to fault in is missed. */
+static __always_inline bool watch_follows(__u8 sc, struct pt_regs *regs, __u32 tgid)
+{
+	if (sc != SC_OPENAT && sc != SC_OPENAT2 && sc != SC_OPEN)
+		return false;
+	if (tgid == self_tgid || in_compat_syscall())
+		return false;
+	struct sys_args args;
+	read_args(regs, &args);
+	__u32 zero = 0;
+	struct event *e = bpf_map_lookup_elem(&watch_scratch, &zero);
+	if (!e)
+		return false;
+	e->path_uptr = sc == SC_OPEN ? args.a[0] : args.a[1];
+	if (!load_path(e))
+		return false;
+	if (!HAS_PREFIX(e->path, "/dev/nvidia") && !HAS_PREFIX(e->path, "/proc/driver/nvidia") &&
+	    !HAS_PREFIX(e->path, "/sys/module/nvidia") && !names_nvidia_lib(e, true))
+		return false;
+	__u8 one = 1;
+	if (bpf_map_update_elem(&traced, &tgid, &one, BPF_ANY)) {
+		count_drop(DROP_CHILD);
+		return false;
+	}
+	return true;
+}
+
 /* Every syscall's entry: (struct pt_regs *regs, long id). */
 SEC("tp_btf/sys_enter")
 int ct_sys_enter(__u64 *ctx)
@@ -858,7 +905,10 @@ int ct_sys_enter(__u64 *ctx)
 	__u8 sc = traced_syscall((long)ctx[1]);
 	if (sc == SC_NONE)
 		return 0;
-	if (!is_traced(bpf_get_current_pid_tgid() >> 32) || in_compat_syscall())
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	if (!is_traced(tgid) && !(host_wide && watch_follows(sc, (struct pt_regs *)ctx[0], tgid)))
+		return 0;
+	if (in_compat_syscall())
 		return 0;
 	return enter(sc, (struct pt_regs *)ctx[0]);
 }
@@ -953,10 +1003,10 @@ static __always_inline int finish(struct event *e, long ret)
 			__u8 one = 1;
 			bpf_map_update_elem(&path_devs, &rdev, &one, BPF_ANY);
 		}
-		if (hold_unprobed_libs && ret >= 0 && !have_inode && lib) {
+		if ((hold_unprobed_libs || host_wide) && ret >= 0 && !have_inode && lib) {
 			struct lib_id id;
 			if (fd_file_id((int)ret, &id) && !bpf_map_lookup_elem(&probed_libs, &id)) {
-				e->held = 1;
+				e->held = hold_unprobed_libs ? 1 : 2;
 				held = true;
 				e->request = id.dev;
 				e->uptr = id.ino;
@@ -1016,7 +1066,7 @@ static __always_inline int finish(struct event *e, long ret)
 	}
 	if (bpf_ringbuf_output(&events, e, size, wakeup_flags(kind == KIND_EXEC || held))) {
 		count_drop(DROP_RINGBUF);
-	} else if (held) {
+	} else if (held && hold_unprobed_libs) {
 		/* Stops the process on its way back to user space, before it
 		 * can map the library; user space continues it once the probes
 		 * are on. Only sent when the event that asks for SIGCONT is. */

@@ -15,6 +15,7 @@ import (
 	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
+	"github.com/cudatrace/cudatrace/tracer/record"
 )
 
 // Options are one live diagnosis's inputs.
@@ -133,7 +134,7 @@ func fillCred(s *snapshot.Snapshot, c *tracer.Cred) {
 	s.Process.UID, s.Process.GID, s.Process.Groups, s.Process.User = c.UID, c.GID, c.Groups, c.User
 }
 
-func buildReport(spec tracer.Spec, res *tracer.Result, rec *report.Recorder, snap *snapshot.Snapshot, started time.Time, version string, analyze func([]tracer.Event, *snapshot.Snapshot, annotate.Facts) annotate.Analysis) *report.Report {
+func buildReport(spec tracer.Spec, res *tracer.Result, rec *record.Recorder, snap *snapshot.Snapshot, started time.Time, version string, analyze func([]tracer.Event, *snapshot.Snapshot, annotate.Facts) annotate.Analysis) *report.Report {
 	rep := &report.Report{
 		Schema:  report.SchemaVersion,
 		Tool:    report.Tool{Name: "cudatrace", Version: version},

@@ -8,6 +8,7 @@ import (
 	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
+	"github.com/cudatrace/cudatrace/tracer/record"
 )
 
 // Session is the part of a diagnosis that follows one target's events:
@@ -16,7 +17,7 @@ import (
 // trace; cudatrace watch runs one per followed process. Event and Folded
 // are called from one goroutine; Report once, after the last of them.
 type Session struct {
-	rec       *report.Recorder
+	rec       *record.Recorder
 	snapper   *failureSnapshot
 	d         deps
 	triggered bool
@@ -64,9 +65,9 @@ func (s *System) deps() deps {
 func NewSession(o SessionOptions) *Session { return newSession(o, o.System.deps()) }
 
 func newSession(o SessionOptions, d deps) *Session {
-	rec := report.NewRecorder()
+	rec := record.New()
 	if o.MaxStored > 0 {
-		rec = report.NewRecorderLimited(o.MaxStored)
+		rec = record.NewLimited(o.MaxStored)
 	}
 	return &Session{
 		rec:     rec,

@@ -1,15 +1,17 @@
-package report
+package report_test
 
 import (
 	"strings"
 	"testing"
+
+	"github.com/cudatrace/cudatrace/report"
 )
 
 // A report written by an older version holds every CUDA_* and NVIDIA_*
 // variable, an API key included: neither --redact's output nor the
 // Markdown carries it, and the variables that matter stay.
 func TestOldReportEnvSecrets(t *testing.T) {
-	old := func() *Report {
+	old := func() *report.Report {
 		rep := buildFixture(t, fixtures[0])
 		rep.Snapshot.Env = map[string]string{
 			"NVIDIA_API_KEY":         "nvapi-s3cr3t",
@@ -20,7 +22,7 @@ func TestOldReportEnvSecrets(t *testing.T) {
 		return rep
 	}
 	var md strings.Builder
-	if err := Render(&md, old(), FormatMarkdown, RenderOptions{}); err != nil {
+	if err := report.Render(&md, old(), report.FormatMarkdown, report.RenderOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(md.String(), "s3cr3t") || !strings.Contains(md.String(), "`NVIDIA_VISIBLE_DEVICES=all`") {
@@ -28,9 +30,9 @@ func TestOldReportEnvSecrets(t *testing.T) {
 	}
 
 	rep := old()
-	Redact(rep)
+	report.Redact(rep)
 	var js strings.Builder
-	if err := WriteJSON(&js, rep); err != nil {
+	if err := report.WriteJSON(&js, rep); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(js.String(), "s3cr3t") || strings.Contains(js.String(), "NVIDIA_API_KEY") {

@@ -1,4 +1,4 @@
-package report
+package report_test
 
 import (
 	"strconv"
@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/snapshot"
 )
 
@@ -146,10 +147,10 @@ func TestRenderEscapesTargetStrings(t *testing.T) {
 	if f := rep.Analysis.Failing; f == nil || !strings.Contains(f.Path, "pwned") {
 		t.Fatalf("the crafted open is not the failing call: %+v", f)
 	}
-	for _, f := range []Format{FormatText, FormatMarkdown} {
+	for _, f := range []report.Format{report.FormatText, report.FormatMarkdown} {
 		for _, all := range []bool{false, true} {
 			var b strings.Builder
-			if err := Render(&b, rep, f, RenderOptions{Width: 100, AllEvents: all}); err != nil {
+			if err := report.Render(&b, rep, f, report.RenderOptions{Width: 100, AllEvents: all}); err != nil {
 				t.Fatal(err)
 			}
 			out := b.String()
@@ -157,28 +158,9 @@ func TestRenderEscapesTargetStrings(t *testing.T) {
 			if !strings.Contains(out, `\x1b]0;pwned\a`) {
 				t.Errorf("%s: the crafted path is not shown escaped", f)
 			}
-			if f == FormatMarkdown {
+			if f == report.FormatMarkdown {
 				assertMarkdownIntact(t, out)
 			}
 		}
-	}
-}
-
-func TestMarkdownCodeSpans(t *testing.T) {
-	for in, want := range map[string]string{
-		"/dev/nvidia0": "`/dev/nvidia0`",
-		"a`b":          "``a`b``",
-		"`x``":         "``` `x`` ```",
-		"a|b":          "`a|b`",
-	} {
-		if got := mdCode(in); got != want {
-			t.Errorf("mdCode(%q) = %q, want %q", in, got, want)
-		}
-	}
-	if got := mdTableCode("a|b"); got != "`a\\|b`" {
-		t.Errorf("mdTableCode = %q", got)
-	}
-	if got := mdBlock("ok\n```\nend"); !strings.HasPrefix(got, "````\n") || !strings.HasSuffix(got, "\n````\n") {
-		t.Errorf("mdBlock = %q", got)
 	}
 }

@@ -1,4 +1,4 @@
-package report
+package report_test
 
 import (
 	"bytes"
@@ -12,8 +12,10 @@ import (
 	"github.com/cilium/ebpf/asm"
 
 	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
+	"github.com/cudatrace/cudatrace/tracer/record"
 	"github.com/cudatrace/cudatrace/tracer/stracelog"
 )
 
@@ -47,10 +49,10 @@ var fixtures = []fixture{
 
 // buildFixture imports the fixture's recording and builds the report the
 // live path (cmd/cudatrace buildReport) would have written.
-func buildFixture(t testing.TB, fx fixture) *Report {
+func buildFixture(t testing.TB, fx fixture) *report.Report {
 	t.Helper()
 	log := importLog(t, fx.strace)
-	rec := NewRecorder()
+	rec := record.New()
 	for i := range log.Events {
 		rec.Event(&log.Events[i])
 	}
@@ -59,12 +61,12 @@ func buildFixture(t testing.TB, fx fixture) *Report {
 	if n := len(log.Events); n > 0 {
 		dur = log.Events[n-1].Time
 	}
-	rep := &Report{
-		Schema:  SchemaVersion,
-		Tool:    Tool{Name: "cudatrace", Version: "test"},
+	rep := &report.Report{
+		Schema:  report.SchemaVersion,
+		Tool:    report.Tool{Name: "cudatrace", Version: "test"},
 		Created: fixedCreated,
-		Target:  Target{Argv: fx.argv, User: fx.user, UID: fx.uid, Exit: log.Exit},
-		Trace: Trace{
+		Target:  report.Target{Argv: fx.argv, User: fx.user, UID: fx.uid, Exit: log.Exit},
+		Trace: report.Trace{
 			Source:   "live",
 			Backend:  "ebpf",
 			Started:  fixedStart,

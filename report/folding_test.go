@@ -1,4 +1,4 @@
-package report
+package report_test
 
 import (
 	"bytes"
@@ -7,18 +7,26 @@ import (
 	"testing"
 
 	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/tracer"
+	"github.com/cudatrace/cudatrace/tracer/record"
 )
+
+func ioctlEv(seq uint64, pid, fd int, dev tracer.Dev, req uint32, ret int64) *tracer.Event {
+	d := dev
+	return &tracer.Event{Seq: seq, PID: pid, TID: pid, Comm: "python3", Kind: tracer.KindIoctl, Syscall: "ioctl",
+		FD: fd, Request: req, Dev: &d, Ret: ret, Arg: []byte{1, 2, 3, 4}}
+}
 
 // recordReport feeds events through a Recorder into a report, as a live
 // trace does (cmd/cudatrace buildReport), and analyses it.
-func recordReport(t testing.TB, feed func(r *Recorder)) *Report {
+func recordReport(t testing.TB, feed func(r *record.Recorder)) *report.Report {
 	t.Helper()
-	rec := NewRecorder()
+	rec := record.New()
 	feed(rec)
-	rep := &Report{
-		Schema: SchemaVersion, Tool: Tool{Name: "cudatrace", Version: "test"},
-		Trace:  Trace{Source: "live", Backend: "ptrace", Events: rec.Seen, Stored: len(rec.Events()), Complete: rec.Overflow == 0},
+	rep := &report.Report{
+		Schema: report.SchemaVersion, Tool: report.Tool{Name: "cudatrace", Version: "test"},
+		Trace:  report.Trace{Source: "live", Backend: "ptrace", Events: rec.Seen, Stored: len(rec.Events()), Complete: rec.Overflow == 0},
 		Events: rec.Events(), Ioctls: rec.Ioctls(), Folded: rec.Folded(),
 	}
 	rep.Analysis = annotate.AnalyzeFacts(rep.Events, nil, rep.Facts())
@@ -31,23 +39,23 @@ func recordReport(t testing.TB, feed func(r *Recorder)) *Report {
 func TestFindingsCountFoldedCalls(t *testing.T) {
 	ctl := tracer.Dev{Major: 195, Minor: 255}
 	for _, kernelFolds := range []bool{false, true} {
-		rep := recordReport(t, func(r *Recorder) {
+		rep := recordReport(t, func(r *record.Recorder) {
 			seq := uint64(0)
 			var folded []tracer.Folded
 			for i := range 200 {
 				seq++
-				if kernelFolds && i >= SamplePerSite {
+				if kernelFolds && i >= record.SamplePerSite {
 					continue
 				}
 				d := ctl
 				r.Event(&tracer.Event{Seq: seq, PID: 9, TID: 9, Kind: tracer.KindOpen, Syscall: "openat", Path: "/dev/nvidiactl", Ret: 3, Dev: &d})
 			}
 			if kernelFolds {
-				folded = append(folded, tracer.Folded{PID: 9, Kind: tracer.KindOpen, Path: "/dev/nvidiactl", Count: 200 - SamplePerSite})
+				folded = append(folded, tracer.Folded{PID: 9, Kind: tracer.KindOpen, Path: "/dev/nvidiactl", Count: 200 - record.SamplePerSite})
 			}
 			e := ioctlEv(0, 9, 3, ctl, 0xc020462a, 0)
 			for i := range 1_000_000 {
-				if kernelFolds && i >= IoctlSamplePerSite {
+				if kernelFolds && i >= record.IoctlSamplePerSite {
 					break
 				}
 				seq++
@@ -55,7 +63,7 @@ func TestFindingsCountFoldedCalls(t *testing.T) {
 				r.Event(e)
 			}
 			if kernelFolds {
-				folded = append(folded, tracer.Folded{PID: 9, Kind: tracer.KindIoctl, Dev: ctl, Request: 0xc020462a, Count: 1_000_000 - IoctlSamplePerSite})
+				folded = append(folded, tracer.Folded{PID: 9, Kind: tracer.KindIoctl, Dev: ctl, Request: 0xc020462a, Count: 1_000_000 - record.IoctlSamplePerSite})
 			}
 			r.AddFolded(folded)
 		})
@@ -70,10 +78,10 @@ func TestFindingsCountFoldedCalls(t *testing.T) {
 		}
 		check("live", rep.Analysis)
 		path := filepath.Join(t.TempDir(), "r.json")
-		if err := Save(path, rep); err != nil {
+		if err := report.Save(path, rep); err != nil {
 			t.Fatal(err)
 		}
-		loaded, err := LoadFile(path)
+		loaded, err := report.LoadFile(path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -85,7 +93,7 @@ func TestFindingsCountFoldedCalls(t *testing.T) {
 // --all-events still lists every stored call.
 func TestTimelineFoldedSiteIsOneLine(t *testing.T) {
 	ctl := tracer.Dev{Major: 195, Minor: 255}
-	rep := recordReport(t, func(r *Recorder) {
+	rep := recordReport(t, func(r *record.Recorder) {
 		d := ctl
 		r.Event(&tracer.Event{Seq: 1, PID: 9, TID: 9, Comm: "python3", Kind: tracer.KindOpen, Syscall: "openat", Path: "/dev/nvidiactl", Ret: 3, Dev: &d})
 		e := ioctlEv(0, 9, 3, ctl, 0xc020462a, -22)
@@ -98,9 +106,9 @@ func TestTimelineFoldedSiteIsOneLine(t *testing.T) {
 	if f := rep.Analysis.Failing; f == nil || f.Path != "/dev/nvidia-uvm" {
 		t.Fatalf("failing call %+v, want the open of /dev/nvidia-uvm after the ioctls", f)
 	}
-	for _, format := range []Format{FormatText, FormatMarkdown} {
+	for _, format := range []report.Format{report.FormatText, report.FormatMarkdown} {
 		var out bytes.Buffer
-		if err := Render(&out, rep, format, RenderOptions{Width: 120}); err != nil {
+		if err := report.Render(&out, rep, format, report.RenderOptions{Width: 120}); err != nil {
 			t.Fatal(err)
 		}
 		s := out.String()
@@ -111,8 +119,8 @@ func TestTimelineFoldedSiteIsOneLine(t *testing.T) {
 			t.Errorf("%s: the failing open is missing:\n%s", format, s)
 		}
 	}
-	rows := timelineRows(rep, true)
-	if len(rows) != len(rep.Events) || len(rows) != 2+FailSamplePerSite+FailTailPerSite {
+	rows := report.TimelineRepeats(rep, true)
+	if len(rows) != len(rep.Events) || len(rows) != 2+record.FailSamplePerSite+record.FailTailPerSite {
 		t.Errorf("--all-events: %d rows for %d events", len(rows), len(rep.Events))
 	}
 }

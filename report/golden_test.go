@@ -1,4 +1,4 @@
-package report
+package report_test
 
 import (
 	"bytes"
@@ -10,24 +10,25 @@ import (
 	"testing"
 
 	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/report"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/golden from the current renderers")
 
 var goldenFormats = []struct {
-	f   Format
+	f   report.Format
 	ext string
-}{{FormatText, "txt"}, {FormatMarkdown, "md"}, {FormatJSON, "json"}}
+}{{report.FormatText, "txt"}, {report.FormatMarkdown, "md"}, {report.FormatJSON, "json"}}
 
 // replay is what `cudatrace report FILE` does: save, load the file back,
 // re-run the analysis on the stored events and snapshot.
-func replay(t *testing.T, rep *Report) (loaded *Report, reanalysed annotate.Analysis) {
+func replay(t *testing.T, rep *report.Report) (loaded *report.Report, reanalysed annotate.Analysis) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "report.json")
-	if err := Save(path, rep); err != nil {
+	if err := report.Save(path, rep); err != nil {
 		t.Fatal(err)
 	}
-	loaded, err := LoadFile(path)
+	loaded, err := report.LoadFile(path)
 	if err != nil {
 		t.Fatalf("load what Save wrote: %v", err)
 	}
@@ -57,7 +58,7 @@ func TestGolden(t *testing.T) {
 
 			for _, gf := range goldenFormats {
 				var out bytes.Buffer
-				if err := Render(&out, loaded, gf.f, RenderOptions{Width: 100}); err != nil {
+				if err := report.Render(&out, loaded, gf.f, report.RenderOptions{Width: 100}); err != nil {
 					t.Fatalf("render %s: %v", gf.f, err)
 				}
 				checkGolden(t, filepath.Join("testdata", "golden", fx.name+"."+gf.ext), out.Bytes())

@@ -1,4 +1,4 @@
-package report
+package report_test
 
 import (
 	"bytes"
@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/tracer"
 )
 
@@ -17,7 +18,7 @@ import (
 const compatV1 = "testdata/compat/v1-lxc-deny-uvm.json"
 
 func TestLoadFrozenV1(t *testing.T) {
-	rep, err := LoadFile(compatV1)
+	rep, err := report.LoadFile(compatV1)
 	if err != nil {
 		t.Fatalf("a schema-1 report no longer loads: %v", err)
 	}
@@ -67,9 +68,9 @@ func TestLoadFrozenV1(t *testing.T) {
 	if !hasFinding(a, "cgroup2-denied") {
 		t.Errorf("re-analysis of the v1 report lost cgroup2-denied: %s", a.Verdict)
 	}
-	for _, f := range []Format{FormatText, FormatMarkdown, FormatJSON} {
+	for _, f := range []report.Format{report.FormatText, report.FormatMarkdown, report.FormatJSON} {
 		var out bytes.Buffer
-		if err := Render(&out, rep, f, RenderOptions{}); err != nil || out.Len() == 0 {
+		if err := report.Render(&out, rep, f, report.RenderOptions{}); err != nil || out.Len() == 0 {
 			t.Errorf("render %s: %v (%d bytes)", f, err, out.Len())
 		}
 	}
@@ -99,27 +100,27 @@ func TestLoadBadInput(t *testing.T) {
 		is   error  // errors.Is target, when set
 		says string // the message holds this
 	}{
-		{"empty", nil, ErrEmpty, "empty"},
-		{"whitespace", []byte(" \n\t\n"), ErrEmpty, "empty"},
-		{"truncated half", good[:len(good)/2], ErrCorrupt, "truncated"},
-		{"truncated after the header", good[:200], ErrCorrupt, "truncated"},
-		{"truncated one byte short", bytes.TrimSpace(good)[:len(bytes.TrimSpace(good))-1], ErrCorrupt, "truncated"},
-		{"binary", garbage, ErrCorrupt, "corrupt or not a cudatrace report"},
-		{"elf header", append([]byte("\x7fELF\x02\x01\x01"), garbage[:64]...), ErrCorrupt, "corrupt or not a cudatrace report"},
-		{"no schema", []byte(`{"tool":{"name":"cudatrace","version":"1"},"events":[]}`), ErrCorrupt, "schema"},
-		{"no tool name", []byte(`{"schema":1,"events":[]}`), ErrCorrupt, "schema"},
-		{"another tool", []byte(`{"schema":1,"tool":{"name":"tracee"}}`), ErrCorrupt, "corrupt or not a cudatrace report"},
-		{"schema 0", []byte(`{"schema":0,"tool":{"name":"cudatrace"}}`), ErrCorrupt, "schema 0"},
-		{"schema negative", []byte(`{"schema":-3,"tool":{"name":"cudatrace"}}`), ErrCorrupt, "schema -3"},
-		{"schema a string", []byte(`{"schema":"1","tool":{"name":"cudatrace"}}`), ErrCorrupt, "corrupt or not a cudatrace report"},
-		{"json array", []byte(`[1,2,3]`), ErrCorrupt, "corrupt or not a cudatrace report"},
-		{"json null", []byte(`null`), ErrCorrupt, "corrupt or not a cudatrace report"},
-		{"events of the wrong type", []byte(`{"schema":1,"tool":{"name":"cudatrace"},"events":"x"}`), ErrCorrupt, "events"},
-		{"a strace log", []byte("639 14:58:43.866763 openat(AT_FDCWD, \"/dev/nvidia-uvm\", O_RDWR) = -1 EPERM\n"), ErrCorrupt, "corrupt or not a cudatrace report"},
+		{"empty", nil, report.ErrEmpty, "empty"},
+		{"whitespace", []byte(" \n\t\n"), report.ErrEmpty, "empty"},
+		{"truncated half", good[:len(good)/2], report.ErrCorrupt, "truncated"},
+		{"truncated after the header", good[:200], report.ErrCorrupt, "truncated"},
+		{"truncated one byte short", bytes.TrimSpace(good)[:len(bytes.TrimSpace(good))-1], report.ErrCorrupt, "truncated"},
+		{"binary", garbage, report.ErrCorrupt, "corrupt or not a cudatrace report"},
+		{"elf header", append([]byte("\x7fELF\x02\x01\x01"), garbage[:64]...), report.ErrCorrupt, "corrupt or not a cudatrace report"},
+		{"no schema", []byte(`{"tool":{"name":"cudatrace","version":"1"},"events":[]}`), report.ErrCorrupt, "schema"},
+		{"no tool name", []byte(`{"schema":1,"events":[]}`), report.ErrCorrupt, "schema"},
+		{"another tool", []byte(`{"schema":1,"tool":{"name":"tracee"}}`), report.ErrCorrupt, "corrupt or not a cudatrace report"},
+		{"schema 0", []byte(`{"schema":0,"tool":{"name":"cudatrace"}}`), report.ErrCorrupt, "schema 0"},
+		{"schema negative", []byte(`{"schema":-3,"tool":{"name":"cudatrace"}}`), report.ErrCorrupt, "schema -3"},
+		{"schema a string", []byte(`{"schema":"1","tool":{"name":"cudatrace"}}`), report.ErrCorrupt, "corrupt or not a cudatrace report"},
+		{"json array", []byte(`[1,2,3]`), report.ErrCorrupt, "corrupt or not a cudatrace report"},
+		{"json null", []byte(`null`), report.ErrCorrupt, "corrupt or not a cudatrace report"},
+		{"events of the wrong type", []byte(`{"schema":1,"tool":{"name":"cudatrace"},"events":"x"}`), report.ErrCorrupt, "events"},
+		{"a strace log", []byte("639 14:58:43.866763 openat(AT_FDCWD, \"/dev/nvidia-uvm\", O_RDWR) = -1 EPERM\n"), report.ErrCorrupt, "corrupt or not a cudatrace report"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			rep, err := Load(bytes.NewReader(c.in))
+			rep, err := report.Load(bytes.NewReader(c.in))
 			if err == nil {
 				t.Fatalf("loaded %+v", rep)
 			}
@@ -146,8 +147,8 @@ func TestLoadNewerSchema(t *testing.T) {
 	if bytes.Equal(newer, good) {
 		t.Fatal("the fixture has no schema field to bump")
 	}
-	_, err = Load(bytes.NewReader(newer))
-	var ve *VersionError
+	_, err = report.Load(bytes.NewReader(newer))
+	var ve *report.VersionError
 	if !errors.As(err, &ve) {
 		t.Fatalf("schema 2: got %v, want a *VersionError", err)
 	}
@@ -161,13 +162,13 @@ func TestLoadNewerSchema(t *testing.T) {
 		}
 	}
 	// A newer report is not called corrupt: it is fine, just newer.
-	if errors.Is(err, ErrCorrupt) {
+	if errors.Is(err, report.ErrCorrupt) {
 		t.Errorf("%v: a newer schema reported as corrupt", err)
 	}
 }
 
 func TestLoadFileMissing(t *testing.T) {
-	_, err := LoadFile(filepath.Join(t.TempDir(), "nope.json"))
+	_, err := report.LoadFile(filepath.Join(t.TempDir(), "nope.json"))
 	if !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("got %v, want ErrNotExist", err)
 	}
@@ -176,7 +177,7 @@ func TestLoadFileMissing(t *testing.T) {
 
 // Unknown fields are what a later minor version adds; readers skip them.
 func TestLoadIgnoresUnknownFields(t *testing.T) {
-	rep, err := Load(strings.NewReader(`{"schema":1,"tool":{"name":"cudatrace","version":"9"},"future":{"x":[1]},"trace":{"events":3,"dropped":1,"complete":false,"new_field":true}}`))
+	rep, err := report.Load(strings.NewReader(`{"schema":1,"tool":{"name":"cudatrace","version":"9"},"future":{"x":[1]},"trace":{"events":3,"dropped":1,"complete":false,"new_field":true}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +224,7 @@ func FuzzLoad(f *testing.F) {
 	f.Add([]byte(`{"schema":2,"tool":{"name":"cudatrace"}}`))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		rep, err := Load(bytes.NewReader(data))
+		rep, err := report.Load(bytes.NewReader(data))
 		if err != nil {
 			if rep != nil {
 				t.Fatalf("report and error %v", err)
@@ -233,13 +234,13 @@ func FuzzLoad(f *testing.F) {
 			}
 			return
 		}
-		if rep.Schema < 1 || rep.Schema > SchemaVersion || rep.Tool.Name != "cudatrace" {
+		if rep.Schema < 1 || rep.Schema > report.SchemaVersion || rep.Tool.Name != "cudatrace" {
 			t.Fatalf("accepted schema %d tool %q", rep.Schema, rep.Tool.Name)
 		}
 		// What `cudatrace report` does next must not panic either.
 		rep.Analysis = annotate.Analyze(rep.Events, rep.Snapshot)
-		for _, fm := range []Format{FormatText, FormatMarkdown, FormatJSON} {
-			if err := Render(&bytes.Buffer{}, rep, fm, RenderOptions{Width: 60}); err != nil {
+		for _, fm := range []report.Format{report.FormatText, report.FormatMarkdown, report.FormatJSON} {
+			if err := report.Render(&bytes.Buffer{}, rep, fm, report.RenderOptions{Width: 60}); err != nil {
 				t.Fatalf("render %s: %v", fm, err)
 			}
 		}

@@ -1,10 +1,9 @@
-package report
+package report_test
 
 import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/tracer"
 )
 
@@ -31,7 +31,7 @@ func bigReportFile(b *testing.B, n int) (string, int64) {
 	}
 	rep.Trace.Stored = n
 	path := filepath.Join(b.TempDir(), "big.json")
-	if err := Save(path, rep); err != nil {
+	if err := report.Save(path, rep); err != nil {
 		b.Fatal(err)
 	}
 	st, err := os.Stat(path)
@@ -56,7 +56,7 @@ func TestMain(m *testing.M) {
 func loadMemoryHelper(path string) {
 	runtime.GC()
 	before, err1 := procStatusKiB("VmRSS")
-	rep, err := LoadFile(path)
+	rep, err := report.LoadFile(path)
 	peak, err2 := procStatusKiB("VmHWM")
 	if err = errors.Join(err, err1, err2); err != nil {
 		fmt.Println(err)
@@ -104,22 +104,4 @@ func BenchmarkLoadMemory(b *testing.B) {
 	b.ReportMetric(float64(size)/(1<<20), "file-MiB")
 	b.ReportMetric(float64(worst)/(1<<20), "peak-MiB")
 	b.ReportMetric(float64(worst)/float64(size), "peak-x-file")
-}
-
-// Load stops reading past maxReportSize with its own error, not a
-// "truncated" one; a file of exactly the limit reads to its end.
-func TestLoadLimitReader(t *testing.T) {
-	for _, c := range []struct {
-		size int
-		want error
-	}{{10, io.EOF}, {11, errTooLarge}} {
-		lr := &limitReader{r: strings.NewReader(strings.Repeat(" ", c.size)), left: 10}
-		n, err := io.Copy(io.Discard, lr)
-		if c.want == io.EOF && (err != nil || n != 10) {
-			t.Errorf("%d bytes: read %d, %v", c.size, n, err)
-		}
-		if c.want == errTooLarge && (err != errTooLarge || n != 10 || !strings.Contains(err.Error(), "larger than 1024 MiB")) {
-			t.Errorf("%d bytes: read %d, %v; want %v", c.size, n, err, errTooLarge)
-		}
-	}
 }

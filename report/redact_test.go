@@ -1,4 +1,4 @@
-package report
+package report_test
 
 import (
 	"bytes"
@@ -7,13 +7,14 @@ import (
 	"testing"
 
 	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
 )
 
 // aliceReport is the seed case traced by user alice on her workstation,
 // from her home directory, with private arguments.
-func aliceReport(t *testing.T) *Report {
+func aliceReport(t *testing.T) *report.Report {
 	rep := buildFixture(t, fixtures[0])
 	rep.Target.User, rep.Target.UID = "alice", 1000
 	rep.Target.Argv = []string{"/home/alice/.venv/bin/python3", "/home/alice/proj/train.py", "--token", "s3cr3t-t0ken"}
@@ -54,7 +55,7 @@ func TestRedact(t *testing.T) {
 	wantFail := *rep.Analysis.Failing
 	wantProgs := rep.Snapshot.CgroupV2.Programs
 
-	Redact(rep)
+	report.Redact(rep)
 	after := mustJSON(t, rep)
 	for _, s := range []string{"alice", "ALICE", "alice-ws7", "corp.example", "train.py", "--token", "s3cr3t"} {
 		if i := bytes.Index(bytes.ToLower(after), bytes.ToLower([]byte(s))); i >= 0 {
@@ -97,13 +98,13 @@ func TestRedact(t *testing.T) {
 // Short user names ("bo") would shred unrelated words if replaced
 // everywhere; their home directory still goes.
 func TestRedactShortUserName(t *testing.T) {
-	rep := &Report{Schema: 1, Tool: Tool{Name: "cudatrace"},
-		Target: Target{User: "bo", Argv: []string{"/home/bo/a.out", "x"}},
+	rep := &report.Report{Schema: 1, Tool: report.Tool{Name: "cudatrace"},
+		Target: report.Target{User: "bo", Argv: []string{"/home/bo/a.out", "x"}},
 		Events: []tracer.Event{{Seq: 1, Kind: tracer.KindOpen, Path: "/home/bo/lib/libcuda.so.1", Comm: "a.out"}},
 		Analysis: annotate.Analysis{Verdict: "No NVIDIA device call failed.",
 			Findings: []annotate.Finding{{ID: "calls-ok", Summary: "boot ok"}}},
 	}
-	Redact(rep)
+	report.Redact(rep)
 	if rep.Target.User != "<user>" || rep.Target.Argv[0] != "/home/<user>/a.out" || rep.Events[0].Path != "/home/<user>/lib/libcuda.so.1" {
 		t.Errorf("target %+v, event path %q", rep.Target, rep.Events[0].Path)
 	}
@@ -124,7 +125,7 @@ func TestRedactKeepsSystemUsers(t *testing.T) {
 	rep := buildFixture(t, fixtures[0]) // user root
 	rep.Snapshot.Mounts = append(rep.Snapshot.Mounts, snapshot.Mount{MountPoint: "/", Root: "/", FSType: "rootfs", Source: "rootfs"})
 	want := findingIDs(rep.Analysis)
-	Redact(rep)
+	report.Redact(rep)
 	if rep.Target.User != "root" || rep.Snapshot.Process.User != "root" {
 		t.Errorf("root was redacted: %q %q", rep.Target.User, rep.Snapshot.Process.User)
 	}

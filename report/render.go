@@ -260,11 +260,11 @@ func timelineRows(rep *Report, all bool) []timelineRow {
 	if f := rep.Analysis.Failing; f != nil {
 		failSeq = f.Seq
 	}
-	folded := make(map[siteKey]uint64, len(rep.Folded))
+	folded := make(map[Site]uint64, len(rep.Folded))
 	for i := range rep.Folded {
 		folded[rep.Folded[i].site()] = rep.Folded[i].Calls
 	}
-	shown := map[siteKey]bool{}
+	shown := map[Site]bool{}
 	row := func(e *tracer.Event) timelineRow {
 		r := timelineRow{time: "+" + fmtDur(e.Time), proc: esc(proc(e)), call: esc(timelineCall(e)), result: esc(resultCell(rep, e)), dev: esc(devCell(rep, e))}
 		if failSeq != 0 && e.Seq == failSeq {
@@ -282,7 +282,7 @@ func timelineRows(rep *Report, all bool) []timelineRow {
 			rows = append(rows, r)
 			continue
 		}
-		if k, ok := siteOf(e); ok && folded[k] > 0 {
+		if k, ok := SiteOf(e); ok && folded[k] > 0 {
 			if !shown[k] {
 				shown[k] = true
 				r.repeat = folded[k]

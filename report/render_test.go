@@ -1,22 +1,24 @@
-package report
+package report_test
 
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"regexp"
 	"strings"
 	"testing"
 	"unicode/utf8"
 
+	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/tracer"
 )
 
 var ansi = regexp.MustCompile("\x1b\\[[0-9;]*m")
 
-func render(t *testing.T, rep *Report, f Format, o RenderOptions) string {
+func render(t *testing.T, rep *report.Report, f report.Format, o report.RenderOptions) string {
 	t.Helper()
 	var b bytes.Buffer
-	if err := Render(&b, rep, f, o); err != nil {
+	if err := report.Render(&b, rep, f, o); err != nil {
 		t.Fatalf("render %s: %v", f, err)
 	}
 	return b.String()
@@ -25,19 +27,19 @@ func render(t *testing.T, rep *Report, f Format, o RenderOptions) string {
 func TestColourOnlyWhenAsked(t *testing.T) {
 	for _, fx := range fixtures {
 		rep := buildFixture(t, fx)
-		for _, f := range []Format{FormatText, FormatMarkdown, FormatJSON} {
-			if out := render(t, rep, f, RenderOptions{}); strings.Contains(out, "\x1b") {
+		for _, f := range []report.Format{report.FormatText, report.FormatMarkdown, report.FormatJSON} {
+			if out := render(t, rep, f, report.RenderOptions{}); strings.Contains(out, "\x1b") {
 				t.Errorf("%s %s: escape codes without Color", fx.name, f)
 			}
 		}
 		// Markdown and JSON go into files and tickets: never coloured.
-		for _, f := range []Format{FormatMarkdown, FormatJSON} {
-			if out := render(t, rep, f, RenderOptions{Color: true}); strings.Contains(out, "\x1b") {
+		for _, f := range []report.Format{report.FormatMarkdown, report.FormatJSON} {
+			if out := render(t, rep, f, report.RenderOptions{Color: true}); strings.Contains(out, "\x1b") {
 				t.Errorf("%s %s: escape codes in a non-terminal format", fx.name, f)
 			}
 		}
-		plain := render(t, rep, FormatText, RenderOptions{})
-		col := render(t, rep, FormatText, RenderOptions{Color: true})
+		plain := render(t, rep, report.FormatText, report.RenderOptions{})
+		col := render(t, rep, report.FormatText, report.RenderOptions{Color: true})
 		if !strings.Contains(col, "\x1b[") {
 			t.Errorf("%s: Color set but no escape codes", fx.name)
 		}
@@ -55,7 +57,7 @@ func TestColourOnlyWhenAsked(t *testing.T) {
 func TestFailingRowMarked(t *testing.T) {
 	rep := buildFixture(t, fixtures[0])
 	var marked []string
-	for _, line := range strings.Split(render(t, rep, FormatText, RenderOptions{Width: 100}), "\n") {
+	for _, line := range strings.Split(render(t, rep, report.FormatText, report.RenderOptions{Width: 100}), "\n") {
 		if strings.Contains(line, "◀") {
 			marked = append(marked, line)
 		}
@@ -63,7 +65,7 @@ func TestFailingRowMarked(t *testing.T) {
 	if len(marked) != 1 || !strings.Contains(marked[0], `openat("/dev/nvidia-uvm", O_RDWR|O_CLOEXEC)`) || !strings.Contains(marked[0], "(c 238:0)") {
 		t.Errorf("marked rows: %q", marked)
 	}
-	md := render(t, rep, FormatMarkdown, RenderOptions{})
+	md := render(t, rep, report.FormatMarkdown, report.RenderOptions{})
 	if !strings.Contains(md, "| `openat(\"/dev/nvidia-uvm\", O_RDWR\\|O_CLOEXEC)` | **EPERM ◀** | (c 238:0) |") {
 		t.Error("Markdown timeline does not mark the failing row")
 	}
@@ -74,7 +76,7 @@ func TestIncompleteTraceIsLoud(t *testing.T) {
 	rep.Trace.Dropped, rep.Trace.Complete = 12, false
 	const loud = "INCOMPLETE TRACE: 12 events dropped by the kernel; the failing call may be missing"
 
-	text := render(t, rep, FormatText, RenderOptions{})
+	text := render(t, rep, report.FormatText, report.RenderOptions{})
 	lines := strings.Split(strings.TrimRight(text, "\n"), "\n")
 	if lines[0] != loud {
 		t.Errorf("text does not open with the warning: %q", lines[0])
@@ -85,11 +87,11 @@ func TestIncompleteTraceIsLoud(t *testing.T) {
 	if !strings.Contains(text, "12 dropped") {
 		t.Error("trace summary lacks the drop count")
 	}
-	if q := render(t, rep, FormatText, RenderOptions{Quiet: true}); !strings.HasPrefix(q, loud+"\n") {
+	if q := render(t, rep, report.FormatText, report.RenderOptions{Quiet: true}); !strings.HasPrefix(q, loud+"\n") {
 		t.Errorf("--quiet hides the warning: %q", q)
 	}
 
-	md := render(t, rep, FormatMarkdown, RenderOptions{})
+	md := render(t, rep, report.FormatMarkdown, report.RenderOptions{})
 	if !strings.Contains(md, "> [!WARNING]\n> "+loud+"\n") {
 		t.Error("Markdown lacks the warning block")
 	}
@@ -103,7 +105,7 @@ func TestIncompleteTraceIsLoud(t *testing.T) {
 			Complete *bool  `json:"complete"`
 		} `json:"trace"`
 	}
-	if err := json.Unmarshal([]byte(render(t, rep, FormatJSON, RenderOptions{})), &got); err != nil {
+	if err := json.Unmarshal([]byte(render(t, rep, report.FormatJSON, report.RenderOptions{})), &got); err != nil {
 		t.Fatal(err)
 	}
 	if got.Trace.Complete == nil || *got.Trace.Complete || got.Trace.Dropped != 12 {
@@ -112,19 +114,19 @@ func TestIncompleteTraceIsLoud(t *testing.T) {
 
 	// A complete trace says nothing of the kind.
 	ok := buildFixture(t, fixtures[0])
-	for _, f := range []Format{FormatText, FormatMarkdown} {
-		if out := render(t, ok, f, RenderOptions{}); strings.Contains(out, "INCOMPLETE") {
+	for _, f := range []report.Format{report.FormatText, report.FormatMarkdown} {
+		if out := render(t, ok, f, report.RenderOptions{}); strings.Contains(out, "INCOMPLETE") {
 			t.Errorf("%s: complete trace called incomplete", f)
 		}
 	}
-	if !strings.Contains(render(t, ok, FormatJSON, RenderOptions{}), `"complete": true`) {
+	if !strings.Contains(render(t, ok, report.FormatJSON, report.RenderOptions{}), `"complete": true`) {
 		t.Error(`JSON of a complete trace lacks "complete": true`)
 	}
 }
 
 func TestQuietIsTheVerdictOnly(t *testing.T) {
 	rep := buildFixture(t, fixtures[0])
-	if got := render(t, rep, FormatText, RenderOptions{Quiet: true}); got != rep.Analysis.Verdict+"\n" {
+	if got := render(t, rep, report.FormatText, report.RenderOptions{Quiet: true}); got != rep.Analysis.Verdict+"\n" {
 		t.Errorf("quiet: %q", got)
 	}
 }
@@ -134,7 +136,7 @@ func TestTimelineFitsWidth(t *testing.T) {
 	for _, fx := range fixtures {
 		rep := buildFixture(t, fx)
 		for _, width := range []int{80, 100, 132} {
-			out := render(t, rep, FormatText, RenderOptions{Width: width})
+			out := render(t, rep, report.FormatText, report.RenderOptions{Width: width})
 			_, table, ok := strings.Cut(out, "\nTIME ")
 			if !ok {
 				t.Fatalf("%s: no timeline table", fx.name)
@@ -151,48 +153,21 @@ func TestTimelineFitsWidth(t *testing.T) {
 
 func TestAllEventsListsEveryEvent(t *testing.T) {
 	rep := buildFixture(t, fixtures[1])
-	all := timelineRows(rep, true)
+	all := report.TimelineRepeats(rep, true)
 	if len(all) != len(rep.Events) {
 		t.Errorf("--all-events: %d rows for %d events", len(all), len(rep.Events))
 	}
-	cond := timelineRows(rep, false)
+	cond := report.TimelineRepeats(rep, false)
 	if len(cond) >= len(all) {
 		t.Errorf("condensed timeline (%d rows) is no shorter than the full one (%d)", len(cond), len(all))
 	}
 	// Every event is in exactly one condensed row: the ×N counts add up.
 	n := uint64(0)
 	for _, r := range cond {
-		n += max(r.repeat, 1)
+		n += max(r, 1)
 	}
 	if n != uint64(len(rep.Events)) {
 		t.Errorf("condensed rows cover %d events, want %d", n, len(rep.Events))
-	}
-}
-
-func TestWrapCall(t *testing.T) {
-	cases := []struct {
-		in    string
-		width int
-		want  []string
-	}{
-		{`stat("/dev/nvidiactl")`, 40, []string{`stat("/dev/nvidiactl")`}},
-		{`openat("/dev/nvidia-uvm", O_RDWR|O_CLOEXEC)`, 30, []string{`openat("/dev/nvidia-uvm",`, `  O_RDWR|O_CLOEXEC)`}},
-		{`symlink("../nvidia-caps/nvidia-cap1", "/dev/char/241:1")`, 40, []string{`symlink("../nvidia-caps/nvidia-cap1",`, `  "/dev/char/241:1")`}},
-		// One argument longer than the width breaks after a slash.
-		{`openat("/proc/driver/nvidia/capabilities/mig/config", O_RDONLY)`, 30, []string{`openat("/proc/driver/nvidia/`, `  capabilities/mig/config",`, `  O_RDONLY)`}},
-		// No slash at all: a hard break.
-		{"ioctl(8, " + strings.Repeat("X", 35) + ")", 20, []string{`ioctl(8,`, "  " + strings.Repeat("X", 18), "  " + strings.Repeat("X", 17) + ")"}},
-	}
-	for _, c := range cases {
-		got := wrapCall(c.in, c.width)
-		if strings.Join(got, "\n") != strings.Join(c.want, "\n") {
-			t.Errorf("wrapCall(%q, %d) =\n%q\nwant\n%q", c.in, c.width, got, c.want)
-		}
-		for _, l := range got {
-			if utf8.RuneCountInString(l) > c.width {
-				t.Errorf("line %q longer than %d", l, c.width)
-			}
-		}
 	}
 }
 
@@ -204,7 +179,7 @@ func TestRenderOddReports(t *testing.T) {
 	for i := range argv {
 		argv[i] = long
 	}
-	rep := &Report{Schema: 1, Tool: Tool{Name: "cudatrace"},
+	rep := &report.Report{Schema: 1, Tool: report.Tool{Name: "cudatrace"},
 		Events: []tracer.Event{
 			{Seq: 1, Kind: tracer.KindExec, Path: "/" + long, Argv: argv},
 			{Seq: 2, Kind: tracer.KindOpen, Path: "/dev/" + long, Ret: -13},
@@ -213,12 +188,22 @@ func TestRenderOddReports(t *testing.T) {
 		},
 	}
 	rep.Analysis.Failing = &tracer.Event{Seq: 99, Kind: tracer.KindOpen, Path: "/dev/nvidia0", Ret: -1}
-	for _, f := range []Format{FormatText, FormatMarkdown, FormatJSON} {
+	for _, f := range []report.Format{report.FormatText, report.FormatMarkdown, report.FormatJSON} {
 		for _, w := range []int{0, 1, 40, 500} {
-			render(t, rep, f, RenderOptions{Width: w, AllEvents: w == 40})
+			render(t, rep, f, report.RenderOptions{Width: w, AllEvents: w == 40})
 		}
 	}
-	if out := render(t, rep, FormatText, RenderOptions{}); strings.Contains(out, long[:100]+long[:100]) {
+	if out := render(t, rep, report.FormatText, report.RenderOptions{}); strings.Contains(out, long[:100]+long[:100]) {
 		t.Error("the exec argv was not shortened in the timeline")
+	}
+}
+
+func BenchmarkRenderText(b *testing.B) {
+	rep := buildFixture(b, fixtures[0])
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := report.Render(io.Discard, rep, report.FormatText, report.RenderOptions{Width: 100}); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

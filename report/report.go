@@ -108,9 +108,9 @@ type IoctlSummary struct {
 
 // FoldedSummary counts the calls of one site when there were more than the
 // report stores: the successful calls of one process on one path (opens,
-// stats, ...) past the first SamplePerSite, and the failures of one
+// stats, ...) past the first record.SamplePerSite, and the failures of one
 // process, call, path or device and request, and errno past the first
-// FailSamplePerSite and the last FailTailPerSite.
+// record.FailSamplePerSite and the last record.FailTailPerSite.
 type FoldedSummary struct {
 	PID     int         `json:"pid"`
 	Kind    tracer.Kind `json:"kind"`
@@ -121,12 +121,12 @@ type FoldedSummary struct {
 	Calls   uint64      `json:"calls"`             // in all; the first (and last) few are in events
 }
 
-func (f *FoldedSummary) site() siteKey {
-	k := siteKey{pid: f.PID, kind: f.Kind, path: f.Path, request: f.Request, errno: f.Errno}
+func (f *FoldedSummary) site() Site {
+	k := Site{PID: f.PID, Kind: f.Kind, Path: f.Path, Request: f.Request, Errno: f.Errno}
 	if f.Kind == tracer.KindIoctl {
-		k.path = ""
+		k.Path = ""
 		if f.Dev != nil {
-			k.dev = *f.Dev
+			k.Dev = *f.Dev
 		}
 	}
 	return k
@@ -145,9 +145,14 @@ func (e *VersionError) Error() string {
 	return fmt.Sprintf("report schema %d is newer than this cudatrace (reads up to %d): upgrade cudatrace", e.Schema, SchemaVersion)
 }
 
-// maxReportSize bounds what Load reads: maxStored events of a few hundred
-// bytes each fit many times over.
+// maxReportSize bounds what Load reads: maxStoredHint events of a few
+// hundred bytes each fit many times over.
 const maxReportSize = 1 << 30
+
+// maxStoredHint bounds trace.stored where Load takes it as a size hint:
+// the most events the recorder (tracer/record) stores, 200,000 plus 20,000
+// for the calls a verdict rests on.
+const maxStoredHint = 220_000
 
 var errTooLarge = fmt.Errorf("%w: larger than %d MiB", ErrCorrupt, maxReportSize>>20)
 
@@ -318,7 +323,7 @@ func storedHint(members map[string]json.RawMessage) int {
 	if json.Unmarshal(rawObject(members), &t) != nil {
 		return 0
 	}
-	return min(max(t.Trace.Stored, 0), maxStored+maxReserved)
+	return min(max(t.Trace.Stored, 0), maxStoredHint)
 }
 
 // decodeEvents reads the events array (or null) one event at a time.

@@ -1,4 +1,4 @@
-package report
+package report_test
 
 import (
 	"net"
@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cudatrace/cudatrace/report"
 )
 
 func currentUmask() int {
@@ -24,7 +26,7 @@ func TestSaveHonoursUmask(t *testing.T) {
 	for _, mask := range []int{0o077, 0o022, 0o002} {
 		old := unix.Umask(mask)
 		path := filepath.Join(t.TempDir(), "r.json")
-		err := Save(path, buildFixture(t, fixtures[0]))
+		err := report.Save(path, buildFixture(t, fixtures[0]))
 		unix.Umask(old)
 		if err != nil {
 			t.Fatal(err)
@@ -46,10 +48,10 @@ func TestSaveWritesThroughCharDevice(t *testing.T) {
 	if err != nil || before.Mode()&os.ModeCharDevice == 0 {
 		t.Skipf("/dev/null is not a character device here: %v", err)
 	}
-	if err := CheckOutput("/dev/null"); err != nil {
+	if err := report.CheckOutput("/dev/null"); err != nil {
 		t.Fatalf("CheckOutput(/dev/null): %v", err)
 	}
-	if err := Save("/dev/null", buildFixture(t, fixtures[0])); err != nil {
+	if err := report.Save("/dev/null", buildFixture(t, fixtures[0])); err != nil {
 		t.Fatalf("Save(/dev/null): %v", err)
 	}
 	after, err := os.Stat("/dev/null")
@@ -70,7 +72,7 @@ func TestSaveWritesThroughFIFO(t *testing.T) {
 	if err := unix.Mkfifo(path, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := CheckOutput(path); err != nil {
+	if err := report.CheckOutput(path); err != nil {
 		t.Fatalf("CheckOutput(fifo): %v", err)
 	}
 	got := make(chan string, 1)
@@ -79,12 +81,12 @@ func TestSaveWritesThroughFIFO(t *testing.T) {
 		got <- string(b)
 	}()
 	rep := buildFixture(t, fixtures[0])
-	if err := Save(path, rep); err != nil {
+	if err := report.Save(path, rep); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case s := <-got:
-		back, err := Load(strings.NewReader(s))
+		back, err := report.Load(strings.NewReader(s))
 		if err != nil || !sameJSON(t, back, rep) {
 			t.Errorf("the FIFO's reader did not get the report: %v", err)
 		}
@@ -126,8 +128,8 @@ func TestSaveRefuses(t *testing.T) {
 		{filepath.Join(victim, "r.json"), "not a directory"},
 	} {
 		for name, f := range map[string]func() error{
-			"CheckOutput": func() error { return CheckOutput(tc.path) },
-			"Save":        func() error { return Save(tc.path, buildFixture(t, fixtures[0])) },
+			"CheckOutput": func() error { return report.CheckOutput(tc.path) },
+			"Save":        func() error { return report.Save(tc.path, buildFixture(t, fixtures[0])) },
 		} {
 			err := f()
 			if err == nil {
@@ -161,7 +163,7 @@ func TestCheckOutputReadOnly(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = os.Chmod(dir, 0o755) })
-		err = CheckOutput(path)
+		err = report.CheckOutput(path)
 		if err == nil || !strings.Contains(err.Error(), "no permission") {
 			t.Errorf("CheckOutput in a 0555 directory: %v", err)
 		}
@@ -174,7 +176,7 @@ func TestCheckOutputReadOnly(t *testing.T) {
 			done <- e
 			return
 		}
-		err = CheckOutput(path)
+		err = report.CheckOutput(path)
 		done <- nil
 	}()
 	if e := <-done; e != nil {

@@ -1,4 +1,4 @@
-package report
+package report_test
 
 import (
 	"os"
@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cudatrace/cudatrace/report"
 )
 
 // onlyFile checks that dir holds exactly name: no temporary file of an
@@ -35,11 +37,11 @@ func TestSaveReplacesAtomically(t *testing.T) {
 		t.Fatal(err)
 	}
 	rep := buildFixture(t, fixtures[0])
-	if err := Save(path, rep); err != nil {
+	if err := report.Save(path, rep); err != nil {
 		t.Fatal(err)
 	}
 	onlyFile(t, dir, "report.json")
-	got, err := LoadFile(path)
+	got, err := report.LoadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,11 +58,11 @@ func TestSaveReplacesAtomically(t *testing.T) {
 
 	// Again over itself: still one file.
 	rep.Trace.Notes = []string{"second save"}
-	if err := Save(path, rep); err != nil {
+	if err := report.Save(path, rep); err != nil {
 		t.Fatal(err)
 	}
 	onlyFile(t, dir, "report.json")
-	if got, err := LoadFile(path); err != nil || len(got.Trace.Notes) != 1 {
+	if got, err := report.LoadFile(path); err != nil || len(got.Trace.Notes) != 1 {
 		t.Errorf("second save: %v, notes %v", err, got.Trace.Notes)
 	}
 }
@@ -71,14 +73,14 @@ func TestSaveFailedEncodingKeepsOldFile(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "report.json")
 	old := buildFixture(t, fixtures[1])
-	if err := Save(path, old); err != nil {
+	if err := report.Save(path, old); err != nil {
 		t.Fatal(err)
 	}
 	before, _ := os.ReadFile(path)
 
 	bad := buildFixture(t, fixtures[0])
 	bad.Trace.Started = time.Date(12000, 1, 1, 0, 0, 0, 0, time.UTC) // JSON cannot encode years past 9999
-	err := Save(path, bad)
+	err := report.Save(path, bad)
 	if err == nil {
 		t.Fatal("Save of an unencodable report succeeded")
 	}
@@ -98,7 +100,7 @@ func TestSaveUnwritableDirKeepsOldFile(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "report.json")
 	old := buildFixture(t, fixtures[1])
-	if err := Save(path, old); err != nil {
+	if err := report.Save(path, old); err != nil {
 		t.Fatal(err)
 	}
 	before, _ := os.ReadFile(path)
@@ -110,7 +112,7 @@ func TestSaveUnwritableDirKeepsOldFile(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { os.Chmod(dir, 0o755) })
-		saveErr = Save(path, rep)
+		saveErr = report.Save(path, rep)
 	} else {
 		done := make(chan error, 1)
 		go func() {
@@ -121,7 +123,7 @@ func TestSaveUnwritableDirKeepsOldFile(t *testing.T) {
 				done <- err
 				return
 			}
-			saveErr = Save(path, rep)
+			saveErr = report.Save(path, rep)
 			done <- nil
 		}()
 		if err := <-done; err != nil {

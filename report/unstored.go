@@ -15,7 +15,7 @@ func (rep *Report) Unstored() []annotate.Unstored {
 		failed bool
 	}
 	storedIoctls := map[ioctlKey]uint64{}
-	storedSites := map[siteKey]uint64{}
+	storedSites := map[Site]uint64{}
 	for i := range rep.Events {
 		e := &rep.Events[i]
 		if e.Kind == tracer.KindIoctl {
@@ -24,7 +24,7 @@ func (rep *Report) Unstored() []annotate.Unstored {
 				dev = *e.Dev
 			}
 			storedIoctls[ioctlKey{ioctlSite{e.PID, dev, e.Request}, e.Failed()}]++
-		} else if k, ok := siteOf(e); ok {
+		} else if k, ok := SiteOf(e); ok {
 			storedSites[k]++
 		}
 	}

@@ -153,3 +153,9 @@ type Backend interface {
 // ErrUnavailable wraps the reason a backend cannot work on this host (no
 // BPF, no privileges, ptrace refused). The "auto" mode falls back on it.
 var ErrUnavailable = errors.New("backend unavailable")
+
+// UnsupportedError is a Spec the backend cannot trace at all (not a host
+// problem: another backend may).
+type UnsupportedError struct{ Reason string }
+
+func (e *UnsupportedError) Error() string { return e.Reason }

@@ -82,6 +82,10 @@ type Event struct {
 	// NoEntry: the call never reached the kernel's syscall code; something
 	// answered it first (a seccomp filter's RET_ERRNO or USER_NOTIF).
 	NoEntry bool `json:"no_entry,omitempty"`
+	// Unprobed (open of a CUDA/NVML library, host-wide traces): no
+	// uretprobe was on the file yet, and the process was not stopped
+	// while they were put on, so its first API returns may be missing.
+	Unprobed bool `json:"unprobed,omitempty"`
 	// Exit events only.
 	ExitCode int `json:"exit_code,omitempty"`
 	Signal   int `json:"signal,omitempty"`

@@ -123,6 +123,7 @@ type proc struct {
 	last      time.Duration
 	dropped   uint64 // the backend's drop count at the first event
 	cudaSeen  bool
+	unprobed  bool // a CUDA/NVML library it opened was probed late
 	exit      *tracer.ExitStatus
 }
 
@@ -266,6 +267,7 @@ func (w *watcher) Event(e *tracer.Event) {
 	if e.Comm != "" {
 		p.comm = e.Comm
 	}
+	p.unprobed = p.unprobed || e.Unprobed
 	switch {
 	case e.Kind == tracer.KindExec && e.Ret == 0 && len(e.Argv) > 0:
 		p.argv = append(p.argv[:0], e.Argv...)
@@ -385,9 +387,13 @@ func (w *watcher) diagnose(p *proc) {
 		Started: w.start.Add(p.base), Ended: w.start.Add(p.base + p.last),
 		Dropped: dropped, Exit: p.exit,
 		// The host-wide eBPF trace probes every CUDA/NVML library a
-		// followed process opens.
-		APIReturns: w.backend == "ebpf",
+		// followed process opens, but does not stop the process for it:
+		// one probed after its open may have returned before.
+		APIReturns: w.backend == "ebpf" && !p.unprobed,
 		Notes:      []string{"cudatrace watch: followed from its first NVIDIA device or CUDA/NVML library open"},
+	}
+	if p.unprobed {
+		res.Notes = append(res.Notes, "a CUDA/NVML library was probed only after this process opened it: its first return codes may be missing")
 	}
 	if dropped > 0 {
 		res.Notes = append(res.Notes, fmt.Sprintf("%d events were lost host-wide while this process ran: its trace may be incomplete", dropped))

@@ -357,3 +357,31 @@ func keys(m map[int][]Line) []int {
 	slices.Sort(out)
 	return out
 }
+
+// A library probed only after the process opened it (Unprobed): the report
+// must not claim CUDA's return codes were seen.
+func TestUnprobedLibraryNoAPIClaim(t *testing.T) {
+	h := &fakeHost{cgroups: map[int]string{90: "/"}}
+	evs := []tracer.Event{
+		{PID: 90, TID: 90, Comm: "late", Kind: tracer.KindOpen, Syscall: "openat", Path: "/usr/lib/libcuda.so.1", Ret: 3, Unprobed: true},
+		{PID: 90, TID: 90, Comm: "late", Kind: tracer.KindOpen, Syscall: "openat", Path: "/dev/nvidiactl", Ret: -1},
+		exitOf(90, 1),
+	}
+	dir := t.TempDir()
+	rd, err := OpenReportDir(dir, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, out := watchWith(t, &fakeBackend{events: evs}, h, func(o *Options) { o.ReportDir = rd })
+	lines := parseLines(t, out)
+	if len(lines) != 1 {
+		t.Fatalf("lines %+v, want one", lines)
+	}
+	rep, err := report.LoadFile(lines[0].Report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Trace.APIReturns || (rep.Analysis.CUDA != nil && rep.Analysis.CUDA.Status == "not-called") {
+		t.Errorf("api_returns %v, cuda %+v: the report claims return codes it may have missed", rep.Trace.APIReturns, rep.Analysis.CUDA)
+	}
+}

@@ -11,9 +11,9 @@ import (
 
 	"github.com/cudatrace/cudatrace/diagnose"
 	"github.com/cudatrace/cudatrace/nvdev"
-	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
+	"github.com/cudatrace/cudatrace/tracer/record"
 )
 
 // traceCommand runs or attaches, then reports.
@@ -39,7 +39,7 @@ func traceCommand(argv []string, o *options, stdout, stderr io.Writer) error {
 	}
 	if !o.noFold {
 		// Repeats the report would only count need not reach it.
-		spec.FoldIoctlsAfter, spec.FoldCallsAfter = report.IoctlSamplePerSite, report.SamplePerSite
+		spec.FoldIoctlsAfter, spec.FoldCallsAfter = record.IoctlSamplePerSite, record.SamplePerSite
 	}
 	if len(argv) > 0 {
 		path, err := exec.LookPath(argv[0])

@@ -14,8 +14,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/cudatrace/cudatrace/diagnose"
-	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/snapshot"
+	"github.com/cudatrace/cudatrace/tracer/record"
 	"github.com/cudatrace/cudatrace/watch"
 )
 
@@ -48,14 +48,14 @@ Exit status:
 `
 
 type watchFlags struct {
-	json, verbose, help, debug bool
-	reportDir, metrics, backend  string
-	reportKeep, maxProcesses     int
-	duration                     time.Duration
-	filter                       watch.Filter
-	procDevices                  string
-	deviceMajors                 []uint
-	ringBufBytes                 int
+	json, verbose, help, debug  bool
+	reportDir, metrics, backend string
+	reportKeep, maxProcesses    int
+	duration                    time.Duration
+	filter                      watch.Filter
+	procDevices                 string
+	deviceMajors                []uint
+	ringBufBytes                int
 }
 
 func watchFlagSet(f *watchFlags) *pflag.FlagSet {
@@ -160,7 +160,7 @@ func watchCommand(args []string, stdout, stderr io.Writer) int {
 	o.Spec.Debug = f.debug
 	o.Spec.RingBufferBytes = f.ringBufBytes
 	o.Spec.DeviceMajors = nvidiaMajors(snapshot.ParseProcDevices(string(procDevices)), f.deviceMajors)
-	o.Spec.FoldIoctlsAfter, o.Spec.FoldCallsAfter = report.IoctlSamplePerSite, report.SamplePerSite
+	o.Spec.FoldIoctlsAfter, o.Spec.FoldCallsAfter = record.IoctlSamplePerSite, record.SamplePerSite
 
 	// The metrics server ends with the watch or fails on its own.
 	wctx, cancel := context.WithCancel(ctx)

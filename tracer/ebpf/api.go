@@ -209,6 +209,10 @@ func (p *apiProbes) markProbed(dev uint32, ino uint64) {
 // release continues a process the kernel stopped at its open of an
 // unprobed library, once that library is probed (or could not be).
 func (p *apiProbes) release(h heldOpen) {
+	if !h.stopped {
+		p.attachUnstopped(h)
+		return
+	}
 	defer func() {
 		// Gone already (ESRCH) is fine; a live process left stopped is not.
 		if err := unix.Kill(h.pid, unix.SIGCONT); err != nil && err != unix.ESRCH {
@@ -234,6 +238,44 @@ func (p *apiProbes) attachOpened(pid, fd int, name string) {
 			p.note("uprobes on %s: %v", name, err)
 		}
 	}
+}
+
+// attachUnstopped probes the file of a host-wide trace's open of an
+// unprobed library. Nobody waits for it, so the fd may be closed (the
+// loader closes it once mapped) or even reused by then: the file is taken
+// from the fd or the process's mappings only if it is the inode the kernel
+// named.
+func (p *apiProbes) attachUnstopped(h heldOpen) {
+	same := func(f *os.File) bool {
+		var st unix.Stat_t
+		return unix.Fstat(int(f.Fd()), &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Ino == h.ino &&
+			uint32(unix.Major(st.Dev))<<20|uint32(unix.Minor(st.Dev)) == h.dev
+	}
+	attached := false
+	if f, err := os.OpenFile(fmt.Sprintf("/proc/%d/fd/%d", h.pid, h.fd), os.O_RDONLY|unix.O_NONBLOCK, 0); err == nil {
+		if same(f) {
+			attached = true
+			if err := p.attachFile(f, h.path); err != nil {
+				p.note("uprobes on %s: %v", h.path, err)
+			}
+		}
+		_ = f.Close() // read-only: a failed close loses nothing
+	}
+	for _, l := range snapshot.OpenMappedLibraries(h.pid) {
+		if !attached && same(l.File) {
+			attached = true
+			if err := p.attachFile(l.File, h.path); err != nil {
+				p.note("uprobes on %s: %v", h.path, err)
+			}
+		}
+		_ = l.Close() // best-effort cleanup: nothing to do if it fails
+	}
+	if !attached {
+		// Not marked probed: the next open of it tries again.
+		p.note("uprobes on %s (opened by PID %d): the file was closed and unmapped before it could be probed", h.path, h.pid)
+		return
+	}
+	p.markProbed(h.dev, h.ino)
 }
 
 func (p *apiProbes) note(format string, args ...any) {
@@ -273,6 +315,7 @@ type heldOpen struct {
 	path    string
 	dev     uint32
 	ino     uint64
+	stopped bool // the kernel sent it SIGSTOP: SIGCONT it once probed
 }
 
 // TargetLibraryPath is a running process's LD_LIBRARY_PATH, read through

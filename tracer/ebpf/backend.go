@@ -40,8 +40,14 @@ func (backend) Name() string { return "ebpf" }
 // are all gone, spec.Duration passes or (attach only) ctx is cancelled.
 func (backend) Run(ctx context.Context, spec tracer.Spec, sink tracer.Sink) (res *tracer.Result, err error) {
 	launching := len(spec.Argv) > 0
-	if launching == (len(spec.PIDs) > 0) {
-		return nil, errors.New("ebpf: give either a command to launch or PIDs to attach to")
+	modes := 0
+	for _, on := range []bool{launching, len(spec.PIDs) > 0, spec.HostWide} {
+		if on {
+			modes++
+		}
+	}
+	if modes != 1 {
+		return nil, errors.New("ebpf: give exactly one of a command to launch, PIDs to attach to, or a host-wide trace")
 	}
 	ringBytes, err := ringSize(spec.RingBufferBytes)
 	if err != nil {
@@ -103,18 +109,35 @@ func (backend) Run(ctx context.Context, spec tracer.Spec, sink tracer.Sink) (res
 	dec.api = s.api
 	p := newPump(s.rd, dec, sink, s.exits)
 	p.hold = s.api.release
+	var live *liveSet
+	if spec.HostWide {
+		live = newLiveSet()
+		live.bad = p.undecodableNow
+		folds, _ := sink.(tracer.FoldSink)
+		p.before = func(ev *tracer.Event) {
+			exited := ev.Kind == tracer.KindExit
+			live.seen(ev.PID, exited)
+			if exited && folds != nil {
+				folds.Folded(ev.PID, s.foldedFor(ev.PID))
+			}
+		}
+	}
 	go p.run()
 
-	if launching {
+	switch {
+	case launching:
 		err = s.runLaunch(spec, child, res)
-	} else {
+	case spec.HostWide:
+		err = s.runHostWide(ctx, spec, res, live)
+	default:
 		err = s.runAttach(ctx, spec, tgids, res)
 	}
 	phases.mark("traced")
 	// Stop the producers, then read everything they wrote. Emptying the
 	// filter stops them at once; closing the links may wait for the
-	// kernel, so with DeferRelease it happens afterwards.
-	if spec.DeferRelease {
+	// kernel, so with DeferRelease it happens afterwards. A host-wide
+	// trace's filter refills itself: its links go first.
+	if spec.DeferRelease && !spec.HostWide {
 		s.stopTracing()
 	} else {
 		s.detach()
@@ -144,11 +167,11 @@ func (backend) Run(ctx context.Context, spec tracer.Spec, sink tracer.Sink) (res
 	res.APIReturns = true
 	res.APILibraries = s.api.probedLibs()
 	res.Notes = append(res.Notes, s.api.notes...)
-	res.Dropped = byReason[bpfDropReasonDROP_RINGBUF] + byReason[bpfDropReasonDROP_PENDING] + p.undecodable
+	res.Dropped = byReason[bpfDropReasonDROP_RINGBUF] + byReason[bpfDropReasonDROP_PENDING] + p.undecodable.Load()
 	if res.Dropped > 0 {
 		res.Notes = append(res.Notes, fmt.Sprintf(
 			"%d events dropped: %d ring buffer full, %d with no slot to wait for their return in, %d undecodable; the trace is incomplete",
-			res.Dropped, byReason[bpfDropReasonDROP_RINGBUF], byReason[bpfDropReasonDROP_PENDING], p.undecodable))
+			res.Dropped, byReason[bpfDropReasonDROP_RINGBUF], byReason[bpfDropReasonDROP_PENDING], p.undecodable.Load()))
 	}
 	if n := byReason[bpfDropReasonDROP_CHILD]; n > 0 {
 		res.Dropped += n
@@ -274,7 +297,7 @@ func load(spec tracer.Spec, ringBytes int, phases *phaseLog) (*session, error) {
 		return nil, loadError(err, spec.Debug)
 	}
 	phases.mark("maps")
-	if err := configure(cspec, cache, fold); err != nil {
+	if err := configure(cspec, cache, fold, spec.HostWide); err != nil {
 		closeMaps(maps)
 		return nil, err
 	}

@@ -164,6 +164,7 @@ const (
 	bpfMapPending            = "pending"
 	bpfMapProbedLibs         = "probed_libs"
 	bpfMapTraced             = "traced"
+	bpfMapWatchScratch       = "watch_scratch"
 	bpfProgCtApiEnter        = "ct_api_enter"
 	bpfProgCtApiEnterMulti   = "ct_api_enter_multi"
 	bpfProgCtApiRet          = "ct_api_ret"
@@ -178,7 +179,9 @@ const (
 	bpfVarFoldIoctlsAfter    = "fold_ioctls_after"
 	bpfVarFollowChildren     = "follow_children"
 	bpfVarHoldUnprobedLibs   = "hold_unprobed_libs"
+	bpfVarHostWide           = "host_wide"
 	bpfVarNrToSc             = "nr_to_sc"
+	bpfVarSelfTgid           = "self_tgid"
 	bpfVarStatModeOff        = "stat_mode_off"
 	bpfVarStatRdevOff        = "stat_rdev_off"
 	bpfVarUnusedCallSite     = "unused_call_site"
@@ -260,6 +263,7 @@ type bpfMapSpecs struct {
 	Pending      *ebpf.MapSpec `ebpf:"pending"`
 	ProbedLibs   *ebpf.MapSpec `ebpf:"probed_libs"`
 	Traced       *ebpf.MapSpec `ebpf:"traced"`
+	WatchScratch *ebpf.MapSpec `ebpf:"watch_scratch"`
 }
 
 // bpfVariableSpecs contains global variables before they are loaded into the kernel.
@@ -272,7 +276,9 @@ type bpfVariableSpecs struct {
 	FoldIoctlsAfter    *ebpf.VariableSpec `ebpf:"fold_ioctls_after"`
 	FollowChildren     *ebpf.VariableSpec `ebpf:"follow_children"`
 	HoldUnprobedLibs   *ebpf.VariableSpec `ebpf:"hold_unprobed_libs"`
+	HostWide           *ebpf.VariableSpec `ebpf:"host_wide"`
 	NrToSc             *ebpf.VariableSpec `ebpf:"nr_to_sc"`
+	SelfTgid           *ebpf.VariableSpec `ebpf:"self_tgid"`
 	StatModeOff        *ebpf.VariableSpec `ebpf:"stat_mode_off"`
 	StatRdevOff        *ebpf.VariableSpec `ebpf:"stat_rdev_off"`
 	UnusedCallSite     *ebpf.VariableSpec `ebpf:"unused_call_site"`
@@ -318,6 +324,7 @@ type bpfMaps struct {
 	Pending      *ebpf.Map `ebpf:"pending"`
 	ProbedLibs   *ebpf.Map `ebpf:"probed_libs"`
 	Traced       *ebpf.Map `ebpf:"traced"`
+	WatchScratch *ebpf.Map `ebpf:"watch_scratch"`
 }
 
 func (m *bpfMaps) Close() error {
@@ -332,6 +339,7 @@ func (m *bpfMaps) Close() error {
 		m.Pending,
 		m.ProbedLibs,
 		m.Traced,
+		m.WatchScratch,
 	)
 }
 
@@ -345,7 +353,9 @@ type bpfVariables struct {
 	FoldIoctlsAfter    *ebpf.Variable `ebpf:"fold_ioctls_after"`
 	FollowChildren     *ebpf.Variable `ebpf:"follow_children"`
 	HoldUnprobedLibs   *ebpf.Variable `ebpf:"hold_unprobed_libs"`
+	HostWide           *ebpf.Variable `ebpf:"host_wide"`
 	NrToSc             *ebpf.Variable `ebpf:"nr_to_sc"`
+	SelfTgid           *ebpf.Variable `ebpf:"self_tgid"`
 	StatModeOff        *ebpf.Variable `ebpf:"stat_mode_off"`
 	StatRdevOff        *ebpf.Variable `ebpf:"stat_rdev_off"`
 	UnusedCallSite     *ebpf.Variable `ebpf:"unused_call_site"`

@@ -133,8 +133,9 @@ func (d *decoder) decode(raw []byte) (*tracer.Event, error) {
 	ev.Mode = e.Mode
 	ev.NoEntry = e.NoEntry == 1
 	if e.Held != 0 && ev.Kind == tracer.KindOpen {
-		d.held = heldOpen{pid: ev.PID, fd: int(e.Ret), path: ev.Path, dev: e.Request, ino: e.Uptr}
+		d.held = heldOpen{pid: ev.PID, fd: int(e.Ret), path: ev.Path, dev: e.Request, ino: e.Uptr, stopped: e.Held == 1}
 		d.heldOK = true
+		ev.Unprobed = e.Held == 2
 	}
 	if e.HasDev != 0 {
 		box.dev = tracer.Dev{Major: e.DevMajor, Minor: e.DevMinor}

@@ -3,6 +3,7 @@ package ebpf
 import (
 	"fmt"
 	"maps"
+	"os"
 	"runtime"
 	"slices"
 	"strings"
@@ -60,7 +61,9 @@ type foldAfter struct{ ioctls, calls uint32 }
 
 // configure sets the load-time constants in spec. cache holds the kernel's
 // BTF, parsed once for configure and the load.
-func configure(spec *ebpf.CollectionSpec, cache *btf.Cache, fold foldAfter) error {
+// hostWide (cudatrace watch) follows any process that opens something of
+// NVIDIA's, and stops no one's process at an unprobed library.
+func configure(spec *ebpf.CollectionSpec, cache *btf.Cache, fold foldAfter, hostWide bool) error {
 	// Below a quarter full, the reader's own timer (pump.go) collects
 	// events; above it, every submit wakes it.
 	wakeup := uint64(spec.Maps[bpfMapEvents].MaxEntries / 4)
@@ -86,7 +89,9 @@ func configure(spec *ebpf.CollectionSpec, cache *btf.Cache, fold foldAfter) erro
 		"fold_ioctls_after":      fold.ioctls,
 		"fold_calls_after":       fold.calls,
 		"use_rdonly_cast":        !fieldReads,
-		"hold_unprobed_libs":     true,
+		"hold_unprobed_libs":     !hostWide,
+		"host_wide":              hostWide,
+		"self_tgid":              uint32(os.Getpid()),
 	}
 	for name, v := range vars {
 		vs, ok := spec.Variables[name]

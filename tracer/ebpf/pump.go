@@ -3,6 +3,7 @@ package ebpf
 import (
 	"errors"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/cilium/ebpf/ringbuf"
@@ -27,10 +28,14 @@ type pump struct {
 	// hold continues a process the kernel stopped at its open of an
 	// unprobed library, once the library is probed.
 	hold func(heldOpen)
+	// before, when set, sees each event before the sink does (host-wide
+	// traces: who is followed, and a process's folded counts before its
+	// exit).
+	before func(*tracer.Event)
 
 	// Written by run, read after done is closed.
 	events      uint64
-	undecodable uint64
+	undecodable atomic.Uint64 // also read while it runs (live stats)
 	err         error
 	done        chan struct{}
 }
@@ -77,12 +82,15 @@ func (p *pump) run() {
 func (p *pump) deliver(raw []byte) {
 	ev, err := p.dec.decode(raw)
 	if err != nil {
-		p.undecodable++ // counted with the drops: never lost silently
+		p.undecodable.Add(1) // counted with the drops: never lost silently
 		return
 	}
 	p.events++
 	if p.dec.heldOK && p.hold != nil {
 		p.hold(p.dec.held)
+	}
+	if p.before != nil {
+		p.before(ev)
 	}
 	p.sink.Event(ev)
 	if ev.Kind == tracer.KindExit {
@@ -92,3 +100,6 @@ func (p *pump) deliver(raw []byte) {
 		}
 	}
 }
+
+// undecodableNow is the count so far, for a trace that is still running.
+func (p *pump) undecodableNow() uint64 { return p.undecodable.Load() }

@@ -1,6 +1,7 @@
 package ebpf
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -10,17 +11,24 @@ import (
 )
 
 // TestEveryProgramLoads loads each program on its own, so that a verifier
-// rejection names the program.
+// rejection names the program, in both modes (host-wide code is pruned
+// unchecked in the other).
 func TestEveryProgramLoads(t *testing.T) {
 	privtest.RequireRoot(t)
-	spec, err := loadBpf()
-	if err != nil {
-		t.Fatal(err)
+	for _, hostWide := range []bool{false, true} {
+		spec, err := loadBpf()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Folding on, or the verifier prunes its code unchecked.
+		if err := configure(spec, btf.NewCache(), foldAfter{ioctls: 8, calls: 32}, hostWide); err != nil {
+			t.Fatal(err)
+		}
+		t.Run(fmt.Sprintf("host-wide=%v", hostWide), func(t *testing.T) { loadEach(t, spec) })
 	}
-	// Folding on, or the verifier prunes its code unchecked.
-	if err := configure(spec, btf.NewCache(), foldAfter{ioctls: 8, calls: 32}); err != nil {
-		t.Fatal(err)
-	}
+}
+
+func loadEach(t *testing.T, spec *ebpf.CollectionSpec) {
 	for name := range spec.Programs {
 		t.Run(name, func(t *testing.T) {
 			one := spec.Copy()

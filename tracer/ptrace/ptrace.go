@@ -84,6 +84,9 @@ func Probe() error {
 
 // Run traces spec: it launches spec.Argv or attaches to spec.PIDs.
 func (b *Backend) Run(ctx context.Context, spec tracer.Spec, sink tracer.Sink) (*tracer.Result, error) {
+	if spec.HostWide {
+		return nil, &tracer.UnsupportedError{Reason: "a host-wide trace needs the eBPF backend: ptrace follows only the processes it starts or attaches to"}
+	}
 	if (len(spec.Argv) == 0) == (len(spec.PIDs) == 0) {
 		return nil, errors.New("ptrace: give either a command or PIDs to attach to")
 	}

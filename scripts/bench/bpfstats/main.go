@@ -12,6 +12,10 @@
 //
 //	bpfstats -floor -- workload -mode getppid -n 2000000
 //
+// The statistics themselves cost every run two clock reads, so -floor
+// -stats=false is the bare hook's cost (compare the command's own timing
+// with and without it).
+//
 // Programs are sampled every -every while the command runs (cudatrace closes
 // its programs before it exits, so the last sample is the total).
 package main
@@ -42,16 +46,19 @@ func main() {
 	prefix := flag.String("prefix", "ct_", "programs whose name starts with this")
 	floor := flag.Bool("floor", false, "attach do-nothing programs to sys_enter and sys_exit first")
 	every := flag.Duration("every", 50*time.Millisecond, "sampling interval")
+	withStats := flag.Bool("stats", true, "turn the kernel's statistics on (they cost every program run two clock reads: -floor -stats=false measures the bare hook)")
 	flag.Parse()
 	if flag.NArg() == 0 {
 		fmt.Fprintln(os.Stderr, "usage: bpfstats [-floor] [-prefix P] -- command [args...]")
 		os.Exit(2)
 	}
-	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
-	if err != nil {
-		fatal("enable BPF stats: %v", err)
+	if *withStats {
+		stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+		if err != nil {
+			fatal("enable BPF stats: %v", err)
+		}
+		defer stats.Close()
 	}
-	defer stats.Close()
 
 	// Programs already loaded (a tracer still releasing its programs
 	// from an earlier run) are not this command's.
@@ -88,7 +95,9 @@ loop:
 		}
 	}
 	sampleInto(last, *prefix, before) // programs still loaded (-floor, or a tracer left running)
-	print(last)
+	if *withStats {
+		print(last)
+	}
 	var exit *exec.ExitError
 	if errors.As(runErr, &exit) {
 		os.Exit(exit.ExitCode())

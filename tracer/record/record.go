@@ -1,10 +1,16 @@
-package report
+// Package record is the tracer.Sink that keeps a trace's events for its
+// report: the first few calls of every site, the last few failures of
+// each, exact counts of all, and the calls a verdict rests on past the
+// cap. Its sample sizes are the ones a backend folds after
+// (tracer.Spec.FoldIoctlsAfter, FoldCallsAfter), so that both backends
+// store the same events.
+package record
 
 import (
 	"slices"
 
 	"github.com/cudatrace/cudatrace/annotate"
-
+	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/tracer"
 )
 
@@ -33,7 +39,7 @@ const (
 
 // maxStored caps the stored events; beyond it events are counted only,
 // except the calls that decide a verdict (see decisive), which may use
-// maxReserved more.
+// maxReserved more. report's Load takes their sum as its size-hint bound.
 const (
 	maxStored   = 200_000
 	maxReserved = 20_000
@@ -43,43 +49,6 @@ const (
 // (the target chooses paths and request numbers). Past it, a new site's
 // events are stored (within maxStored) but neither folded nor counted.
 const maxSites = 20_000
-
-// siteKey is what makes two calls repeats of each other.
-type siteKey struct {
-	pid     int
-	kind    tracer.Kind
-	path    string     // calls other than ioctls
-	dev     tracer.Dev // ioctls
-	request uint32     // ioctls
-	errno   int        // 0 for successful calls
-}
-
-// siteOf is e's call site; ok is false for events that are never folded:
-// execs, exits and CUDA/NVML returns.
-func siteOf(e *tracer.Event) (k siteKey, ok bool) {
-	switch e.Kind {
-	case tracer.KindExec, tracer.KindExit:
-		return k, false
-	case tracer.KindAPI:
-		// A CUDA program may ask cuDeviceGetCount in a loop: its returns
-		// fold per entry point and code like calls, the first kept.
-		k = siteKey{pid: e.PID, kind: e.Kind, path: e.Func}
-		if e.APIFailed() {
-			k.errno = int(e.Ret)
-		}
-		return k, true
-	}
-	k = siteKey{pid: e.PID, kind: e.Kind, errno: int(e.Errno())}
-	if e.Kind == tracer.KindIoctl {
-		if e.Dev != nil {
-			k.dev = *e.Dev
-		}
-		k.request = e.Request
-	} else {
-		k.path = e.Path
-	}
-	return k, true
-}
 
 // decisive reports whether e is a call a verdict can rest on, stored even
 // past maxStored: an exec or exit, a CUDA/NVML return, and a failed open,
@@ -126,23 +95,23 @@ type Recorder struct {
 	head     []tracer.Event // in arrival order
 	headAt   []uint64       // each head event's arrival number
 	tailLen  int            // events held in the sites' tails
-	sites    map[siteKey]*site
-	order    []siteKey // sites' keys in first-seen order
-	ioctls   map[ioctlSite]*IoctlSummary
+	sites    map[report.Site]*site
+	order    []report.Site // sites' keys in first-seen order
+	ioctls   map[ioctlSite]*report.IoctlSummary
 	ioctlSeq []ioctlSite
 	merged   []tracer.Event // Events' result until the next event
 	limit    int            // stored events past which only decisive ones are (maxStored)
 }
 
-// NewRecorder returns an empty recorder.
-func NewRecorder() *Recorder { return NewRecorderLimited(maxStored) }
+// New returns an empty recorder.
+func New() *Recorder { return NewLimited(maxStored) }
 
-// NewRecorderLimited is NewRecorder storing at most limit events (plus a
-// tenth of it for the calls that decide a verdict): cudatrace watch holds
-// a recorder per live process, so each gets a smaller share.
-func NewRecorderLimited(limit int) *Recorder {
+// NewLimited is New storing at most limit events (plus a tenth of it for
+// the calls that decide a verdict): cudatrace watch holds a recorder per
+// live process, so each gets a smaller share.
+func NewLimited(limit int) *Recorder {
 	limit = min(max(limit, 1), maxStored)
-	return &Recorder{sites: make(map[siteKey]*site), ioctls: make(map[ioctlSite]*IoctlSummary), limit: limit}
+	return &Recorder{sites: make(map[report.Site]*site), ioctls: make(map[ioctlSite]*report.IoctlSummary), limit: limit}
 }
 
 // Event implements tracer.Sink.
@@ -167,7 +136,7 @@ func (r *Recorder) Event(e *tracer.Event) {
 		r.store(e, true)
 		return
 	}
-	k, ok := siteOf(e)
+	k, ok := report.SiteOf(e)
 	if !ok {
 		r.store(e, true)
 		return
@@ -175,28 +144,28 @@ func (r *Recorder) Event(e *tracer.Event) {
 	s := r.site(k)
 	if s == nil {
 		// Too many sites to follow: a failure may be its site's first.
-		r.store(e, decisive(e) || k.errno != 0)
+		r.store(e, decisive(e) || k.Errno != 0)
 		return
 	}
 	s.calls++
 	if s.stored < headSize(k) {
 		// The first stored failure of a site always counts as decisive:
 		// every failing site shows in the events.
-		if r.store(e, decisive(e) || (k.errno != 0 && s.stored == 0)) {
+		if r.store(e, decisive(e) || (k.Errno != 0 && s.stored == 0)) {
 			s.stored++
 		}
 		return
 	}
-	if k.errno != 0 {
+	if k.Errno != 0 {
 		r.keepLast(s, e)
 	}
 }
 
-func headSize(k siteKey) int {
+func headSize(k report.Site) int {
 	switch {
-	case k.errno != 0:
+	case k.Errno != 0:
 		return FailSamplePerSite
-	case k.kind == tracer.KindIoctl:
+	case k.Kind == tracer.KindIoctl:
 		return IoctlSamplePerSite
 	}
 	return SamplePerSite
@@ -305,12 +274,12 @@ func cmpUint(a, b uint64) int {
 func (r *Recorder) AddFolded(folded []tracer.Folded) {
 	for _, f := range folded {
 		r.Seen += f.Count
-		k := siteKey{pid: f.PID, kind: f.Kind, path: f.Path}
+		k := report.Site{PID: f.PID, Kind: f.Kind, Path: f.Path}
 		if f.Kind == tracer.KindIoctl {
 			if s := r.ioctlSummary(ioctlSite{f.PID, f.Dev, f.Request}); s != nil {
 				s.Count += f.Count
 			}
-			k = siteKey{pid: f.PID, kind: f.Kind, dev: f.Dev, request: f.Request}
+			k = report.Site{PID: f.PID, Kind: f.Kind, Dev: f.Dev, Request: f.Request}
 		}
 		if s := r.site(k); s != nil {
 			s.calls += f.Count
@@ -320,8 +289,8 @@ func (r *Recorder) AddFolded(folded []tracer.Folded) {
 }
 
 // Ioctls returns the per-site ioctl counts in first-seen order.
-func (r *Recorder) Ioctls() []IoctlSummary {
-	out := make([]IoctlSummary, 0, len(r.ioctlSeq))
+func (r *Recorder) Ioctls() []report.IoctlSummary {
+	out := make([]report.IoctlSummary, 0, len(r.ioctlSeq))
 	for _, s := range r.ioctlSeq {
 		out = append(out, *r.ioctls[s])
 	}
@@ -330,13 +299,13 @@ func (r *Recorder) Ioctls() []IoctlSummary {
 
 // ioctlSummary returns site's summary, adding it (in first-seen order) if
 // new, or nil when maxSites are counted already.
-func (r *Recorder) ioctlSummary(site ioctlSite) *IoctlSummary {
+func (r *Recorder) ioctlSummary(site ioctlSite) *report.IoctlSummary {
 	s := r.ioctls[site]
 	if s == nil {
 		if len(r.ioctls) >= maxSites {
 			return nil
 		}
-		s = &IoctlSummary{PID: site.pid, Dev: site.dev, Request: site.request}
+		s = &report.IoctlSummary{PID: site.pid, Dev: site.dev, Request: site.request}
 		r.ioctls[site] = s
 		r.ioctlSeq = append(r.ioctlSeq, site)
 	}
@@ -345,7 +314,7 @@ func (r *Recorder) ioctlSummary(site ioctlSite) *IoctlSummary {
 
 // site returns k's state, adding it (in first-seen order) if new, or nil
 // when maxSites are followed already.
-func (r *Recorder) site(k siteKey) *site {
+func (r *Recorder) site(k report.Site) *site {
 	s := r.sites[k]
 	if s == nil {
 		if len(r.sites) >= maxSites {
@@ -361,17 +330,17 @@ func (r *Recorder) site(k siteKey) *site {
 // Folded returns, in the order the sites were first seen, every site with
 // calls that are counted but not stored, except successful ioctls (Ioctls
 // counts those): Calls is how many there were in all.
-func (r *Recorder) Folded() []FoldedSummary {
-	var out []FoldedSummary
+func (r *Recorder) Folded() []report.FoldedSummary {
+	var out []report.FoldedSummary
 	for _, k := range r.order {
 		s := r.sites[k]
-		if s.calls == uint64(s.stored+len(s.tail)) || (k.kind == tracer.KindIoctl && k.errno == 0) {
+		if s.calls == uint64(s.stored+len(s.tail)) || (k.Kind == tracer.KindIoctl && k.Errno == 0) {
 			continue
 		}
-		f := FoldedSummary{PID: k.pid, Kind: k.kind, Path: k.path, Errno: k.errno, Calls: s.calls}
-		if k.kind == tracer.KindIoctl {
-			d := k.dev
-			f.Dev, f.Request = &d, k.request
+		f := report.FoldedSummary{PID: k.PID, Kind: k.Kind, Path: k.Path, Errno: k.Errno, Calls: s.calls}
+		if k.Kind == tracer.KindIoctl {
+			d := k.Dev
+			f.Dev, f.Request = &d, k.Request
 		}
 		out = append(out, f)
 	}

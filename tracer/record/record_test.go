@@ -1,12 +1,13 @@
-package report
+package record
 
 import (
 	"fmt"
-	"io"
 	"strconv"
 	"testing"
 
+	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/tracer"
+	"github.com/cudatrace/cudatrace/tracer/stracelog"
 )
 
 func ioctlEv(seq uint64, pid, fd int, dev tracer.Dev, req uint32, ret int64) *tracer.Event {
@@ -19,7 +20,7 @@ func TestRecorderAggregatesIoctls(t *testing.T) {
 	ctl := tracer.Dev{Major: 195, Minor: 255}
 	uvm := tracer.Dev{Major: 238, Minor: 0}
 	const control, uvmInit = 0xc020462a, 0x30000001
-	r := NewRecorder()
+	r := New()
 	seq := uint64(0)
 	next := func() uint64 { seq++; return seq }
 
@@ -88,7 +89,7 @@ func TestRecorderAggregatesIoctls(t *testing.T) {
 	}
 
 	got := r.Ioctls()
-	wantSum := []IoctlSummary{
+	wantSum := []report.IoctlSummary{
 		{PID: 42, Dev: ctl, Request: control, Count: 24, Failed: 4},
 		{PID: 42, Dev: uvm, Request: uvmInit, Count: 5},
 		{PID: 43, Dev: ctl, Request: control, Count: 10},
@@ -101,7 +102,7 @@ func TestRecorderAggregatesIoctls(t *testing.T) {
 // An ioctl whose fd's device is unknown (fd -1 after a failed open) is a
 // site of its own, not a crash on the nil Dev.
 func TestRecorderIoctlWithoutDevice(t *testing.T) {
-	r := NewRecorder()
+	r := New()
 	r.Event(&tracer.Event{Seq: 1, PID: 7, Kind: tracer.KindIoctl, FD: -1, Request: 0x30000002, Ret: -9})
 	if len(r.Events()) != 1 || r.Events()[0].Dev != nil {
 		t.Fatalf("events %+v", r.Events())
@@ -112,7 +113,7 @@ func TestRecorderIoctlWithoutDevice(t *testing.T) {
 }
 
 func TestRecorderOverflowIsCounted(t *testing.T) {
-	r := NewRecorder()
+	r := New()
 	const extra = 7
 	for i := range maxStored + extra {
 		// 10,000 sites (fewer than maxSites), 20 stats each: all stored.
@@ -147,7 +148,7 @@ func TestRecorderOverflowIsCounted(t *testing.T) {
 // Past the cap, the calls a verdict rests on (failed opens, execs, exits,
 // API returns) are still stored, up to a reserve that is itself bounded.
 func TestRecorderKeepsDecisiveCallsPastTheCap(t *testing.T) {
-	r := NewRecorder()
+	r := New()
 	seq := uint64(0)
 	ev := func(e tracer.Event) *tracer.Event { seq++; e.Seq, e.PID, e.TID = seq, 3, 3; return &e }
 	for i := range maxStored {
@@ -179,7 +180,7 @@ func TestRecorderKeepsDecisiveCallsPastTheCap(t *testing.T) {
 // A target choosing a new ioctl request number (or path) for every call
 // cannot grow the recorder's per-site state without bound.
 func TestRecorderSitesAreBounded(t *testing.T) {
-	r := NewRecorder()
+	r := New()
 	for i := range 3 * maxSites {
 		r.Event(ioctlEv(uint64(i+1), 4, 8, tracer.Dev{Major: 195, Minor: 255}, uint32(i), -25))
 		r.Event(&tracer.Event{Seq: uint64(i + 1), PID: 4, Kind: tracer.KindStat, Path: "/dev/nvidia-x" + strconv.Itoa(i)})
@@ -198,7 +199,7 @@ func TestRecorderSitesAreBounded(t *testing.T) {
 func TestRecorderFoldsRepeatedFailures(t *testing.T) {
 	ctl := tracer.Dev{Major: 195, Minor: 255}
 	const n = 1_000_000
-	r := NewRecorder()
+	r := New()
 	e := ioctlEv(0, 42, 8, ctl, 0xc020462a, -22)
 	for i := range n {
 		e.Seq = uint64(i + 1)
@@ -234,7 +235,7 @@ func TestRecorderFoldsRepeatedFailures(t *testing.T) {
 
 // Tails of interleaved sites come back in arrival order with the rest.
 func TestRecorderTailsInOrder(t *testing.T) {
-	r := NewRecorder()
+	r := New()
 	for i := range 100 {
 		seq := uint64(2*i + 1)
 		r.Event(&tracer.Event{Seq: seq, PID: 5, Kind: tracer.KindOpen, Path: "/dev/nvidia0", Ret: -13})
@@ -260,7 +261,7 @@ func TestRecorderTailsInOrder(t *testing.T) {
 
 // A process reopening one node in a loop is stored SamplePerSite times and counted.
 func TestRecorderFoldsRepeatedCalls(t *testing.T) {
-	r := NewRecorder()
+	r := New()
 	for i := range 1000 {
 		r.Event(&tracer.Event{Seq: uint64(i + 1), PID: 7, Kind: tracer.KindOpen, Path: "/dev/nvidiactl", Ret: 3})
 	}
@@ -306,12 +307,12 @@ func TestRecorderAddFoldedMatchesWholeStream(t *testing.T) {
 		add(open(seq+1, "/dev/nvidiactl"))
 		add(open(seq+2, long))
 	}
-	whole := NewRecorder()
+	whole := New()
 	for _, e := range stream {
 		whole.Event(e)
 	}
 
-	folded := NewRecorder()
+	folded := New()
 	sent := map[string]uint64{}
 	var kernel []tracer.Folded
 	count := func(f tracer.Folded) {
@@ -367,7 +368,7 @@ func TestRecorderAddFoldedMatchesWholeStream(t *testing.T) {
 // Backends reuse their buffers (tracer.Sink): what the recorder keeps must
 // not change when the caller's event does.
 func TestRecorderStoresDeepCopies(t *testing.T) {
-	r := NewRecorder()
+	r := New()
 	e := &tracer.Event{Seq: 1, PID: 5, TID: 5, Comm: "python3", Kind: tracer.KindExec, Path: "/usr/bin/python3",
 		Argv: []string{"python3", "-c", "pass"}}
 	io := ioctlEv(2, 5, 8, tracer.Dev{Major: 195, Minor: 255}, 0xc020462a, 0)
@@ -395,13 +396,17 @@ func TestRecorderStoresDeepCopies(t *testing.T) {
 
 func BenchmarkRecorder(b *testing.B) {
 	b.Run("cuinit-stream", func(b *testing.B) {
-		evs := importLog(b, "cuinit-ok-root.strace").Events
+		log, err := stracelog.ParseFiles([]string{"../../testdata/strace/h200/cuinit-ok-root.strace"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		evs := log.Events
 		b.ReportAllocs()
 		n := 0
 		var r *Recorder
 		for b.Loop() {
 			if n%len(evs) == 0 {
-				r = NewRecorder() // one recorder per cuInit, as a trace has
+				r = New() // one recorder per cuInit, as a trace has
 			}
 			r.Event(&evs[n%len(evs)])
 			n++
@@ -411,7 +416,7 @@ func BenchmarkRecorder(b *testing.B) {
 	// A long job: millions of successful ioctls on a few sites, all but the
 	// sample folded into counts. This path should not allocate.
 	b.Run("steady-ioctls", func(b *testing.B) {
-		r := NewRecorder()
+		r := New()
 		sites := []*tracer.Event{
 			ioctlEv(1, 9, 8, tracer.Dev{Major: 195, Minor: 255}, 0xc020462a, 0),
 			ioctlEv(2, 9, 8, tracer.Dev{Major: 195, Minor: 255}, 0xc030462b, 0),
@@ -438,7 +443,7 @@ func BenchmarkRecorder(b *testing.B) {
 // A target retrying a refused ioctl forever: every call past the first few
 // rewrites a tail slot in place, so this path should not allocate.
 func BenchmarkRecorderFailingIoctls(b *testing.B) {
-	r := NewRecorder()
+	r := New()
 	e := ioctlEv(1, 9, 8, tracer.Dev{Major: 195, Minor: 255}, 0xc020462a, -22)
 	b.ReportAllocs()
 	for b.Loop() {
@@ -449,20 +454,10 @@ func BenchmarkRecorderFailingIoctls(b *testing.B) {
 	}
 }
 
-func BenchmarkRenderText(b *testing.B) {
-	rep := buildFixture(b, fixtures[0])
-	b.ReportAllocs()
-	for b.Loop() {
-		if err := Render(io.Discard, rep, FormatText, RenderOptions{Width: 100}); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
 // TestRecorderKeepsInbandFailures: past the sample per site, a call whose
 // params carry a failed status is stored; plain successes are counted.
 func TestRecorderKeepsInbandFailures(t *testing.T) {
-	r := NewRecorder()
+	r := New()
 	ctl := &tracer.Dev{Major: 195, Minor: 255}
 	for i := 0; i < IoctlSamplePerSite+5; i++ {
 		r.Event(&tracer.Event{Kind: tracer.KindIoctl, FD: 8, Request: 0xc020462a, Dev: ctl, Arg: make([]byte, 64)})
@@ -481,7 +476,7 @@ func TestRecorderKeepsInbandFailures(t *testing.T) {
 // A program asking cuDeviceGetCount in a loop: its returns fold like calls,
 // the first kept, every one counted; a failing return is kept.
 func TestRecorderFoldsAPIReturns(t *testing.T) {
-	r := NewRecorder()
+	r := New()
 	n := int64(1)
 	for i := 0; i < 100000; i++ {
 		r.Event(&tracer.Event{Kind: tracer.KindAPI, PID: 7, Func: "cuDeviceGetCount", Out: &n})

@@ -1,0 +1,204 @@
+package ebpf
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cudatrace/cudatrace/internal/privtest"
+	"github.com/cudatrace/cudatrace/tracer"
+)
+
+// foldRecorder is a FoldSink that keeps events and, per process, the folded
+// counts and whether they came before its exit event.
+type foldRecorder struct {
+	recorder
+	fmu         sync.Mutex
+	folded      map[int][]tracer.Folded
+	exited      map[int]bool
+	foldedAfter []int // processes whose counts came after their exit
+}
+
+func (r *foldRecorder) Event(e *tracer.Event) {
+	if e.Kind == tracer.KindExit {
+		r.fmu.Lock()
+		r.exited[e.PID] = true
+		r.fmu.Unlock()
+	}
+	r.recorder.Event(e)
+}
+
+func (r *foldRecorder) Folded(pid int, f []tracer.Folded) {
+	r.fmu.Lock()
+	defer r.fmu.Unlock()
+	if r.exited[pid] {
+		r.foldedAfter = append(r.foldedAfter, pid)
+	}
+	r.folded[pid] = append(r.folded[pid], f...)
+}
+
+// A host-wide trace follows exactly the processes that open something of
+// NVIDIA's (a node, a library by name), and their children from then on;
+// not a neighbour, not cudatrace itself. Each followed process's folded
+// counts arrive before its exit, and delivered plus folded is what it did.
+func TestHostWideFollowsNVIDIAOpeners(t *testing.T) {
+	privtest.RequireRoot(t)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := fmt.Sprintf("/dev/nvidia-hostwide-cudatrace-test-%08x", rand.Uint32())
+	if err := unix.Mknod(node, unix.S_IFCHR|0o666, int(unix.Mkdev(1, 9))); err != nil {
+		t.Fatalf("mknod %s: %v", node, err)
+	}
+	t.Cleanup(func() { os.Remove(node) })
+	lib := filepath.Join(t.TempDir(), "libcuda.so.1")
+	if err := os.WriteFile(lib, []byte("not an ELF file"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithCancel(privtest.Deadline(t))
+	defer cancel()
+	stats := make(chan tracer.LiveStats, 64)
+	rec := &foldRecorder{folded: map[int][]tracer.Folded{}, exited: map[int]bool{}}
+	const ioctlsAfter, callsAfter = 8, 32
+	type result struct {
+		res *tracer.Result
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := New().Run(ctx, tracer.Spec{
+			HostWide:        true,
+			DeviceMajors:    []uint32{1},
+			FoldIoctlsAfter: ioctlsAfter,
+			FoldCallsAfter:  callsAfter,
+			Stats: func(s tracer.LiveStats) {
+				select {
+				case stats <- s:
+				default:
+				}
+			},
+		}, rec)
+		done <- result{res, err}
+	}()
+	// The first live counters come once the programs are attached.
+	select {
+	case <-stats:
+	case r := <-done:
+		t.Fatalf("Run returned before tracing: %v", r.err)
+	case <-ctx.Done():
+		t.Fatal("no live counters before the deadline")
+	}
+
+	run := func(name string, args ...string) int {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, name, args...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%s %v: %v\n%s", name, args, err, out)
+		}
+		return cmd.Process.Pid
+	}
+	// cudatrace's own process opens the node: never followed.
+	if fd, err := unix.Open(node, unix.O_RDONLY, 0); err == nil {
+		unix.Close(fd)
+	}
+	neighbour := run("/bin/sh", "-c", "cat /etc/hostname >/dev/null")
+	repeater := run(self, helperArg, "repeat", node)
+	libOpener := run("/bin/cat", lib)
+	parent := run("/bin/sh", "-c", fmt.Sprintf(": < %s; /bin/true; exit 0", node))
+
+	// Wait until the live counters have seen the four followed processes
+	// (their events are in the sink by then), then stop.
+	for s := range stats {
+		if s.Followed >= 4 && s.Following == 0 {
+			if s.SyscallHook == "" {
+				t.Errorf("live stats name no syscall hook: %+v", s)
+			}
+			break
+		}
+	}
+	cancel()
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("Run: %v", r.err)
+	}
+	if r.res.Dropped != 0 {
+		t.Errorf("%d events dropped", r.res.Dropped)
+	}
+
+	of := func(pid int) []*tracer.Event {
+		return rec.find(func(e *tracer.Event) bool { return e.PID == pid })
+	}
+	if got := of(os.Getpid()); len(got) != 0 {
+		t.Errorf("cudatrace's own process was followed: %d events, first %+v", len(got), *got[0])
+	}
+	if got := of(neighbour); len(got) != 0 {
+		t.Errorf("a neighbour that opened nothing of NVIDIA's was followed: %+v", *got[0])
+	}
+
+	// The repeater: 4 threads × 50 rounds of open, a successful ioctl, a
+	// failing one.
+	const total = foldThreads * foldRounds
+	var opens, okIoctls, badIoctls uint64
+	for _, e := range of(repeater) {
+		switch {
+		case e.Kind == tracer.KindOpen && e.Path == node:
+			opens++
+		case e.Kind == tracer.KindIoctl && e.Request == rndGetEntCnt && !e.Failed():
+			okIoctls++
+		case e.Kind == tracer.KindIoctl && e.Failed():
+			badIoctls++
+		}
+	}
+	if opens != callsAfter || okIoctls != ioctlsAfter || badIoctls != total {
+		t.Errorf("repeater delivered %d opens, %d good and %d failing ioctls; want %d, %d, %d", opens, okIoctls, badIoctls, callsAfter, ioctlsAfter, total)
+	}
+	rec.fmu.Lock()
+	for _, f := range rec.folded[repeater] {
+		switch f.Kind {
+		case tracer.KindOpen:
+			opens += f.Count
+		case tracer.KindIoctl:
+			okIoctls += f.Count
+		}
+	}
+	after := rec.foldedAfter
+	rec.fmu.Unlock()
+	if opens != total || okIoctls != total {
+		t.Errorf("delivered + folded: %d opens, %d good ioctls; the repeater made %d of each", opens, okIoctls, total)
+	}
+	if len(after) != 0 {
+		t.Errorf("folded counts came after the exit of %v", after)
+	}
+
+	// A library opened by name, not yet probed: followed, and the event
+	// says its calls may have run unprobed.
+	libOpens := rec.find(func(e *tracer.Event) bool { return e.PID == libOpener && e.Kind == tracer.KindOpen && e.Path == lib })
+	if len(libOpens) != 1 || !libOpens[0].Unprobed {
+		t.Errorf("open of %s by PID %d: %d events (want 1, marked unprobed)\n%s", lib, libOpener, len(libOpens), rec.dump())
+	}
+
+	// The shell that opened the node is followed, and so is the child it
+	// started afterwards.
+	if len(rec.find(func(e *tracer.Event) bool { return e.PID == parent && e.Kind == tracer.KindOpen && e.Path == node })) != 1 {
+		t.Errorf("the shell's open of the node is missing")
+	}
+	if len(rec.find(func(e *tracer.Event) bool {
+		return e.PID != parent && e.Kind == tracer.KindExec && e.Path == "/bin/true"
+	})) != 1 {
+		t.Errorf("the followed shell's child was not followed (no exec of /bin/true)\n%s", rec.dump())
+	}
+	for _, pid := range []int{repeater, libOpener, parent} {
+		if len(rec.find(func(e *tracer.Event) bool { return e.PID == pid && e.Kind == tracer.KindExit })) != 1 {
+			t.Errorf("PID %d: no exit event", pid)
+		}
+	}
+}
