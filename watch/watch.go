@@ -54,6 +54,9 @@ type Options struct {
 	MaxStored       int // 0: DefaultMaxStored
 	// Notice gets one-line notes for the operator (a report not written).
 	Notice func(msg string)
+	// Ready is called once, at the backend's first live statistics: the
+	// host is watched from then on (its programs are attached).
+	Ready func(tracer.LiveStats)
 
 	// System replaces the live reads and the analysis (tests); identity
 	// and now likewise.
@@ -143,6 +146,7 @@ type watcher struct {
 
 	dropped atomic.Uint64
 	hook    atomic.Pointer[string]
+	ready   sync.Once
 
 	outMu       sync.Mutex
 	writeFailed bool
@@ -204,7 +208,7 @@ func (w *watcher) run(ctx context.Context) (*Summary, error) {
 	spec := w.o.Spec
 	spec.HostWide = true
 	spec.Argv, spec.PIDs, spec.Cred = nil, nil, nil
-	spec.Stats = w.stats
+	spec.Stats = w.liveStats
 	res, err := w.o.Backend.Run(ctx, spec, w)
 	if err == nil {
 		w.stats(tracer.LiveStats{Dropped: res.Dropped, SyscallHook: res.SyscallHook})
@@ -246,6 +250,14 @@ func (w *watcher) stats(s tracer.LiveStats) {
 	}
 	if m := w.o.Metrics; m != nil {
 		m.live(w.backend, s)
+	}
+}
+
+// liveStats is Spec.Stats: the counters, and Ready at the first call.
+func (w *watcher) liveStats(s tracer.LiveStats) {
+	w.stats(s)
+	if w.o.Ready != nil {
+		w.ready.Do(func() { w.o.Ready(s) })
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/cudatrace/cudatrace/diagnose"
 	"github.com/cudatrace/cudatrace/snapshot"
+	"github.com/cudatrace/cudatrace/tracer"
 	"github.com/cudatrace/cudatrace/tracer/record"
 	"github.com/cudatrace/cudatrace/watch"
 )
@@ -120,6 +121,9 @@ func watchCommand(args []string, stdout, stderr io.Writer) int {
 		ProcDevicesPath: f.procDevices, Version: toolVersion(), Filter: f.filter,
 		Verbose: f.verbose, JSON: f.json, Out: stdout, MaxProcesses: f.maxProcesses,
 		Notice: func(msg string) { fmt.Fprintf(stderr, "cudatrace watch: %s\n", msg) },
+		Ready: func(s tracer.LiveStats) {
+			fmt.Fprintf(stderr, "cudatrace watch: watching this host (eBPF, syscall hook %s)\n", s.SyscallHook)
+		},
 	}
 	if file, ok := stdout.(*os.File); !ok || terminalWidth(file) == 0 {
 		o.JSON = true // a pipe or file: JSON lines whatever the flag
