@@ -3,6 +3,7 @@ package snapshot
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -11,7 +12,10 @@ import (
 // any snapshot work.
 type Identity struct {
 	Cgroup string   // the unified cgroup path (v1: the first hierarchy's)
-	Argv   []string // the command line, as far as maxArgvBytes
+	Argv   []string // the command line, as far as maxArgvBytes; empty for a zombie
+	// UID is the effective user ID (-1 unknown): a zombie's status still
+	// has it, when its snapshot can no longer be taken.
+	UID int64
 }
 
 // maxArgvBytes bounds the command line kept: the target chooses it.
@@ -21,7 +25,7 @@ const maxArgvBytes = 4096
 // bounded reads under the guard, for a process that may exit any moment.
 func TargetIdentity(pid int) (Identity, error) {
 	g := &fsGuard{timeout: fsTimeout, what: "system files"}
-	var id Identity
+	id := Identity{UID: -1}
 	text, err := g.readString(fmt.Sprintf("/proc/%d/cgroup", pid), maxFileSize)
 	if err != nil {
 		return id, err
@@ -30,6 +34,9 @@ func TargetIdentity(pid int) (Identity, error) {
 	cmdline, err := g.readFile(fmt.Sprintf("/proc/%d/cmdline", pid), maxArgvBytes)
 	if err == nil || errors.Is(err, errTooLarge) {
 		id.Argv = splitCmdline(cmdline)
+	}
+	if status, err := g.readString(fmt.Sprintf("/proc/%d/status", pid), maxFileSize); err == nil {
+		id.UID = effectiveUID(status)
 	}
 	return id, nil
 }
@@ -64,4 +71,18 @@ func splitCmdline(data []byte) []string {
 		return nil
 	}
 	return strings.Split(s, "\x00")
+}
+
+// effectiveUID is the second field of status's Uid: line, or -1.
+func effectiveUID(status string) int64 {
+	for _, line := range strings.Split(status, "\n") {
+		if rest, ok := strings.CutPrefix(line, "Uid:"); ok {
+			if f := strings.Fields(rest); len(f) >= 2 {
+				if uid, err := strconv.ParseInt(f[1], 10, 64); err == nil {
+					return uid
+				}
+			}
+		}
+	}
+	return -1
 }

@@ -65,6 +65,15 @@ func TestTargetIdentitySelf(t *testing.T) {
 	if want := CgroupPathOf(string(data)); id.Cgroup != want || want == "" {
 		t.Errorf("cgroup %q, want %q", id.Cgroup, want)
 	}
+	if id.UID != int64(os.Geteuid()) {
+		t.Errorf("uid %d, want %d", id.UID, os.Geteuid())
+	}
+	if got := effectiveUID("Name:\tx\nUid:\t1000\t65534\t1000\t1000\n"); got != 65534 {
+		t.Errorf("effective uid %d, want the second field 65534", got)
+	}
+	if got := effectiveUID("Uid: garbage\n"); got != -1 {
+		t.Errorf("effective uid of garbage %d, want -1", got)
+	}
 	if _, err := TargetIdentity(1 << 30); err == nil {
 		t.Error("no error for a process that does not exist")
 	}

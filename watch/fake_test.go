@@ -130,7 +130,7 @@ func (h *fakeHost) identity(pid int) (snapshot.Identity, error) {
 	if !ok {
 		return snapshot.Identity{}, fmt.Errorf("no process %d", pid)
 	}
-	return snapshot.Identity{Cgroup: cg, Argv: []string{"python3", "train.py", fmt.Sprint(pid)}}, nil
+	return snapshot.Identity{Cgroup: cg, UID: -1, Argv: []string{"python3", "train.py", fmt.Sprint(pid)}}, nil
 }
 
 func (h *fakeHost) system() *diagnose.System {

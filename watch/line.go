@@ -53,7 +53,7 @@ func newLine(host string, p *proc, rep *report.Report, now time.Time) Line {
 	a := rep.Analysis
 	l := Line{
 		Time: now.UTC(), Host: host, ReportID: newReportID(now, p.pid), PID: p.pid,
-		Comm: p.comm, Argv: p.argv, UID: -1, Cgroup: p.id.Cgroup,
+		Comm: p.comm, Argv: p.argv, UID: p.id.UID, Cgroup: p.id.Cgroup,
 		Runtime: p.container.Runtime, ContainerID: p.container.ID, PodUID: p.container.PodUID,
 		Verdict: a.Verdict, Findings: []string{},
 		Incomplete: !rep.Trace.Complete || rep.Trace.Dropped > 0,
