@@ -118,7 +118,7 @@ func TestMetricsEndpoint(t *testing.T) {
 		{"cudatrace_diagnoses_total", map[string]string{"cause": "node-missing", "runtime": "kubernetes"}, 2},
 		{"cudatrace_diagnoses_total", map[string]string{"cause": "cgroup-denied-inferred", "runtime": ""}, 1},
 		{"cudatrace_processes_followed_total", nil, 4},
-		{"cudatrace_processes_following", nil, 0}, // all exited, the end's stats say 0
+		{"cudatrace_processes_following", nil, 0},  // all exited, the end's stats say 0
 		{"cudatrace_events_dropped_total", nil, 9}, // the final Result's count
 		{"cudatrace_processes_refused_total", nil, 0},
 		{"cudatrace_processes_healthy_total", nil, 1},

@@ -150,7 +150,7 @@ type watcher struct {
 
 	outMu       sync.Mutex
 	writeFailed bool
-	sum   struct {
+	sum         struct {
 		processes, diagnosed, healthy, refused, filtered, unfinished atomic.Uint64
 	}
 }

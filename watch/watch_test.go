@@ -139,8 +139,8 @@ func TestDropsMarkIncomplete(t *testing.T) {
 	first := append(deniedCtl(30, "early"), exitOf(30, 1))
 	events := append(first, append(deniedCtl(32, "late"), exitOf(32, 1))...)
 	b := &fakeBackend{events: events, stats: map[int]tracer.LiveStats{
-		1:           {Dropped: 5, Following: 1, Followed: 1, SyscallHook: "raw_tracepoint"},
-		len(first):  {Dropped: 5, Following: 0, Followed: 1, SyscallHook: "raw_tracepoint"},
+		1:          {Dropped: 5, Following: 1, Followed: 1, SyscallHook: "raw_tracepoint"},
+		len(first): {Dropped: 5, Following: 0, Followed: 1, SyscallHook: "raw_tracepoint"},
 	}}
 	_, sum, out := watchWith(t, b, h, nil)
 	lines := byPID(parseLines(t, out))

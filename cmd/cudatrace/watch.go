@@ -44,7 +44,7 @@ Flags:
 Exit status:
   0  stopped by SIGTERM, SIGINT or --duration
   1  watch failed (eBPF unavailable, no privileges, the metrics server failed)
-  2  usage error (also --backend ptrace: host-wide tracing needs eBPF;
+  2  usage error (also the ptrace backend: host-wide tracing needs eBPF;
      --report-dir not a writable directory; --metrics unparsable or in use)
 `
 
@@ -80,7 +80,8 @@ func watchFlagSet(f *watchFlags) *pflag.FlagSet {
 	fs.StringVar(&f.procDevices, "proc-devices", "/proc/devices", "read device majors from this file (testing)")
 	fs.UintSliceVar(&f.deviceMajors, "device-major", nil, "treat this major as an NVIDIA device (testing)")
 	fs.IntVar(&f.ringBufBytes, "ringbuf-size", 0, "eBPF ring buffer size in bytes (testing)")
-	for _, n := range []string{"proc-devices", "device-major", "ringbuf-size"} {
+	// --backend is only for habit: ptrace is refused with a reason.
+	for _, n := range []string{"backend", "proc-devices", "device-major", "ringbuf-size"} {
 		_ = fs.MarkHidden(n) // the flags were just defined
 	}
 	return fs
