@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/cudatrace/cudatrace/annotate"
-	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
@@ -74,52 +73,21 @@ func Trace(ctx context.Context, o Options) (rep *report.Report, release func() e
 		notice = func(string) {}
 	}
 	spec := o.Spec
-	rec := record.New()
-	snapper := &failureSnapshot{opts: snapshot.Options{ProcDevicesPath: o.ProcDevicesPath, KmsgSince: time.Now()}, deps: d}
-	sink := &pipelineSink{snap: snapper, event: func(e *tracer.Event) {
-		if o.Progress != nil {
-			o.Progress.Event(e)
-		}
-		rec.Event(e)
-		// The snapshot is taken while the failing process still exists.
-		switch {
-		case e.Failed() && e.Kind == tracer.KindOpen && nvdev.IsNodePath(e.Path):
-			snapper.triggerAs(e, e.Path, true)
-		case e.Kind == tracer.KindOpen && !e.Failed() && e.Dev == nil && nvdev.IsNodePath(e.Path):
-			// The live backends read the new fd's inode: no device number
-			// means it is not a device (LXC's placeholder file). Snapshot
-			// it in the target's view, which the exit snapshot may lose.
-			snapper.trigger(e, e.Path)
-		case e.APIFailed():
-			snapper.cudaFailed(e.Ret)
-			snapper.trigger(e, "")
-		case e.Failed() && (e.NoEntry || e.Kind == tracer.KindIoctl):
-			snapper.trigger(e, "")
-		}
-	}}
+	sess := newSession(SessionOptions{ProcDevicesPath: o.ProcDevicesPath}, d)
+	sink := &pipelineSink{sess: sess, progress: o.Progress}
 	started := time.Now()
 	if o.Progress != nil {
 		o.Progress.Start()
 	}
-	res, err := runBackend(ctx, o.Backend, o.Fallback, spec, sink, func() bool { return rec.Seen == 0 }, notice)
+	res, err := runBackend(ctx, o.Backend, o.Fallback, spec, sink, func() bool { return sess.Seen() == 0 }, notice)
 	if o.Progress != nil {
 		o.Progress.Stop()
 	}
 	if err != nil {
 		return nil, func() error { return nil }, err
 	}
-	rec.AddFolded(res.Folded)
-	snap := snapper.wait()
-	snapOpts := snapper.options()
-	snapOpts.PID = firstPID(spec, rec.Events())
-	snapOpts.ExtraPaths = touchedPaths(rec.Events())
-	if snap == nil {
-		snap = d.collect(snapOpts)
-		snapper.fillEnv(snap)
-	}
-	fillCred(snap, spec.Cred)
-
-	rep = buildReport(spec, res, rec, snap, started, o.Version, d.analyze)
+	sess.Folded(res.Folded)
+	rep = sess.Report(spec, res, started, o.Version)
 	rep.Target.User = o.User
 	release = res.Finish
 	if release == nil {
@@ -135,17 +103,22 @@ func (d deps) collect(o snapshot.Options) *snapshot.Snapshot {
 	return s
 }
 
-// pipelineSink is Trace's sink: each event goes to event; a backend that
-// holds a failing thread stopped (tracer.StopSink) waits there for the
+// pipelineSink is Trace's sink: each event goes to the session; a backend
+// that holds a failing thread stopped (tracer.StopSink) waits there for the
 // failure snapshot's read of that process's own view.
 type pipelineSink struct {
-	event func(*tracer.Event)
-	snap  *failureSnapshot
+	sess     *Session
+	progress Progress
 }
 
-func (p *pipelineSink) Event(e *tracer.Event) { p.event(e) }
+func (p *pipelineSink) Event(e *tracer.Event) {
+	if p.progress != nil {
+		p.progress.Event(e)
+	}
+	p.sess.Event(e)
+}
 
-func (p *pipelineSink) Stopped(e *tracer.Event, deadline time.Time) { p.snap.held(e, deadline) }
+func (p *pipelineSink) Stopped(e *tracer.Event, deadline time.Time) { p.sess.snapper.held(e, deadline) }
 
 // firstPID is the process whose view the exit snapshot takes: the attached
 // one, or the first traced process.

@@ -52,6 +52,8 @@ record() {
   "$@" >"$out/$name/stdout" 2>"$out/$name/stderr" </dev/null
   echo $? >"$out/$name/rc"
   secs "$t0" >"$out/$name/wall_s"
+  # When each state ran (scripts/gpu-watch.sh joins watch's lines to it).
+  echo "$name $t0 $(date +%s%N)" >>"$out/timeline.txt"
   printf '%-34s rc=%-4s %s\n' "$name" "$(cat "$out/$name/rc")" "$(head -c 150 "$out/$name/stderr" | head -1)"
 }
 # traced NAME [SCENARIO FLAGS] -- [CUDATRACE FLAGS] -- TARGET...: the same

@@ -54,6 +54,13 @@ func init() {
 			exits: []int{0, 1, 2, 3, 5}, direct: doctorCommand,
 		},
 		{
+			name: "watch", args: "[flags]", summary: "diagnose every CUDA start on this host as it fails (eBPF)",
+			about: "Follows every process that opens an NVIDIA node or a CUDA/NVML library, and prints one line (JSON on a pipe) " +
+				"per process in which CUDA or a device call failed, with the cause, the fix and where it runs; " +
+				"--metrics serves Prometheus metrics. 'cudatrace watch --help' lists its flags.",
+			exits: []int{0, 1, 2}, direct: watchCommand,
+		},
+		{
 			name: "help", args: "[COMMAND]", summary: "show help for cudatrace or one command",
 			exits: []int{0, 2}, run: helpCommand,
 		},

@@ -100,11 +100,18 @@ type Recorder struct {
 	ioctls   map[ioctlSite]*report.IoctlSummary
 	ioctlSeq []ioctlSite
 	merged   []tracer.Event // Events' result until the next event
+	limit    int            // stored events past which only decisive ones are (maxStored)
 }
 
 // New returns an empty recorder.
-func New() *Recorder {
-	return &Recorder{sites: make(map[report.Site]*site), ioctls: make(map[ioctlSite]*report.IoctlSummary)}
+func New() *Recorder { return NewLimited(maxStored) }
+
+// NewLimited is New storing at most limit events (plus a tenth of it for
+// the calls that decide a verdict): cudatrace watch holds a recorder per
+// live process, so each gets a smaller share.
+func NewLimited(limit int) *Recorder {
+	limit = min(max(limit, 1), maxStored)
+	return &Recorder{sites: make(map[report.Site]*site), ioctls: make(map[ioctlSite]*report.IoctlSummary), limit: limit}
 }
 
 // Event implements tracer.Sink.
@@ -167,7 +174,7 @@ func headSize(k report.Site) int {
 // room reports whether one more event may be stored.
 func (r *Recorder) room(decisive bool) bool {
 	n := len(r.head) + r.tailLen
-	return n < maxStored || (decisive && n < maxStored+maxReserved)
+	return n < r.limit || (decisive && n < r.limit+r.limit/(maxStored/maxReserved))
 }
 
 func (r *Recorder) store(e *tracer.Event, decisive bool) bool {

@@ -1,0 +1,128 @@
+package diagnose
+
+import (
+	"time"
+
+	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/nvdev"
+	"github.com/cudatrace/cudatrace/report"
+	"github.com/cudatrace/cudatrace/snapshot"
+	"github.com/cudatrace/cudatrace/tracer"
+	"github.com/cudatrace/cudatrace/tracer/record"
+)
+
+// Session is the part of a diagnosis that follows one target's events:
+// it records them, takes the failure snapshot the moment a failure
+// trigger fires, and builds the report at the end. Trace runs one per
+// trace; cudatrace watch runs one per followed process. Event and Folded
+// are called from one goroutine; Report once, after the last of them.
+type Session struct {
+	rec       *record.Recorder
+	snapper   *failureSnapshot
+	d         deps
+	triggered bool
+}
+
+// SessionOptions configure a Session.
+type SessionOptions struct {
+	ProcDevicesPath string // the snapshot reads majors from it
+	// MaxStored bounds the events stored (0: the recorder's default).
+	MaxStored int
+	// System replaces the live system's reads and the analysis (tests).
+	System *System
+}
+
+// System is what a session reads of the system, and the analysis: nil
+// fields are the live ones.
+type System struct {
+	Collect         func(snapshot.Options) *snapshot.Snapshot
+	TargetEnv       func(pid int) (map[string]string, error)
+	TargetContainer func(pid int) (snapshot.Container, bool)
+	Analyze         func([]tracer.Event, *snapshot.Snapshot, annotate.Facts) annotate.Analysis
+}
+
+func (s *System) deps() deps {
+	d := live
+	if s == nil {
+		return d
+	}
+	if s.Collect != nil {
+		// The whole snapshot at once: the view part does it all.
+		d.collectView = s.Collect
+		d.addHost = func(*snapshot.Snapshot, snapshot.Options) {}
+	}
+	if s.TargetEnv != nil {
+		d.targetEnv = s.TargetEnv
+	}
+	if s.TargetContainer != nil {
+		d.targetContainer = s.TargetContainer
+	}
+	if s.Analyze != nil {
+		d.analyze = s.Analyze
+	}
+	return d
+}
+
+// NewSession starts a session; the kernel log is read from now on.
+func NewSession(o SessionOptions) *Session { return newSession(o, o.System.deps()) }
+
+func newSession(o SessionOptions, d deps) *Session {
+	rec := record.New()
+	if o.MaxStored > 0 {
+		rec = record.NewLimited(o.MaxStored)
+	}
+	return &Session{
+		rec:     rec,
+		snapper: &failureSnapshot{opts: snapshot.Options{ProcDevicesPath: o.ProcDevicesPath, KmsgSince: time.Now()}, deps: d},
+		d:       d,
+	}
+}
+
+// Event records e and fires the failure snapshot on the failure triggers.
+func (s *Session) Event(e *tracer.Event) {
+	s.rec.Event(e)
+	// The snapshot is taken while the failing process still exists.
+	switch {
+	case e.Failed() && e.Kind == tracer.KindOpen && nvdev.IsNodePath(e.Path):
+		s.snapper.triggerAs(e, e.Path, true)
+	case e.Kind == tracer.KindOpen && !e.Failed() && e.Dev == nil && nvdev.IsNodePath(e.Path):
+		// The live backends read the new fd's inode: no device number
+		// means it is not a device (LXC's placeholder file). Snapshot
+		// it in the target's view, which the exit snapshot may lose.
+		s.snapper.trigger(e, e.Path)
+	case e.APIFailed():
+		s.snapper.cudaFailed(e.Ret)
+		s.snapper.trigger(e, "")
+	case e.Failed() && (e.NoEntry || e.Kind == tracer.KindIoctl):
+		s.snapper.trigger(e, "")
+	default:
+		return
+	}
+	s.triggered = true
+}
+
+// Triggered reports whether a failure trigger fired: something failed that
+// the analysis must look at.
+func (s *Session) Triggered() bool { return s.triggered }
+
+// Seen is how many events the session was given.
+func (s *Session) Seen() uint64 { return s.rec.Seen }
+
+// Folded adds the calls the backend counted without delivering.
+func (s *Session) Folded(folded []tracer.Folded) { s.rec.AddFolded(folded) }
+
+// Report waits for the failure snapshot (or takes one now when none was
+// taken, in the view of the spec's first PID or the first traced process)
+// and builds the analysed report.
+func (s *Session) Report(spec tracer.Spec, res *tracer.Result, started time.Time, version string) *report.Report {
+	snap := s.snapper.wait()
+	snapOpts := s.snapper.options()
+	snapOpts.PID = firstPID(spec, s.rec.Events())
+	snapOpts.ExtraPaths = touchedPaths(s.rec.Events())
+	if snap == nil {
+		snap = s.d.collect(snapOpts)
+		s.snapper.fillEnv(snap)
+	}
+	fillCred(snap, spec.Cred)
+	return buildReport(spec, res, s.rec, snap, started, version, s.d.analyze)
+}
