@@ -9,12 +9,8 @@ import (
 	"os/exec"
 	"strings"
 
-	"github.com/cudatrace/cudatrace/annotate"
 	"github.com/cudatrace/cudatrace/diagnose"
-	"github.com/cudatrace/cudatrace/nvdev"
-	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
-	"github.com/cudatrace/cudatrace/tracer/record"
 )
 
 // traceCommand runs or attaches, then reports.
@@ -37,10 +33,6 @@ func traceCommand(argv []string, o *options, stdout, stderr io.Writer) error {
 		RingBufferBytes: o.ringBufBytes,
 		Debug:           o.debug,
 		DeferRelease:    true, // the report prints while the kernel detaches
-	}
-	if !o.noFold {
-		// Repeats the report would only count need not reach it.
-		spec.FoldIoctlsAfter, spec.FoldCallsAfter = record.IoctlSamplePerSite, record.SamplePerSite
 	}
 	if len(argv) > 0 {
 		path, err := exec.LookPath(argv[0])
@@ -73,14 +65,9 @@ func traceCommand(argv []string, o *options, stdout, stderr io.Writer) error {
 		}
 		spec.Cred = cred
 	}
-	procDevices, err := os.ReadFile(o.procDevices)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fail(exitFailure, "read %s: %v", o.procDevices, err)
+	if err := nvidiaSpec(&spec, o.procDevices, o.deviceMajors, !o.noFold); err != nil {
+		return fail(exitFailure, "%v", err)
 	}
-	majors := snapshot.ParseProcDevices(string(procDevices))
-	spec.DeviceMajors = nvidiaMajors(majors, o.deviceMajors)
-	// Where the driver's in-band results lie depends on its version.
-	spec.InbandStatus = annotate.InbandStatusWords(snapshot.HostDriverVersion())
 
 	notice := func(msg string) { fmt.Fprintf(stderr, "cudatrace: %s\n", msg) }
 	backend, err := diagnose.ChooseBackend(o.backend, notice)
@@ -131,28 +118,6 @@ func checkFormat(f string) error {
 		return nil
 	}
 	return fail(exitUsage, "unknown format %q: use text, json or markdown", f)
-}
-
-// nvidiaMajors picks the majors whose fds count as NVIDIA devices. 195 is
-// fixed by the driver, so it is included even when nothing is registered.
-func nvidiaMajors(devs []snapshot.DriverMajor, extra []uint) []uint32 {
-	seen := map[uint32]bool{nvdev.Major: true}
-	out := []uint32{nvdev.Major}
-	add := func(m uint32) {
-		if !seen[m] {
-			seen[m] = true
-			out = append(out, m)
-		}
-	}
-	for _, d := range devs {
-		if strings.HasPrefix(d.Name, "nvidia") {
-			add(d.Major)
-		}
-	}
-	for _, m := range extra {
-		add(uint32(m))
-	}
-	return out
 }
 
 func traceError(err error, o *options) error {

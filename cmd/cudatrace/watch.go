@@ -14,9 +14,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/cudatrace/cudatrace/diagnose"
-	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
-	"github.com/cudatrace/cudatrace/tracer/record"
 	"github.com/cudatrace/cudatrace/watch"
 )
 
@@ -150,9 +148,8 @@ func watchCommand(args []string, stdout, stderr io.Writer) int {
 	} else {
 		close(serveDone)
 	}
-	procDevices, err := os.ReadFile(f.procDevices)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		fmt.Fprintf(stderr, "cudatrace watch: read %s: %v\n", f.procDevices, err)
+	if err := nvidiaSpec(&o.Spec, f.procDevices, f.deviceMajors, true); err != nil {
+		fmt.Fprintf(stderr, "cudatrace watch: %v\n", err)
 		return exitFailure
 	}
 	backend, err := diagnose.ChooseBackend("ebpf", nil)
@@ -164,8 +161,6 @@ func watchCommand(args []string, stdout, stderr io.Writer) int {
 	o.Spec.Duration = f.duration
 	o.Spec.Debug = f.debug
 	o.Spec.RingBufferBytes = f.ringBufBytes
-	o.Spec.DeviceMajors = nvidiaMajors(snapshot.ParseProcDevices(string(procDevices)), f.deviceMajors)
-	o.Spec.FoldIoctlsAfter, o.Spec.FoldCallsAfter = record.IoctlSamplePerSite, record.SamplePerSite
 
 	// The metrics server ends with the watch or fails on its own.
 	wctx, cancel := context.WithCancel(ctx)
