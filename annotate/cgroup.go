@@ -337,6 +337,9 @@ func (a *analyzer) cgroup2Denied(e *tracer.Event, f nodeFacts, req cgroupdev.Req
 		d = append(d, "Could not emulate "+err.Error()+".")
 	}
 	d = append(d, fmt.Sprintf("The kernel checked %s for %s; the target's cgroup is %s, with %d effective device program(s).", reqString(req), e.Path, a.s.CgroupV2.Path, len(a.s.CgroupV2.Programs)))
+	if a.s.CgroupV2.ReadAfterExit {
+		d = append(d, afterExitNote("programs were queried on", a.s.CgroupV2.Path))
+	}
 	word, verb := "program", "denies"
 	if len(ids) > 1 {
 		word, verb = "programs", "deny"
@@ -385,6 +388,9 @@ func (a *analyzer) cgroup1Denied(e *tracer.Event, f nodeFacts, req cgroupdev.Req
 	if len(partial) > 0 {
 		d = append(d, fmt.Sprintf("%s names this device but not the access %s.", joinAnd(partial), req.Access))
 	}
+	if a.s.CgroupV1.ReadAfterExit {
+		d = append(d, afterExitNote("devices.list was read from", path))
+	}
 	if f.regOK && major != nvdev.Major {
 		if stale := staleAllowMajors(a.s, majors, major); len(stale) > 0 {
 			d = append(d, fmt.Sprintf("The list allows char major %s, which no driver owns now; %s is %d: the rule was written for an earlier major.", majorsList(stale), name, major))
@@ -395,6 +401,12 @@ func (a *analyzer) cgroup1Denied(e *tracer.Event, f nodeFacts, req cgroupdev.Req
 		Detail:  d,
 		Fix:     deviceAllowFix(a.s, "v1", major, name, e.Path, path),
 		Events:  events}, "denied by the cgroup v1 devices list of "+path)
+}
+
+// afterExitNote says that a cgroup's policy was read after the process
+// had gone: from the cgroup it was in, not through the process.
+func afterExitNote(what, path string) string {
+	return fmt.Sprintf("The process had exited before its snapshot: the %s the cgroup it was in (%s, as read while it ran) after its exit; a rule changed in between would not show.", what, path)
 }
 
 func (a *analyzer) cgroupInferred(e *tracer.Event, f nodeFacts, req cgroupdev.Request, reqOK bool, v2 v2Eval, v1 v1Eval, head []string, events []uint64, major uint32, name string) {

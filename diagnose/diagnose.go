@@ -54,10 +54,12 @@ type deps struct {
 	addHost         func(*snapshot.Snapshot, snapshot.Options)
 	targetEnv       func(pid int) (map[string]string, error)
 	targetContainer func(pid int) (snapshot.Container, bool)
+	targetIdentity  func(pid int) (snapshot.Identity, error)
 	analyze         func([]tracer.Event, *snapshot.Snapshot, annotate.Facts) annotate.Analysis
 }
 
-var live = deps{collectView: snapshot.CollectView, addHost: snapshot.AddHost, targetEnv: snapshot.TargetEnv, targetContainer: snapshot.TargetContainer, analyze: annotate.AnalyzeFacts}
+var live = deps{collectView: snapshot.CollectView, addHost: snapshot.AddHost, targetEnv: snapshot.TargetEnv,
+	targetContainer: snapshot.TargetContainer, targetIdentity: snapshot.TargetIdentity, analyze: annotate.AnalyzeFacts}
 
 // Trace runs the backend on o.Spec and returns the analysed report.
 // release (never nil) waits for the backend to let go of what it still

@@ -28,6 +28,11 @@ type SessionOptions struct {
 	ProcDevicesPath string // the snapshot reads majors from it
 	// MaxStored bounds the events stored (0: the recorder's default).
 	MaxStored int
+	// Identity is what was read of the target before (cudatrace watch:
+	// at its first event): a snapshot that finds it gone reads its
+	// cgroups' policy from it (snapshot.Options.Identity). The failure
+	// trigger reads a fresher one when the process is still there.
+	Identity *snapshot.Identity
 	// System replaces the live system's reads and the analysis (tests).
 	System *System
 }
@@ -38,6 +43,7 @@ type System struct {
 	Collect         func(snapshot.Options) *snapshot.Snapshot
 	TargetEnv       func(pid int) (map[string]string, error)
 	TargetContainer func(pid int) (snapshot.Container, bool)
+	TargetIdentity  func(pid int) (snapshot.Identity, error)
 	Analyze         func([]tracer.Event, *snapshot.Snapshot, annotate.Facts) annotate.Analysis
 }
 
@@ -57,6 +63,9 @@ func (s *System) deps() deps {
 	if s.TargetContainer != nil {
 		d.targetContainer = s.TargetContainer
 	}
+	if s.TargetIdentity != nil {
+		d.targetIdentity = s.TargetIdentity
+	}
 	if s.Analyze != nil {
 		d.analyze = s.Analyze
 	}
@@ -73,7 +82,7 @@ func newSession(o SessionOptions, d deps) *Session {
 	}
 	return &Session{
 		rec:     rec,
-		snapper: &failureSnapshot{opts: snapshot.Options{ProcDevicesPath: o.ProcDevicesPath, KmsgSince: time.Now()}, deps: d},
+		snapper: &failureSnapshot{opts: snapshot.Options{ProcDevicesPath: o.ProcDevicesPath, KmsgSince: time.Now(), Identity: o.Identity}, deps: d},
 		d:       d,
 	}
 }

@@ -79,6 +79,22 @@ func (f *failureSnapshot) triggerAs(e *tracer.Event, path string, strong bool) {
 			f.container = ct
 		}
 	}
+	// Its cgroups and UID now, in case it is gone before its view is
+	// read (a zombie still shows them); what a zombie no longer shows
+	// (argv, its root) comes from an earlier read of the same process.
+	if f.deps.targetIdentity != nil {
+		if id, err := f.deps.targetIdentity(pid); err == nil {
+			if old := f.opts.Identity; old != nil && old.PID == pid {
+				if len(id.Argv) == 0 {
+					id.Argv = old.Argv
+				}
+				if !id.RootKnown {
+					id.SameRoot, id.RootKnown = old.SameRoot, old.RootKnown
+				}
+			}
+			f.opts.Identity = &id
+		}
+	}
 	opts := f.opts
 	opts.PID = pid
 	if path != "" {

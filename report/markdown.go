@@ -179,10 +179,17 @@ func writeSnapshotMarkdown(b *strings.Builder, s *snapshot.Snapshot) {
 		if v2.QueryError != "" {
 			fmt.Fprintf(b, " (query failed: %s)", mdText(v2.QueryError))
 		}
+		if v2.ReadAfterExit {
+			b.WriteString(afterExit)
+		}
 		b.WriteString("\n")
 	}
 	if v1 := s.CgroupV1; v1 != nil {
-		fmt.Fprintf(b, "- cgroup v1 devices %s: %s\n", mdCode(v1.Path), mdCodes(v1.DevicesList))
+		fmt.Fprintf(b, "- cgroup v1 devices %s: %s", mdCode(v1.Path), mdCodes(v1.DevicesList))
+		if v1.ReadAfterExit {
+			b.WriteString(afterExit)
+		}
+		b.WriteString("\n")
 	}
 	// The same policy as the capture, for reports of older versions.
 	if env := snapshot.DiagnosticEnv(s.Env); len(env) > 0 {
@@ -279,3 +286,7 @@ func longestRun(s string, c byte) int {
 	}
 	return best
 }
+
+// afterExit marks a cgroup policy read from the cgroup a process that had
+// exited was in.
+const afterExit = " (read after the process exited, from the cgroup it was in)"

@@ -3,6 +3,7 @@ package snapshot
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -52,7 +53,7 @@ func (c *collector) collectCgroupV1(lines []cgroupLine, mounts []selfMount) {
 	if !found {
 		return
 	}
-	v1 := &CgroupV1{Path: path}
+	v1 := &CgroupV1{Path: path, ReadAfterExit: c.afterExit}
 	c.snap.CgroupV1 = v1
 	var mnt *selfMount
 	for i := range mounts {
@@ -66,7 +67,7 @@ func (c *collector) collectCgroupV1(lines []cgroupLine, mounts []selfMount) {
 	}
 	data, err := c.fs.readFile(filepath.Join(cgroupFile(mnt.MountPoint, mnt.Root, path), "devices.list"), maxFileSize)
 	if err != nil {
-		v1.ReadError = shortErr(err)
+		v1.ReadError = c.cgroupErr(err)
 		return
 	}
 	for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
@@ -89,7 +90,7 @@ func (c *collector) collectCgroupV2(lines []cgroupLine, mounts []selfMount) {
 	if !found {
 		return
 	}
-	v2 := &CgroupV2{Path: path}
+	v2 := &CgroupV2{Path: path, ReadAfterExit: c.afterExit}
 	c.snap.CgroupV2 = v2
 	var mnt *selfMount
 	for i := range mounts {
@@ -123,9 +124,18 @@ func (c *collector) collectCgroupV2(lines []cgroupLine, mounts []selfMount) {
 	progs, err := query(cgroupFile(mountPoint, root, path), mountPoint)
 	v2.Programs = progs
 	if err != nil {
-		v2.QueryError = shortErr(err)
-		c.unavailable("cgroup v2 device programs", err)
+		v2.QueryError = c.cgroupErr(err)
+		c.unavailable("cgroup v2 device programs", errors.New(v2.QueryError))
 	}
+}
+
+// cgroupErr says why a cgroup's policy could not be read; the cgroup of a
+// target that has exited may have been removed since.
+func (c *collector) cgroupErr(err error) string {
+	if c.afterExit && errors.Is(err, fs.ErrNotExist) {
+		return "the cgroup was removed after the process exited"
+	}
+	return shortErr(err)
 }
 
 // mountCgroup2 mounts the unified hierarchy on a fresh directory, for hosts

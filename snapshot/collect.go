@@ -33,6 +33,13 @@ type Options struct {
 	// (only NVML knows them): "" asks nothing, "auto" looks on PATH and in
 	// /usr/local/nvidia/bin.
 	NvidiaSMI string
+	// Identity is what was read of the target while it ran (cudatrace
+	// watch: at its first event; any trace: at its failure). When the
+	// target is gone, its cgroups' device policy is read from the cgroups
+	// it was in (a crash-looping container's cgroup outlives its process),
+	// its UID is taken from it, and its user name too when its root was
+	// cudatrace's (SameRoot). Ignored for another PID or a live target.
+	Identity *Identity
 	// QueryCgroupPrograms replaces QueryDevicePrograms, which lists the
 	// effective BPF_CGROUP_DEVICE programs of cgroupDir (a directory under
 	// the cgroup2 mount cgroupRoot): tests use it to fake the kernel's answer.
@@ -59,6 +66,8 @@ type collector struct {
 	// fs reads every file (safefile.go): the target shapes many of them;
 	// rootFS those under the target's root.
 	fs, rootFS *fsGuard
+	// afterExit: the target is gone and its cgroups are the Identity's.
+	afterExit bool
 }
 
 func newCollector(opts Options) *collector {
@@ -120,6 +129,8 @@ func (c *collector) view() {
 	s.Process.PID = c.opts.PID
 	if alive {
 		c.collectProcess(pidDir, root)
+	} else if c.afterExit {
+		c.processFromIdentity(root)
 	}
 
 	devPath := c.opts.ProcDevicesPath
@@ -140,7 +151,7 @@ func (c *collector) view() {
 	}
 	c.collectNodes(root, targetMounts)
 
-	if text, err := c.fs.readString(filepath.Join(pidDir, "cgroup"), maxFileSize); err != nil {
+	if text, err := c.targetCgroups(pidDir); err != nil {
 		c.unavailable("target cgroups", err)
 	} else {
 		lines := parseCgroupFile(text)
@@ -152,10 +163,16 @@ func (c *collector) view() {
 		}
 		c.collectCgroupV1(lines, self)
 		c.collectCgroupV2(lines, self)
-		s.Container = DetectContainer(text, c.initEnv(pidDir, targetMounts))
-		if s.Container.Runtime == "" || s.Container.Runtime == "systemd" {
-			if r := RuntimeFromAncestors(c.ancestorComms(pidDir)); r != "" {
-				s.Container.Runtime = r
+		if c.afterExit {
+			// Its pid namespace and parents are gone with it: the path
+			// alone says which container it was in.
+			s.Container = DetectContainer(text, nil)
+		} else {
+			s.Container = DetectContainer(text, c.initEnv(pidDir, targetMounts))
+			if s.Container.Runtime == "" || s.Container.Runtime == "systemd" {
+				if r := RuntimeFromAncestors(c.ancestorComms(pidDir)); r != "" {
+					s.Container.Runtime = r
+				}
 			}
 		}
 		placeLXC(&s.Container, c.hostExists)
@@ -197,11 +214,46 @@ func (c *collector) targetDir() (string, bool) {
 	// A zombie still has its status and cgroup; targetView deals with
 	// its missing root.
 	if _, err := os.Stat(dir); err != nil {
+		if id := c.opts.Identity; id != nil && id.PID == c.opts.PID && id.cgroups != "" {
+			c.afterExit = true
+			c.snap.Unavailable = append(c.snap.Unavailable,
+				"target had exited: nodes and mounts are cudatrace's own view; its cgroups and UID are as read while it ran, and the cgroups' device policy was read after its exit")
+			return self, false
+		}
 		c.snap.Unavailable = append(c.snap.Unavailable,
 			"target had exited: nodes, mounts and cgroups are cudatrace's own view; its credentials are unknown")
 		return self, false
 	}
 	return dir, true
+}
+
+// targetCgroups is the target's /proc/PID/cgroup text: read now, or, when
+// it is gone, as read while it ran.
+func (c *collector) targetCgroups(pidDir string) (string, error) {
+	if c.afterExit {
+		return c.opts.Identity.cgroups, nil
+	}
+	return c.fs.readString(filepath.Join(pidDir, "cgroup"), maxFileSize)
+}
+
+// processFromIdentity fills what is known of a target that is gone: its
+// UID, and its user name from cudatrace's /etc/passwd (under root) only
+// when its root was cudatrace's: a container's users are its own.
+func (c *collector) processFromIdentity(root string) {
+	id, p := c.opts.Identity, &c.snap.Process
+	if id.UID < 0 || id.UID > int64(^uint32(0)) {
+		return
+	}
+	p.UID = uint32(id.UID)
+	if !id.SameRoot {
+		c.snap.Unavailable = append(c.snap.Unavailable, "target user name: it had exited, and its root was not cudatrace's")
+		return
+	}
+	if pw, err := c.rootFS.readFileInRoot(root, "/etc/passwd", maxFileSize); err == nil {
+		p.User = parsePasswd(string(pw), p.UID)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		c.unavailable("/etc/passwd (user name)", err)
+	}
 }
 
 // targetView returns the /proc directory whose root and mount table show

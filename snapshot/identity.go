@@ -3,19 +3,32 @@ package snapshot
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 )
 
 // Identity is what cudatrace watch reads of a process when it first sees
-// it: enough to filter it and to name it in a diagnosis line, read before
-// any snapshot work.
+// it (and a failure snapshot at the failure): enough to filter it and to
+// name it in a diagnosis line, read before any snapshot work. A snapshot
+// that finds the process gone uses it (Options.Identity).
 type Identity struct {
+	PID    int
 	Cgroup string   // the unified cgroup path (v1: the first hierarchy's)
 	Argv   []string // the command line, as far as maxArgvBytes; empty for a zombie
 	// UID is the effective user ID (-1 unknown): a zombie's status still
 	// has it, when its snapshot can no longer be taken.
 	UID int64
+	// SameRoot: its root was cudatrace's own (the same mount namespace
+	// and root, or a copy of that namespace whose / is the same file
+	// system and subtree), so cudatrace's /etc/passwd names its users.
+	SameRoot bool
+	// RootKnown: SameRoot could be told (not for a zombie, whose
+	// namespaces are gone).
+	RootKnown bool
+	// cgroups is its /proc/PID/cgroup text: every hierarchy's path, so a
+	// snapshot reads the device policy as it would for the live process.
+	cgroups string
 }
 
 // maxArgvBytes bounds the command line kept: the target chooses it.
@@ -25,12 +38,15 @@ const maxArgvBytes = 4096
 // bounded reads under the guard, for a process that may exit any moment.
 func TargetIdentity(pid int) (Identity, error) {
 	g := &fsGuard{timeout: fsTimeout, what: "system files"}
-	id := Identity{UID: -1}
+	id := Identity{PID: pid, UID: -1}
 	text, err := g.readString(fmt.Sprintf("/proc/%d/cgroup", pid), maxFileSize)
 	if err != nil {
 		return id, err
 	}
 	id.Cgroup = CgroupPathOf(text)
+	if len(text) <= maxCgroupBytes {
+		id.cgroups = text
+	}
 	cmdline, err := g.readFile(fmt.Sprintf("/proc/%d/cmdline", pid), maxArgvBytes)
 	if err == nil || errors.Is(err, errTooLarge) {
 		id.Argv = splitCmdline(cmdline)
@@ -38,7 +54,52 @@ func TargetIdentity(pid int) (Identity, error) {
 	if status, err := g.readString(fmt.Sprintf("/proc/%d/status", pid), maxFileSize); err == nil {
 		id.UID = effectiveUID(status)
 	}
+	id.SameRoot, id.RootKnown = sameRoot(g, "/proc", pid)
 	return id, nil
+}
+
+// maxCgroupBytes bounds the /proc/PID/cgroup text kept per process: a
+// dozen v1 hierarchies with long paths fit.
+const maxCgroupBytes = 16 << 10
+
+// sameRoot is whether process pid's root is cudatrace's own, from links
+// and mount tables only: nothing under its root is opened (a file system
+// it controls could hang). In the same mount namespace the root link says
+// it ("/" unless chrooted); in another, its / mount must be the same file
+// system and subtree as cudatrace's (a copy made by unshare --mount, not a
+// container's own root). known is false when that cannot be told (a
+// zombie's namespaces are gone).
+func sameRoot(g *fsGuard, proc string, pid int) (same, known bool) {
+	dir := fmt.Sprintf("%s/%d", proc, pid)
+	theirs, err1 := os.Readlink(dir + "/ns/mnt")
+	mine, err2 := os.Readlink(proc + "/self/ns/mnt")
+	if err1 != nil || err2 != nil {
+		return false, false
+	}
+	if theirs == mine {
+		root, err := os.Readlink(dir + "/root")
+		return err == nil && root == "/", err == nil
+	}
+	their, err1 := g.readString(dir+"/mountinfo", maxFileSize)
+	own, err2 := g.readString(proc+"/self/mountinfo", maxFileSize)
+	if err1 != nil || err2 != nil {
+		return false, false
+	}
+	a, okA := rootMount(their)
+	b, okB := rootMount(own)
+	return okA && okB && a == b, okA && okB
+}
+
+// rootMount identifies the mount seen at / in a mountinfo text (the last
+// one listed there covers the others): its device and its root within it.
+func rootMount(text string) (string, bool) {
+	found, id := false, ""
+	for _, in := range parseMountinfo(text) {
+		if in.Mountpoint == "/" {
+			found, id = true, fmt.Sprintf("%d:%d %s", in.Major, in.Minor, in.Root)
+		}
+	}
+	return id, found
 }
 
 // CgroupPathOf picks a process's cgroup path out of its /proc/PID/cgroup

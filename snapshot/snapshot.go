@@ -108,6 +108,9 @@ type CgroupV1 struct {
 	Path        string   `json:"path"`         // cgroup path, e.g. /docker/abc
 	DevicesList []string `json:"devices_list"` // raw lines of devices.list
 	ReadError   string   `json:"read_error,omitempty"`
+	// ReadAfterExit: the target had exited; Path is the cgroup it was in
+	// (read while it ran) and the list was read from that cgroup after.
+	ReadAfterExit bool `json:"read_after_exit,omitempty"`
 }
 
 // CgroupV2 is the target's unified cgroup and the device programs that
@@ -117,6 +120,9 @@ type CgroupV2 struct {
 	MountPoint string          `json:"mount_point"` // where cgroup2 was (or got) mounted
 	Programs   []DeviceProgram `json:"programs"`
 	QueryError string          `json:"query_error,omitempty"`
+	// ReadAfterExit: the target had exited; Path is the cgroup it was in
+	// (read while it ran) and the programs were queried on it after.
+	ReadAfterExit bool `json:"read_after_exit,omitempty"`
 }
 
 // DeviceProgram is one BPF_CGROUP_DEVICE program, with its instructions so

@@ -62,7 +62,9 @@ func newLine(host string, p *proc, rep *report.Report, now time.Time) Line {
 		l.Argv = []string{}
 	}
 	if s := rep.Snapshot; s != nil {
-		if s.Process.Comm != "" {
+		// Read while it ran; of one gone, only the user name its UID
+		// (read at its first event) has where its root was cudatrace's.
+		if s.Process.Comm != "" || s.Process.User != "" {
 			l.UID, l.User = int64(s.Process.UID), s.Process.User
 		}
 		// The snapshot's reading (init's container=, ancestors) is the

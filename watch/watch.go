@@ -338,9 +338,14 @@ func (w *watcher) admit(e *tracer.Event) *proc {
 		return nil
 	}
 	w.sum.processes.Add(1)
+	so := diagnose.SessionOptions{ProcDevicesPath: w.o.ProcDevicesPath, MaxStored: w.o.MaxStored, System: w.o.System}
+	if err == nil {
+		// A snapshot that finds it gone reads its cgroup's policy from this.
+		so.Identity = &id
+	}
 	p := &proc{
 		pid: e.PID, id: id, container: ct, argv: id.Argv, base: e.Time, dropped: w.dropped.Load(),
-		sess: diagnose.NewSession(diagnose.SessionOptions{ProcDevicesPath: w.o.ProcDevicesPath, MaxStored: w.o.MaxStored, System: w.o.System}),
+		sess: diagnose.NewSession(so),
 	}
 	w.procs[e.PID] = p
 	return p

@@ -591,7 +591,7 @@ func TestCgroup1DenyException(t *testing.T) {
 		tr.checkStreams(t, "999", 1)
 		tr.failing(t, "openat", "/dev/nvidia-uvm", unix.EPERM)
 		if finding(tr.rep, "cgroup1-denied") == nil && finding(tr.rep, "cgroup-denied-inferred") == nil {
-			t.Errorf("findings %v, want cgroup1-denied or cgroup-denied-inferred: devices.list %q cannot show deny exceptions; verdict %q",
+			t.Errorf("findings %v, want cgroup1-denied or cgroup-denied-inferred: devices.list %+v cannot show deny exceptions; verdict %q",
 				findingIDs(tr.rep), tr.rep.Snapshot.CgroupV1, tr.rep.Analysis.Verdict)
 		}
 	})

@@ -238,3 +238,108 @@ func TestWatchRefusesPtrace(t *testing.T) {
 		t.Errorf("--report-dir FILE: exit %d, stderr %q", r.code, r.stderr)
 	}
 }
+
+// A failing process that exits right after its failing open (no
+// lingering) is reaped before the watch reads its failure: its snapshot
+// finds it gone. Its device policy is still read from the cgroup it was in
+// (which outlives it, as a crash-looping container's does), so the cause
+// is the program read, not inferred; argv and user come from what was read
+// at its first event. The CUDA app (testdata/fakelib) loads libcuda, the
+// watch's first event of it, and calls cuInit only later, as a program's
+// imports come before its cuInit: its identity is read while it runs.
+// fakecuda's first event is microseconds before its exit, so its identity
+// is read from a zombie (the cgroup and UID, no argv) or not at all.
+func TestWatchGoneProcess(t *testing.T) {
+	privtest.RequireRoot(t)
+	dir := fakeLib(t)
+	stop := startWatch(t, t.TempDir())
+
+	env := denyUVM()
+	// Whether the parent reaps it before the watch reads its failure (the
+	// ring is read every 10 ms at most) is a race it usually wins; a few
+	// runs make sure that at least one is read after its exit.
+	var apps []int
+	for range 4 {
+		app := env.Command(t, append([]string{"env", "FAKELIB_WAIT=1"}, libTarget(dir)...)...)
+		stdin, feed, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		app.Stdin = stdin
+		go func() {
+			time.Sleep(300 * time.Millisecond) // the watch reads its identity meanwhile
+			_, _ = feed.Write([]byte("go\n"))
+			_ = feed.Close()
+		}()
+		res := runBinary(t, app)
+		_ = stdin.Close()
+		if !strings.Contains(res.stdout, "cuInit 999") {
+			t.Fatalf("app: exit %d, printed %q (stderr %q)", res.code, res.stdout, res.stderr)
+		}
+		apps = append(apps, app.Process.Pid)
+	}
+	fc := env.Command(t, fakecuda(env)...)
+	if res := runBinary(t, fc); !strings.Contains(res.stdout, "cuInit 999") {
+		t.Fatalf("fakecuda: exit %d, printed %q (stderr %q)", res.code, res.stdout, res.stderr)
+	}
+	time.Sleep(500 * time.Millisecond) // the exits' events reach the watch
+	code, lines, stderr := stop()
+	if code != 0 {
+		t.Errorf("watch exited %d after SIGTERM, want 0\n%s", code, stderr)
+	}
+	mine := func(pid int) watch.Line {
+		var out []watch.Line
+		for _, l := range lines {
+			if l.PID == pid {
+				out = append(out, l)
+			}
+		}
+		if len(out) != 1 {
+			t.Fatalf("%d lines for pid %d, want exactly 1\nall lines: %+v\nstderr:\n%s", len(out), pid, lines, stderr)
+		}
+		return out[0]
+	}
+	cg := strings.TrimPrefix(env.CgroupV2Path(), scenario.CgroupV2Root())
+	gone := 0
+	for _, pid := range apps {
+		l := mine(pid)
+		if l.Cause != "cgroup2-denied" || l.Cgroup != cg {
+			t.Errorf("app %d: cause %q cgroup %q, want cgroup2-denied (the program read from %s)\n%+v", pid, l.Cause, l.Cgroup, cg, l)
+		}
+		if len(l.Argv) == 0 || l.Argv[0] != filepath.Join(dir, "app") || l.User != "root" || l.UID != 0 {
+			t.Errorf("app %d: argv %q user %q uid %d, want its argv and root", pid, l.Argv, l.User, l.UID)
+		}
+		if l.CUDA == nil || l.CUDA.Func != "cuInit" || l.CUDA.Code != 999 {
+			t.Errorf("app %d: cuda %+v, want cuInit 999", pid, l.CUDA)
+		}
+		rep, err := report.LoadFile(l.Report)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v2 := rep.Snapshot.CgroupV2
+		if v2 == nil || v2.Path != cg || len(v2.Programs) != 1 || v2.Programs[0].ID != env.ProgramIDs()[0] {
+			t.Errorf("app %d: the report's cgroup v2 %+v, want program %v of %s", pid, v2, env.ProgramIDs(), cg)
+			continue
+		}
+		if !v2.ReadAfterExit {
+			continue // its snapshot saw it (or its zombie)
+		}
+		gone++
+		f := finding(rep, "cgroup2-denied")
+		if f == nil || f.Inferred || !strings.Contains(strings.Join(f.Detail, "\n"), "The process had exited before its snapshot") {
+			t.Errorf("app %d: finding %+v, want cgroup2-denied, not inferred, saying the process was gone", pid, f)
+		}
+		if rep.Snapshot.Process.PID != pid || rep.Snapshot.Process.Comm != "" || rep.Snapshot.Process.User != "root" {
+			t.Errorf("app %d: snapshot process %+v, want its PID and user, no comm (its status was never read)", pid, rep.Snapshot.Process)
+		}
+	}
+	if gone == 0 {
+		t.Errorf("none of %d apps was gone at its snapshot: the after-exit path went untested", len(apps))
+	}
+
+	k := mine(fc.Process.Pid)
+	t.Logf("fakecuda: cause %q cgroup %q uid %d argv %q", k.Cause, k.Cgroup, k.UID, k.Argv)
+	if k.Cgroup == cg && k.Cause != "cgroup2-denied" {
+		t.Errorf("fakecuda: its cgroup %s was read (from its zombie), yet cause %q, want cgroup2-denied", cg, k.Cause)
+	}
+}
