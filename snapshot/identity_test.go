@@ -62,8 +62,11 @@ func TestTargetIdentitySelf(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := CgroupPathOf(string(data)); id.Cgroup != want || want == "" {
-		t.Errorf("cgroup %q, want %q", id.Cgroup, want)
+	if want := CgroupPathOf(string(data)); id.Cgroup != want || want == "" || id.cgroups != string(data) || id.PID != os.Getpid() {
+		t.Errorf("cgroup %q (text %q, pid %d), want %q", id.Cgroup, id.cgroups, id.PID, want)
+	}
+	if !id.SameRoot || !id.RootKnown {
+		t.Errorf("same root %v known %v for this process itself", id.SameRoot, id.RootKnown)
 	}
 	if id.UID != int64(os.Geteuid()) {
 		t.Errorf("uid %d, want %d", id.UID, os.Geteuid())

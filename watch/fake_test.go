@@ -151,7 +151,8 @@ func (h *fakeHost) system() *diagnose.System {
 				Container: snapshot.ContainerFromCgroupPath(cg),
 			}
 		},
-		TargetEnv: func(int) (map[string]string, error) { return map[string]string{}, nil },
+		TargetEnv:      func(int) (map[string]string, error) { return map[string]string{}, nil },
+		TargetIdentity: h.identity,
 	}
 }
 

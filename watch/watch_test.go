@@ -12,6 +12,7 @@ import (
 
 	"github.com/cudatrace/cudatrace/internal/privtest"
 	"github.com/cudatrace/cudatrace/report"
+	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
 )
 
@@ -383,5 +384,57 @@ func TestUnprobedLibraryNoAPIClaim(t *testing.T) {
 	}
 	if rep.Trace.APIReturns || (rep.Analysis.CUDA != nil && rep.Analysis.CUDA.Status == "not-called") {
 		t.Errorf("api_returns %v, cuda %+v: the report claims return codes it may have missed", rep.Trace.APIReturns, rep.Analysis.CUDA)
+	}
+}
+
+// A process reaped before the watch reads its failure: the identity read
+// at its first event reaches its snapshot, which reads its cgroup's policy
+// from it; the line's user is the one its UID names there, its argv the
+// one read at the first event.
+func TestGoneProcessKeepsItsIdentity(t *testing.T) {
+	h := &fakeHost{cgroups: map[int]string{50: podCg}}
+	reaped := map[int]bool{}
+	var got []*snapshot.Identity
+	sys := h.system()
+	sys.TargetIdentity = func(pid int) (snapshot.Identity, error) {
+		if reaped[pid] {
+			return snapshot.Identity{UID: -1}, os.ErrNotExist
+		}
+		return h.identity(pid)
+	}
+	sys.Collect = func(o snapshot.Options) *snapshot.Snapshot {
+		got = append(got, o.Identity)
+		// As the collector gives it for a process gone, its identity known.
+		return &snapshot.Snapshot{
+			Process:     snapshot.Process{PID: o.PID, UID: 1000, User: "alice"},
+			TargetLost:  true,
+			ProcDevices: []snapshot.DriverMajor{{Major: 195, Name: "nvidia-frontend"}},
+			Nodes:       []snapshot.Node{{Path: "/dev/nvidiactl", Exists: true, Type: "c", Major: 195, Minor: 255, Mode: 0o666}},
+			CgroupV2:    &snapshot.CgroupV2{Path: o.Identity.Cgroup, ReadAfterExit: true},
+		}
+	}
+	identity := func(pid int) (snapshot.Identity, error) {
+		id, err := h.identity(pid)
+		id.PID, id.UID = pid, 1000
+		reaped[pid] = true // gone right after its first event is read
+		return id, err
+	}
+	events := append(deniedCtl(50, "python3"), exitOf(50, 1))
+	_, _, out := watchWith(t, &fakeBackend{events: events}, h, func(o *Options) { o.System, o.identity = sys, identity })
+	lines := parseLines(t, out)
+	if len(lines) != 1 {
+		t.Fatalf("lines %+v, want one", lines)
+	}
+	if len(got) == 0 {
+		t.Fatal("no snapshot taken")
+	}
+	for _, id := range got {
+		if id == nil || id.PID != 50 || id.Cgroup != podCg || id.UID != 1000 {
+			t.Errorf("a snapshot got identity %+v, want the one read at the first event", id)
+		}
+	}
+	l := lines[0]
+	if l.UID != 1000 || l.User != "alice" || !slices.Equal(l.Argv, []string{"python3", "train.py", "50"}) || l.Cgroup != podCg {
+		t.Errorf("uid %d user %q argv %q cgroup %q", l.UID, l.User, l.Argv, l.Cgroup)
 	}
 }

@@ -1,0 +1,81 @@
+package diagnose
+
+import (
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/cudatrace/cudatrace/internal/privtest"
+	"github.com/cudatrace/cudatrace/snapshot"
+	"github.com/cudatrace/cudatrace/tracer"
+)
+
+// A trace of a target gone before its view is read: the identity read at
+// its failure (its zombie's cgroups) reaches both snapshots, so the
+// snapshot can read its cgroup's policy after its exit.
+func TestFailureReadsTheIdentity(t *testing.T) {
+	privtest.Deadline(t)
+	sys := &fakeSystem{gone: map[int]bool{30: true}}
+	d := sys.deps()
+	d.targetIdentity = func(pid int) (snapshot.Identity, error) {
+		return snapshot.Identity{PID: pid, Cgroup: "/scenario", UID: 1000}, nil
+	}
+	b := &fakeBackend{name: "ebpf", events: []tracer.Event{
+		{PID: 30, Kind: tracer.KindOpen, Syscall: "openat", Path: "/dev/nvidia-uvm", Ret: -1},
+	}, res: tracer.Result{Exit: &tracer.ExitStatus{Code: 1}}}
+	o, run := diagnoseWith(t, sys, b, tracer.Spec{Argv: []string{"/bin/true"}})
+	o.deps = d
+	if _, err := run(); err != nil {
+		t.Fatal(err)
+	}
+	if len(sys.calls) != 2 {
+		t.Fatalf("%d snapshots, want the failure's (lost) and the exit's", len(sys.calls))
+	}
+	for _, c := range sys.calls {
+		if c.Identity == nil || c.Identity.PID != 30 || c.Identity.Cgroup != "/scenario" || c.Identity.UID != 1000 {
+			t.Errorf("snapshot of %d has identity %+v, want the one read at the failure", c.PID, c.Identity)
+		}
+	}
+}
+
+// cudatrace watch's identity (read at the first event, while the process
+// ran) is the fallback; a read at the failure replaces its cgroups and
+// UID, and keeps what a zombie no longer shows (argv, its root).
+func TestSessionIdentityMerge(t *testing.T) {
+	privtest.Deadline(t)
+	first := &snapshot.Identity{PID: 40, Cgroup: "/pod/a", Argv: []string{"python3", "train.py"}, UID: 1000, SameRoot: true, RootKnown: true}
+	for _, c := range []struct {
+		name  string
+		fresh func(int) (snapshot.Identity, error)
+		want  snapshot.Identity
+	}{
+		{"reaped", func(int) (snapshot.Identity, error) { return snapshot.Identity{UID: -1}, os.ErrNotExist }, *first},
+		{"zombie", func(pid int) (snapshot.Identity, error) {
+			return snapshot.Identity{PID: pid, Cgroup: "/pod/b", UID: 0}, nil
+		},
+			snapshot.Identity{PID: 40, Cgroup: "/pod/b", Argv: first.Argv, UID: 0, SameRoot: true, RootKnown: true}},
+		{"alive", func(pid int) (snapshot.Identity, error) {
+			return snapshot.Identity{PID: pid, Cgroup: "/pod/c", Argv: []string{"python3"}, UID: 7, RootKnown: true}, nil
+		}, snapshot.Identity{PID: 40, Cgroup: "/pod/c", Argv: []string{"python3"}, UID: 7, RootKnown: true}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			sys := &fakeSystem{gone: map[int]bool{40: true}}
+			d := *sys.deps()
+			d.targetIdentity = c.fresh
+			s := newSession(SessionOptions{Identity: first}, d)
+			s.Event(&tracer.Event{Seq: 1, PID: 40, Kind: tracer.KindOpen, Syscall: "openat", Path: "/dev/nvidiactl", Ret: -1})
+			rep := s.Report(tracer.Spec{PIDs: []int{40}}, &tracer.Result{Backend: "ebpf"}, time.Now(), "v-test")
+			if rep.Snapshot == nil || len(sys.calls) != 2 {
+				t.Fatalf("%d snapshots", len(sys.calls))
+			}
+			for _, call := range sys.calls {
+				got := call.Identity
+				if got == nil || got.PID != c.want.PID || got.Cgroup != c.want.Cgroup || !slices.Equal(got.Argv, c.want.Argv) ||
+					got.UID != c.want.UID || got.SameRoot != c.want.SameRoot || got.RootKnown != c.want.RootKnown {
+					t.Errorf("identity %+v, want %+v", got, c.want)
+				}
+			}
+		})
+	}
+}
