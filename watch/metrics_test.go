@@ -157,3 +157,35 @@ func TestListenRefusesBadAddresses(t *testing.T) {
 		}
 	}
 }
+
+// A CUDA start is counted once per process, from its first cuInit or
+// nvmlInit return (the API event): repeats do not count again, a process
+// that only opens nodes is no CUDA start, and -v prints the healthy one.
+func TestCUDAStartsCountedOnce(t *testing.T) {
+	h := &fakeHost{cgroups: map[int]string{90: "/", 91: "/", 92: "/"}}
+	api := func(pid int, fn string, ret int64) tracer.Event {
+		return tracer.Event{PID: pid, TID: pid, Comm: "python3", Kind: tracer.KindAPI, Func: fn, Path: "/usr/lib/libcuda.so.1", Ret: ret}
+	}
+	healthy := append(healthyStart(90, "python3"), api(90, "cuInit", 0), api(90, "nvmlInit_v2", 0), api(90, "cuInit", 0), exitOf(90, 0))
+	opensOnly := []tracer.Event{
+		{PID: 91, TID: 91, Comm: "nvidia-smi", Kind: tracer.KindOpen, Syscall: "openat", Path: "/dev/nvidiactl", Ret: 3, Dev: ctlDev},
+		exitOf(91, 0),
+	}
+	// Its first start failed; a later cuInit that works is the same start.
+	retried := append(missingUVM(92, "python3"), api(92, "cuInit", 0), exitOf(92, 1))
+	m := NewMetrics("v-test")
+	_, sum, out := watchWith(t, &fakeBackend{events: interleave(healthy, opensOnly, retried)}, h, func(o *Options) { o.Metrics = m; o.Verbose = true })
+	if got := counterValue(t, m, "cudatrace_cuda_starts_total", map[string]string{"result": "success"}); got != 1 {
+		t.Errorf("successful starts %v, want 1 (pid 90's four init returns count once)", got)
+	}
+	if got := counterValue(t, m, "cudatrace_cuda_starts_total", map[string]string{"result": "failure"}); got != 1 {
+		t.Errorf("failed starts %v, want 1 (pid 92's first cuInit)", got)
+	}
+	lines := byPID(parseLines(t, out))
+	if l := lines[90]; len(l) != 1 || l[0].Cause != "" || l[0].CUDA == nil || l[0].CUDA.Func != "cuInit" || l[0].CUDA.Code != 0 {
+		t.Errorf("-v: pid 90's lines %+v, want one healthy line with cuInit 0", l)
+	}
+	if sum.Healthy != 2 || counterValue(t, m, "cudatrace_processes_healthy_total", nil) != 2 {
+		t.Errorf("summary %+v: want 90 and 91 healthy", *sum)
+	}
+}

@@ -260,23 +260,11 @@ func TestWatchGoneProcess(t *testing.T) {
 	// runs make sure that at least one is read after its exit.
 	var apps []int
 	for range 4 {
-		app := env.Command(t, append([]string{"env", "FAKELIB_WAIT=1"}, libTarget(dir)...)...)
-		stdin, feed, err := os.Pipe()
-		if err != nil {
-			t.Fatal(err)
+		pid, out := startApp(t, env, dir)
+		if !strings.Contains(out, "cuInit 999") {
+			t.Fatalf("app printed %q", out)
 		}
-		app.Stdin = stdin
-		go func() {
-			time.Sleep(300 * time.Millisecond) // the watch reads its identity meanwhile
-			_, _ = feed.Write([]byte("go\n"))
-			_ = feed.Close()
-		}()
-		res := runBinary(t, app)
-		_ = stdin.Close()
-		if !strings.Contains(res.stdout, "cuInit 999") {
-			t.Fatalf("app: exit %d, printed %q (stderr %q)", res.code, res.stdout, res.stderr)
-		}
-		apps = append(apps, app.Process.Pid)
+		apps = append(apps, pid)
 	}
 	fc := env.Command(t, fakecuda(env)...)
 	if res := runBinary(t, fc); !strings.Contains(res.stdout, "cuInit 999") {
@@ -341,5 +329,52 @@ func TestWatchGoneProcess(t *testing.T) {
 	t.Logf("fakecuda: cause %q cgroup %q uid %d argv %q", k.Cause, k.Cgroup, k.UID, k.Argv)
 	if k.Cgroup == cg && k.Cause != "cgroup2-denied" {
 		t.Errorf("fakecuda: its cgroup %s was read (from its zombie), yet cause %q, want cgroup2-denied", cg, k.Cause)
+	}
+}
+
+// startApp runs the CUDA app (testdata/fakelib) in env, which loads libcuda
+// and waits a moment before cuInit, as a program's imports come before
+// its cuInit; it returns the app's PID and what it printed.
+func startApp(t *testing.T, env *scenario.Env, dir string) (int, string) {
+	t.Helper()
+	app := env.Command(t, append([]string{"env", "FAKELIB_WAIT=1"}, libTarget(dir)...)...)
+	stdin, feed, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	app.Stdin = stdin
+	go func() {
+		time.Sleep(300 * time.Millisecond) // the watch reads its identity and probes its libcuda meanwhile
+		_, _ = feed.Write([]byte("go\n"))
+		_ = feed.Close()
+	}()
+	res := runBinary(t, app)
+	_ = stdin.Close()
+	return app.Process.Pid, res.stdout
+}
+
+// With -v a healthy CUDA start is printed too: cause "", and cuInit's own
+// 0, caught by the host-wide uretprobes.
+func TestWatchVerboseHealthyCUDA(t *testing.T) {
+	privtest.RequireRoot(t)
+	dir := fakeLib(t)
+	stop := startWatch(t, t.TempDir(), "-v")
+	pid, out := startApp(t, standIn(), dir)
+	if !strings.Contains(out, "cuInit 0") {
+		t.Fatalf("app printed %q", out)
+	}
+	time.Sleep(500 * time.Millisecond)
+	code, lines, stderr := stop()
+	var mine []watch.Line
+	for _, l := range lines {
+		if l.PID == pid {
+			mine = append(mine, l)
+		}
+	}
+	if len(mine) != 1 || mine[0].Cause != "" || mine[0].CUDA == nil || mine[0].CUDA.Func != "cuInit" || mine[0].CUDA.Code != 0 || mine[0].Report != "" {
+		t.Errorf("lines for the healthy app %+v, want one without a cause, with cuInit 0 and no report\nstderr:\n%s", mine, stderr)
+	}
+	if code != 0 || !strings.Contains(stderr, "healthy") {
+		t.Errorf("exit %d\n%s", code, stderr)
 	}
 }
