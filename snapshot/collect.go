@@ -140,7 +140,11 @@ func (c *collector) view() {
 	}
 	c.collectNodes(root, targetMounts)
 
-	if text, err := c.fs.readString(filepath.Join(pidDir, "cgroup"), maxFileSize); err != nil {
+	if c.opts.PID > 0 && !alive {
+		// cudatrace's own cgroups say nothing of the target's policy: read
+		// as its, a default-allow cgroup here would clear a denial there.
+		c.snap.CgroupV2 = &CgroupV2{QueryError: "the target had exited before its cgroup could be read"}
+	} else if text, err := c.fs.readString(filepath.Join(pidDir, "cgroup"), maxFileSize); err != nil {
 		c.unavailable("target cgroups", err)
 	} else {
 		lines := parseCgroupFile(text)

@@ -255,6 +255,14 @@ func TestCollectExitedTarget(t *testing.T) {
 	if n := s.Node("/dev/nvidia-uvm"); n == nil || n.Exists {
 		t.Errorf("relative extra path not recorded as missing /dev/nvidia-uvm: %+v", s.Nodes)
 	}
+	// cudatrace's own cgroup (here the root: no device program) must not
+	// pass for the target's: a denial there would read as allowed.
+	if s.CgroupV2 == nil || s.CgroupV2.QueryError == "" || len(s.CgroupV2.Programs) != 0 || s.CgroupV2.Path != "" {
+		t.Errorf("cgroup v2 of an exited target = %+v, want unknown (a query error)", s.CgroupV2)
+	}
+	if s.CgroupV1 != nil {
+		t.Errorf("cgroup v1 of an exited target = %+v, want none read", s.CgroupV1)
+	}
 }
 
 // TestContainerMarkers: /.dockerenv names docker only where a container is
