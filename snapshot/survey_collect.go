@@ -165,7 +165,10 @@ func surveyCgroup(c *collector, cg string, mounts []selfMount) {
 			continue
 		}
 		if r, ok := strings.CutPrefix(rel, strings.TrimSuffix(m.MountPoint, "/")+"/"); ok {
-			rel = "/" + r
+			// Under a mount rooted at a sub-cgroup, the path names
+			// that cgroup's descendants (a root with ".." in it stays
+			// unclean, and is refused as outside the namespace).
+			rel = strings.TrimSuffix(m.Root, "/") + "/" + r
 			break
 		}
 	}
