@@ -371,6 +371,9 @@ func TestMain(m *testing.M) {
 	if v := os.Getenv(helperEnv); v != "" {
 		os.Exit(unprivilegedHelper(v))
 	}
+	if v := os.Getenv(podHelperEnv); v != "" {
+		os.Exit(podHelper(v))
+	}
 	os.Exit(m.Run())
 }
 
