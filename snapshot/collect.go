@@ -47,6 +47,9 @@ type collector struct {
 	proc     string // "/proc"
 	sys      string // "/sys"
 	kmsgPath string // "/dev/kmsg"
+	// readSyslog reads the kernel log buffer through syslog(2), where
+	// kmsgPath cannot be opened.
+	readSyslog func() ([]byte, error)
 	// hostRoot ("/") prefixes the host files read: /lib/firmware, /boot,
 	// the container configs (/etc/pve, /var/lib/lxc); tests point it away.
 	hostRoot string
@@ -67,6 +70,7 @@ func newCollector(opts Options) *collector {
 		proc:         "/proc",
 		sys:          "/sys",
 		kmsgPath:     "/dev/kmsg",
+		readSyslog:   readSyslogBuffer,
 		mountCgroup2: mountCgroup2,
 		now:          time.Now,
 		bootTime:     kernelBootTime,
