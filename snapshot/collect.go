@@ -238,9 +238,7 @@ func (c *collector) collectHost() {
 		c.snap.Host.Kernel = unix.ByteSliceToString(u.Release[:])
 		c.snap.Host.Arch = unix.ByteSliceToString(u.Machine[:])
 	}
-	if h, err := os.Hostname(); err == nil {
-		c.snap.Host.Hostname = h
-	}
+	c.snap.Host.Hostname = NodeName()
 }
 
 func (c *collector) collectProcess(pidDir, root string) {
