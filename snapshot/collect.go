@@ -50,8 +50,9 @@ type collector struct {
 	// readSyslog reads the kernel log buffer through syslog(2), where
 	// kmsgPath cannot be opened.
 	readSyslog func() ([]byte, error)
-	// hostRoot ("/") prefixes the host files read: /lib/firmware, /boot,
-	// the container configs (/etc/pve, /var/lib/lxc); tests point it away.
+	// hostRoot (hostRootDir: "/", or PID 1's root from a pod) holds the
+	// host files read: /lib/firmware, /boot, the container configs
+	// (/etc/pve, /var/lib/lxc), CDI specs; tests point it away.
 	hostRoot string
 	// selfMountinfo is cudatrace's own mount table, which locates the
 	// cgroup hierarchies it can read.
@@ -74,7 +75,7 @@ func newCollector(opts Options) *collector {
 		mountCgroup2: mountCgroup2,
 		now:          time.Now,
 		bootTime:     kernelBootTime,
-		hostRoot:     "/",
+		hostRoot:     hostRootDir(),
 		fs:           &fsGuard{timeout: fsTimeout, what: "system files"},
 		rootFS:       &fsGuard{timeout: fsTimeout, what: "the target's files"},
 	}
@@ -477,12 +478,12 @@ func parseStatPPID(text string) (comm string, ppid int, ok bool) {
 // hostExists is whether a host path exists: a directory when p ends in
 // "/", else a regular file.
 func (c *collector) hostExists(p string) bool {
-	st, err := os.Stat(filepath.Join(c.hostRoot, p))
+	st, err := c.fs.statInRoot(c.hostRoot, p)
 	if err != nil {
 		return false
 	}
 	if strings.HasSuffix(p, "/") {
-		return st.IsDir()
+		return st.Mode&unix.S_IFMT == unix.S_IFDIR
 	}
-	return st.Mode().IsRegular()
+	return st.Mode&unix.S_IFMT == unix.S_IFREG
 }

@@ -3,8 +3,6 @@ package snapshot
 import (
 	"os"
 	"regexp"
-
-	"golang.org/x/sys/unix"
 )
 
 // NodeName names the machine in what a fleet collects (watch's lines, a
@@ -40,10 +38,4 @@ var initUTS = "/proc/1/ns/uts"
 
 // otherUTSNamespace reports whether this process's UTS namespace is not PID
 // 1's; unreadable is no.
-func otherUTSNamespace() bool {
-	var self, init unix.Stat_t
-	if unix.Stat("/proc/self/ns/uts", &self) != nil || unix.Stat(initUTS, &init) != nil {
-		return false
-	}
-	return self.Ino != init.Ino || self.Dev != init.Dev
-}
+func otherUTSNamespace() bool { return otherNamespace("/proc/self/ns/uts", initUTS) }

@@ -33,7 +33,7 @@ type SurveyOptions struct {
 	// own credentials.
 	User string
 	// HostRoot prefixes the container-manager and CDI directories (tests);
-	// "" is "/".
+	// "" is the host's root: "/", or PID 1's from a pod (hostRootDir).
 	HostRoot string
 	// ProcDevicesPath replaces /proc/devices (tests, fake setups).
 	ProcDevicesPath string
@@ -87,7 +87,7 @@ func SurveyHost(opts SurveyOptions) *Survey {
 	base := sv.Base
 	hostRoot := opts.HostRoot
 	if hostRoot == "" {
-		hostRoot = "/"
+		hostRoot = c.hostRoot
 	}
 
 	selfMounts := []selfMount{}
@@ -410,7 +410,7 @@ func (sv *Survey) collectCDI(r *rootFS, c *collector) {
 					if host == "" {
 						host = spec.Nodes[i].Path
 					}
-					spec.Nodes[i].Host = c.statNode("/", host)
+					spec.Nodes[i].Host = c.statNode(c.hostRoot, host) // the host's /dev, also from a pod
 				}
 			}
 			sv.CDISpecs = append(sv.CDISpecs, spec)
