@@ -59,8 +59,9 @@ const (
 )
 
 // SurveyHost reads everything `cudatrace doctor` checks. Like Collect it
-// never fails and never changes the system: it mounts nothing (where
-// cgroup2 is not mounted, the device programs are reported unavailable),
+// never fails and never changes the system: it mounts nothing (where no
+// cgroup2 mount covers the cgroup, the device programs are reported
+// unavailable),
 // and its one probe, memfd_create, makes an anonymous file that is closed
 // at once.
 func SurveyHost(opts SurveyOptions) *Survey {
