@@ -47,8 +47,12 @@ type collector struct {
 	proc     string // "/proc"
 	sys      string // "/sys"
 	kmsgPath string // "/dev/kmsg"
-	// hostRoot ("/") prefixes the host files read: /lib/firmware, /boot,
-	// the container configs (/etc/pve, /var/lib/lxc); tests point it away.
+	// readSyslog reads the kernel log buffer through syslog(2), where
+	// kmsgPath cannot be opened.
+	readSyslog func() ([]byte, error)
+	// hostRoot (hostRootDir: "/", or PID 1's root from a pod) holds the
+	// host files read: /lib/firmware, /boot, the container configs
+	// (/etc/pve, /var/lib/lxc), CDI specs; tests point it away.
 	hostRoot string
 	// selfMountinfo is cudatrace's own mount table, which locates the
 	// cgroup hierarchies it can read.
@@ -67,10 +71,11 @@ func newCollector(opts Options) *collector {
 		proc:         "/proc",
 		sys:          "/sys",
 		kmsgPath:     "/dev/kmsg",
+		readSyslog:   readSyslogBuffer,
 		mountCgroup2: mountCgroup2,
 		now:          time.Now,
 		bootTime:     kernelBootTime,
-		hostRoot:     "/",
+		hostRoot:     hostRootDir(),
 		fs:           &fsGuard{timeout: fsTimeout, what: "system files"},
 		rootFS:       &fsGuard{timeout: fsTimeout, what: "the target's files"},
 	}
@@ -238,9 +243,7 @@ func (c *collector) collectHost() {
 		c.snap.Host.Kernel = unix.ByteSliceToString(u.Release[:])
 		c.snap.Host.Arch = unix.ByteSliceToString(u.Machine[:])
 	}
-	if h, err := os.Hostname(); err == nil {
-		c.snap.Host.Hostname = h
-	}
+	c.snap.Host.Hostname = NodeName()
 }
 
 func (c *collector) collectProcess(pidDir, root string) {
@@ -479,12 +482,12 @@ func parseStatPPID(text string) (comm string, ppid int, ok bool) {
 // hostExists is whether a host path exists: a directory when p ends in
 // "/", else a regular file.
 func (c *collector) hostExists(p string) bool {
-	st, err := os.Stat(filepath.Join(c.hostRoot, p))
+	st, err := c.fs.statInRoot(c.hostRoot, p)
 	if err != nil {
 		return false
 	}
 	if strings.HasSuffix(p, "/") {
-		return st.IsDir()
+		return st.Mode&unix.S_IFMT == unix.S_IFDIR
 	}
-	return st.Mode().IsRegular()
+	return st.Mode&unix.S_IFMT == unix.S_IFREG
 }

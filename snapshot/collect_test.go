@@ -206,6 +206,7 @@ func TestCollectNoDriver(t *testing.T) {
 	})
 	c := newCollector(Options{PID: 7, KmsgSince: time.Now()})
 	c.proc, c.sys, c.kmsgPath = filepath.Join(dir, "proc"), filepath.Join(dir, "sys"), filepath.Join(dir, "no-kmsg")
+	c.readSyslog = func() ([]byte, error) { return nil, unix.EPERM }
 	c.selfMountinfo = func() (string, error) { return "", nil }
 	c.mountCgroup2 = func() (string, func() error, error) { return "", nil, errors.New("operation not permitted") }
 	s := c.run()
@@ -218,7 +219,7 @@ func TestCollectNoDriver(t *testing.T) {
 	// What could not be read is said, once each: the cgroup2 mount and the kernel log.
 	want := []string{
 		"cgroup v2 device programs: cgroup2 is not mounted and mounting it failed: operation not permitted",
-		"kernel log: " + c.kmsgPath + ": no such file or directory", // names the path
+		"kernel log: " + c.kmsgPath + ": no such file or directory; syslog(2): operation not permitted (needs root or CAP_SYSLOG when kernel.dmesg_restrict=1)", // names the path
 	}
 	if !reflect.DeepEqual(s.Unavailable, want) {
 		t.Errorf("unavailable = %q\nwant %q", s.Unavailable, want)
