@@ -59,7 +59,10 @@ for l in open(out + "/watch.jsonl"):
     # RFC 3339 with nanoseconds: keep microseconds for fromisoformat.
     head, _, frac = t.rstrip("Z").partition(".")
     ns = int(datetime.datetime.fromisoformat(head + "+00:00").timestamp()) * 10**9 + int((frac + "000000000")[:9])
-    name = next((n for n, a, b in states if a <= ns <= b + 3 * 10**9), "?")
+    # The state running when the line was printed; else the last one that
+    # ended within 3 s before it (a line comes at the process's exit).
+    name = next((n for n, a, b in states if a <= ns <= b), None) or \
+        next((n for n, a, b in reversed(states) if b <= ns <= b + 3 * 10**9), "?")
     print("\t".join(map(str, [name, d["pid"], d["comm"], d["cause"], d["incomplete"], d["verdict"]])))
 PY
 column -t -s "$(printf '\t')" "$out/by-state.tsv" 2>/dev/null | cut -c1-200 || cat "$out/by-state.tsv"

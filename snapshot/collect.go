@@ -54,8 +54,12 @@ type collector struct {
 	proc     string // "/proc"
 	sys      string // "/sys"
 	kmsgPath string // "/dev/kmsg"
-	// hostRoot ("/") prefixes the host files read: /lib/firmware, /boot,
-	// the container configs (/etc/pve, /var/lib/lxc); tests point it away.
+	// readSyslog reads the kernel log buffer through syslog(2), where
+	// kmsgPath cannot be opened.
+	readSyslog func() ([]byte, error)
+	// hostRoot (hostRootDir: "/", or PID 1's root from a pod) holds the
+	// host files read: /lib/firmware, /boot, the container configs
+	// (/etc/pve, /var/lib/lxc), CDI specs; tests point it away.
 	hostRoot string
 	// selfMountinfo is cudatrace's own mount table, which locates the
 	// cgroup hierarchies it can read.
@@ -76,10 +80,11 @@ func newCollector(opts Options) *collector {
 		proc:         "/proc",
 		sys:          "/sys",
 		kmsgPath:     "/dev/kmsg",
+		readSyslog:   readSyslogBuffer,
 		mountCgroup2: mountCgroup2,
 		now:          time.Now,
 		bootTime:     kernelBootTime,
-		hostRoot:     "/",
+		hostRoot:     hostRootDir(),
 		fs:           &fsGuard{timeout: fsTimeout, what: "system files"},
 		rootFS:       &fsGuard{timeout: fsTimeout, what: "the target's files"},
 	}
@@ -151,7 +156,11 @@ func (c *collector) view() {
 	}
 	c.collectNodes(root, targetMounts)
 
-	if text, err := c.targetCgroups(pidDir); err != nil {
+	if c.opts.PID > 0 && !alive && !c.afterExit {
+		// cudatrace's own cgroups say nothing of the target's policy: read
+		// as its, a default-allow cgroup here would clear a denial there.
+		c.snap.CgroupV2 = &CgroupV2{QueryError: "the target had exited before its cgroup could be read"}
+	} else if text, err := c.targetCgroups(pidDir); err != nil {
 		c.unavailable("target cgroups", err)
 	} else {
 		lines := parseCgroupFile(text)
@@ -286,9 +295,7 @@ func (c *collector) collectHost() {
 		c.snap.Host.Kernel = unix.ByteSliceToString(u.Release[:])
 		c.snap.Host.Arch = unix.ByteSliceToString(u.Machine[:])
 	}
-	if h, err := os.Hostname(); err == nil {
-		c.snap.Host.Hostname = h
-	}
+	c.snap.Host.Hostname = NodeName()
 }
 
 func (c *collector) collectProcess(pidDir, root string) {
@@ -527,12 +534,12 @@ func parseStatPPID(text string) (comm string, ppid int, ok bool) {
 // hostExists is whether a host path exists: a directory when p ends in
 // "/", else a regular file.
 func (c *collector) hostExists(p string) bool {
-	st, err := os.Stat(filepath.Join(c.hostRoot, p))
+	st, err := c.fs.statInRoot(c.hostRoot, p)
 	if err != nil {
 		return false
 	}
 	if strings.HasSuffix(p, "/") {
-		return st.IsDir()
+		return st.Mode&unix.S_IFMT == unix.S_IFDIR
 	}
-	return st.Mode().IsRegular()
+	return st.Mode&unix.S_IFMT == unix.S_IFREG
 }

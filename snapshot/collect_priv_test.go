@@ -371,6 +371,17 @@ func TestMain(m *testing.M) {
 	if v := os.Getenv(helperEnv); v != "" {
 		os.Exit(unprivilegedHelper(v))
 	}
+	if pid := os.Getenv(nodeNameHelperEnv); pid != "" {
+		initUTS = "/proc/" + pid + "/ns/uts"
+		if err := syscall.Sethostname([]byte("pod-x")); err != nil {
+			fmt.Println("sethostname:", err)
+		}
+		fmt.Println(NodeName())
+		os.Exit(0)
+	}
+	if v := os.Getenv(podHelperEnv); v != "" {
+		os.Exit(podHelper(v))
+	}
 	os.Exit(m.Run())
 }
 

@@ -206,6 +206,7 @@ func TestCollectNoDriver(t *testing.T) {
 	})
 	c := newCollector(Options{PID: 7, KmsgSince: time.Now()})
 	c.proc, c.sys, c.kmsgPath = filepath.Join(dir, "proc"), filepath.Join(dir, "sys"), filepath.Join(dir, "no-kmsg")
+	c.readSyslog = func() ([]byte, error) { return nil, unix.EPERM }
 	c.selfMountinfo = func() (string, error) { return "", nil }
 	c.mountCgroup2 = func() (string, func() error, error) { return "", nil, errors.New("operation not permitted") }
 	s := c.run()
@@ -218,7 +219,7 @@ func TestCollectNoDriver(t *testing.T) {
 	// What could not be read is said, once each: the cgroup2 mount and the kernel log.
 	want := []string{
 		"cgroup v2 device programs: cgroup2 is not mounted and mounting it failed: operation not permitted",
-		"kernel log: " + c.kmsgPath + ": no such file or directory", // names the path
+		"kernel log: " + c.kmsgPath + ": no such file or directory; syslog(2): operation not permitted (needs root or CAP_SYSLOG when kernel.dmesg_restrict=1)", // names the path
 	}
 	if !reflect.DeepEqual(s.Unavailable, want) {
 		t.Errorf("unavailable = %q\nwant %q", s.Unavailable, want)
@@ -254,6 +255,14 @@ func TestCollectExitedTarget(t *testing.T) {
 	}
 	if n := s.Node("/dev/nvidia-uvm"); n == nil || n.Exists {
 		t.Errorf("relative extra path not recorded as missing /dev/nvidia-uvm: %+v", s.Nodes)
+	}
+	// cudatrace's own cgroup (here the root: no device program) must not
+	// pass for the target's: a denial there would read as allowed.
+	if s.CgroupV2 == nil || s.CgroupV2.QueryError == "" || len(s.CgroupV2.Programs) != 0 || s.CgroupV2.Path != "" {
+		t.Errorf("cgroup v2 of an exited target = %+v, want unknown (a query error)", s.CgroupV2)
+	}
+	if s.CgroupV1 != nil {
+		t.Errorf("cgroup v1 of an exited target = %+v, want none read", s.CgroupV1)
 	}
 }
 

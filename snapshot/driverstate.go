@@ -104,10 +104,11 @@ func (c *collector) collectDriverState() {
 		for _, d := range dirs {
 			d = filepath.Join(d, "nvidia", ver)
 			sv.Firmware.Searched = append(sv.Firmware.Searched, d)
-			if names, err := os.ReadDir(filepath.Join(c.hostRoot, d)); err == nil {
+			if names, err := c.fs.readDirNames(c.hostRoot, d); err == nil {
+				sort.Strings(names)
 				for _, n := range names {
-					if strings.HasPrefix(n.Name(), "gsp") && strings.HasSuffix(n.Name(), ".bin") {
-						sv.Firmware.Files = append(sv.Firmware.Files, filepath.Join(d, n.Name()))
+					if strings.HasPrefix(n, "gsp") && strings.HasSuffix(n, ".bin") {
+						sv.Firmware.Files = append(sv.Firmware.Files, filepath.Join(d, n))
 					}
 				}
 			}
@@ -131,7 +132,7 @@ func (sv *DriverState) collectKernelConfig(c *collector, release string) {
 		_ = f.Close() // read-only: a failed close loses nothing
 	}
 	if text == nil {
-		text, _ = os.ReadFile(filepath.Join(c.hostRoot, "boot", "config-"+release))
+		text, _ = c.fs.readFileInRoot(c.hostRoot, "/boot/config-"+release, maxFileSize)
 	}
 	if text == nil {
 		return

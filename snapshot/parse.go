@@ -206,12 +206,15 @@ func parseEnviron(data []byte) map[string]string {
 	return out
 }
 
-// kmsgRecord is one /dev/kmsg record: "prio,seq,usec,flags[,...];text".
+// kmsgRecord is one kernel log record: from /dev/kmsg
+// ("prio,seq,usec,flags[,...];text") or from syslog(2) ("<prio>[secs] text").
 type kmsgRecord struct {
-	Level int // syslog level: 3 err, 4 warning
-	Seq   uint64
-	Usec  uint64 // since boot
-	Text  string
+	Level int    // syslog level: 3 err, 4 warning
+	Seq   uint64 // 0 from syslog(2), which does not show it
+	Usec  uint64 // since boot, on the printk clock either way
+	// NoTime: syslog(2) without printk.time, so Usec is unknown.
+	NoTime bool
+	Text   string
 }
 
 func parseKmsgRecord(rec string) (kmsgRecord, bool) {
@@ -232,6 +235,75 @@ func parseKmsgRecord(rec string) (kmsgRecord, bool) {
 	// Continuation lines (" SUBSYSTEM=...") follow the message after a newline.
 	text, _, _ = strings.Cut(text, "\n")
 	return kmsgRecord{Level: prio & 7, Seq: seq, Usec: usec, Text: kmsgUnescape(text)}, true
+}
+
+// parseSyslogBuffer parses what syslog(2) SYSLOG_ACTION_READ_ALL returns:
+// a line per record, "<prio>[    secs.usecs] text", with "[T123]" after the
+// time under CONFIG_PRINTK_CALLER and no time under printk.time=0. The
+// kernel repeats the prefix on each line of a multi-line record; those
+// lines are joined with spaces, as /dev/kmsg's escaped newlines are (so the
+// driver's "API mismatch" message is one line either way). The text is not
+// escaped, so it is taken as it is.
+func parseSyslogBuffer(buf []byte) []kmsgRecord {
+	var out []kmsgRecord
+	lastPrefix := ""
+	for _, line := range strings.Split(string(buf), "\n") {
+		prefix, rec, ok := parseSyslogLine(line)
+		if !ok {
+			lastPrefix = ""
+			continue
+		}
+		if prefix == lastPrefix && !rec.NoTime && len(out) > 0 {
+			out[len(out)-1].Text += " " + rec.Text
+			continue
+		}
+		out = append(out, rec)
+		lastPrefix = prefix
+	}
+	return out
+}
+
+func parseSyslogLine(line string) (prefix string, rec kmsgRecord, ok bool) {
+	rest, found := strings.CutPrefix(line, "<")
+	if !found {
+		return "", rec, false
+	}
+	p, rest, found := strings.Cut(rest, ">")
+	prio, err := strconv.Atoi(p)
+	if !found || err != nil || prio < 0 {
+		return "", rec, false
+	}
+	rec.Level = prio & 7
+	if ts, after, found := strings.Cut(rest, "]"); found && strings.HasPrefix(ts, "[") {
+		secs, frac, dot := strings.Cut(strings.TrimSpace(ts[1:]), ".")
+		s, err1 := strconv.ParseUint(secs, 10, 64)
+		u, err2 := strconv.ParseUint(frac, 10, 64)
+		if dot && len(frac) == 6 && err1 == nil && err2 == nil {
+			rec.Usec = s*1_000_000 + u
+			rest = after
+			if caller, after, found := strings.Cut(rest, "]"); found && isPrintkCaller(caller) {
+				rest = after
+			}
+			rest = strings.TrimPrefix(rest, " ")
+			rec.Text = rest
+			return line[:len(line)-len(rest)], rec, true
+		}
+	}
+	rec.NoTime = true
+	rec.Text = rest
+	return line[:len(line)-len(rest)], rec, true
+}
+
+// isPrintkCaller: "[    T123" or "[     C4" (CONFIG_PRINTK_CALLER: a task
+// ID or a CPU), without the closing bracket.
+func isPrintkCaller(s string) bool {
+	id, ok := strings.CutPrefix(s, "[")
+	id = strings.TrimLeft(id, " ")
+	if !ok || len(id) < 2 || (id[0] != 'T' && id[0] != 'C') {
+		return false
+	}
+	_, err := strconv.ParseUint(id[1:], 10, 32)
+	return err == nil
 }
 
 // kmsgUnescape undoes /dev/kmsg's \xHH escapes of unprintable bytes. The

@@ -38,7 +38,7 @@ type Snapshot struct {
 type Host struct {
 	Kernel        string `json:"kernel"` // uname -r
 	Arch          string `json:"arch"`
-	Hostname      string `json:"hostname,omitempty"`
+	Hostname      string `json:"hostname,omitempty"`       // NodeName: in a pod, the node's
 	DriverVersion string `json:"driver_version,omitempty"` // from /proc/driver/nvidia/version
 	DriverLine    string `json:"driver_line,omitempty"`    // that file's first line
 }

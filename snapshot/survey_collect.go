@@ -33,7 +33,7 @@ type SurveyOptions struct {
 	// own credentials.
 	User string
 	// HostRoot prefixes the container-manager and CDI directories (tests);
-	// "" is "/".
+	// "" is the host's root: "/", or PID 1's from a pod (hostRootDir).
 	HostRoot string
 	// ProcDevicesPath replaces /proc/devices (tests, fake setups).
 	ProcDevicesPath string
@@ -59,8 +59,9 @@ const (
 )
 
 // SurveyHost reads everything `cudatrace doctor` checks. Like Collect it
-// never fails and never changes the system: it mounts nothing (where
-// cgroup2 is not mounted, the device programs are reported unavailable),
+// never fails and never changes the system: it mounts nothing (where no
+// cgroup2 mount covers the cgroup, the device programs are reported
+// unavailable),
 // and its one probe, memfd_create, makes an anonymous file that is closed
 // at once.
 func SurveyHost(opts SurveyOptions) *Survey {
@@ -87,7 +88,7 @@ func SurveyHost(opts SurveyOptions) *Survey {
 	base := sv.Base
 	hostRoot := opts.HostRoot
 	if hostRoot == "" {
-		hostRoot = "/"
+		hostRoot = c.hostRoot
 	}
 
 	selfMounts := []selfMount{}
@@ -165,7 +166,10 @@ func surveyCgroup(c *collector, cg string, mounts []selfMount) {
 			continue
 		}
 		if r, ok := strings.CutPrefix(rel, strings.TrimSuffix(m.MountPoint, "/")+"/"); ok {
-			rel = "/" + r
+			// Under a mount rooted at a sub-cgroup, the path names
+			// that cgroup's descendants (a root with ".." in it stays
+			// unclean, and is refused as outside the namespace).
+			rel = strings.TrimSuffix(m.Root, "/") + "/" + r
 			break
 		}
 	}
@@ -407,7 +411,7 @@ func (sv *Survey) collectCDI(r *rootFS, c *collector) {
 					if host == "" {
 						host = spec.Nodes[i].Path
 					}
-					spec.Nodes[i].Host = c.statNode("/", host)
+					spec.Nodes[i].Host = c.statNode(c.hostRoot, host) // the host's /dev, also from a pod
 				}
 			}
 			sv.CDISpecs = append(sv.CDISpecs, spec)

@@ -67,6 +67,12 @@ func newLine(host string, p *proc, rep *report.Report, now time.Time) Line {
 		if s.Process.Comm != "" || s.Process.User != "" {
 			l.UID, l.User = int64(s.Process.UID), s.Process.User
 		}
+		// Where it was when it failed: the first event's reading may
+		// predate a move into the job's cgroup (a runtime or a wrapper
+		// moves the process after it starts).
+		if cg := s.CgroupV2; cg != nil && cg.Path != "" && cg.QueryError == "" {
+			l.Cgroup = cg.Path
+		}
 		// The snapshot's reading (init's container=, ancestors) is the
 		// better one; the path's IDs stay when it names none.
 		if s.Container.Runtime != "" {

@@ -276,7 +276,9 @@ func (w *watcher) Event(e *tracer.Event) {
 	ev := *e // shallow: the session copies what it keeps
 	ev.Time -= p.base
 	p.last = ev.Time
-	if e.Comm != "" {
+	// The process's name is its leader's: an exit event carries the comm
+	// of the thread that ended last (a CUDA worker, "cuda00001400006").
+	if e.Comm != "" && (p.comm == "" || e.Kind == tracer.KindExec || (e.TID == e.PID && e.Kind != tracer.KindExit)) {
 		p.comm = e.Comm
 	}
 	p.unprobed = p.unprobed || e.Unprobed

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/cudatrace/cudatrace/diagnose"
+	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
 	"github.com/cudatrace/cudatrace/watch"
 )
@@ -127,7 +128,7 @@ func watchCommand(args []string, stdout, stderr io.Writer) int {
 	if file, ok := stdout.(*os.File); !ok || terminalWidth(file) == 0 {
 		o.JSON = true // a pipe or file: JSON lines whatever the flag
 	}
-	o.Host, _ = os.Hostname() // "" if unknown; the line says so
+	o.Host = snapshot.NodeName() // the node, not the pod, when run as a DaemonSet
 	if f.reportDir != "" {
 		rd, err := watch.OpenReportDir(f.reportDir, f.reportKeep)
 		if err != nil {

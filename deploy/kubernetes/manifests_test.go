@@ -23,7 +23,7 @@ import (
 )
 
 // The capabilities README.md's table explains, in the manifest's order.
-var documentedCaps = []corev1.Capability{"BPF", "PERFMON", "SYS_ADMIN", "NET_ADMIN", "SYS_PTRACE", "DAC_READ_SEARCH", "KILL", "SYSLOG"}
+var documentedCaps = []corev1.Capability{"BPF", "PERFMON", "SYS_ADMIN", "NET_ADMIN", "SYS_PTRACE", "DAC_READ_SEARCH", "SYSLOG"}
 
 // decodeAll splits a multi-document YAML file and decodes each document
 // into the API type its kind names; unknown fields and kinds fail.
@@ -219,6 +219,9 @@ func TestDaemonSet(t *testing.T) {
 			t.Errorf("host path %s is not needed (nothing is pinned; /proc is the host's by hostPID)", v.HostPath.Path)
 		}
 	}
+	if m := hostCgroupMount(pod); m == nil {
+		t.Error("no read-only hostPath of /sys/fs/cgroup beside the container's own: other pods' device programs would need a mount of watch's own, and doctor makes none")
+	}
 	if reportDir != "" && !reportMounted {
 		t.Errorf("--report-dir %s is not a mounted volume: it would be lost with the pod, or refused by the read-only root", reportDir)
 	}
@@ -256,6 +259,25 @@ func TestDaemonSet(t *testing.T) {
 	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].TargetPort.String() != "metrics" || itoa(svc.Spec.Ports[0].Port) != port {
 		t.Errorf("Service ports %+v, want %s to the metrics port", svc.Spec.Ports, port)
 	}
+}
+
+// hostCgroupMount is the container's read-only mount of the host's
+// /sys/fs/cgroup elsewhere than /sys/fs/cgroup (where the container's own
+// stays), or nil.
+func hostCgroupMount(pod corev1.PodSpec) *corev1.VolumeMount {
+	for _, v := range pod.Volumes {
+		if v.HostPath == nil || v.HostPath.Path != "/sys/fs/cgroup" {
+			continue
+		}
+		for _, c := range pod.Containers {
+			for i, m := range c.VolumeMounts {
+				if m.Name == v.Name && m.ReadOnly && m.MountPath != "/sys/fs/cgroup" {
+					return &c.VolumeMounts[i]
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // The patch for NPD's DaemonSet decodes into the API type, and mounts what
@@ -314,6 +336,9 @@ func TestNPDPatch(t *testing.T) {
 	}
 	if img == nil {
 		t.Error("no image volume with the cudatrace binary")
+	}
+	if hostCgroupMount(pod) == nil {
+		t.Error("no read-only hostPath of /sys/fs/cgroup: doctor could not read PID 1's device programs from NPD's cgroup namespace")
 	}
 }
 

@@ -113,7 +113,13 @@ func TestHostWideFollowsNVIDIAOpeners(t *testing.T) {
 	neighbour := run("/bin/sh", "-c", "cat /etc/hostname >/dev/null")
 	repeater := run(self, helperArg, "repeat", node)
 	libOpener := run("/bin/cat", lib)
-	parent := run("/bin/sh", "-c", fmt.Sprintf(": < %s; /bin/true; exit 0", node))
+	// The child runs a copy of true under a name of its own: other tests
+	// may run followed processes at the same time.
+	child := filepath.Join(t.TempDir(), "true-hostwide")
+	if data, err := os.ReadFile("/bin/true"); err != nil || os.WriteFile(child, data, 0o755) != nil {
+		t.Fatalf("copy /bin/true: %v", err)
+	}
+	parent := run("/bin/sh", "-c", fmt.Sprintf(": < %s; %s; exit 0", node, child))
 
 	// Wait until the followed processes' exits are in (other tests may run
 	// processes that are followed too: the counters alone do not say),
@@ -128,7 +134,7 @@ func TestHostWideFollowsNVIDIAOpeners(t *testing.T) {
 	}
 	var last tracer.LiveStats
 	for !exitsOf(repeater, libOpener, parent) || len(rec.find(func(e *tracer.Event) bool {
-		return e.PID != parent && e.Kind == tracer.KindExit && e.Comm == "true"
+		return e.PID != parent && e.Kind == tracer.KindExit && e.Comm == "true-hostwide"
 	})) == 0 {
 		select {
 		case last = <-stats:
@@ -210,9 +216,9 @@ func TestHostWideFollowsNVIDIAOpeners(t *testing.T) {
 		t.Errorf("the shell's open of the node is missing")
 	}
 	if len(rec.find(func(e *tracer.Event) bool {
-		return e.PID != parent && e.Kind == tracer.KindExec && e.Path == "/bin/true"
+		return e.PID != parent && e.Kind == tracer.KindExec && e.Path == child
 	})) != 1 {
-		t.Errorf("the followed shell's child was not followed (no exec of /bin/true)\n%s", rec.dump())
+		t.Errorf("the followed shell's child was not followed (no exec of its own copy of true)\n%s", rec.dump())
 	}
 	for _, pid := range []int{repeater, libOpener, parent} {
 		if len(rec.find(func(e *tracer.Event) bool { return e.PID == pid && e.Kind == tracer.KindExit })) != 1 {
