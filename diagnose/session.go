@@ -110,6 +110,10 @@ func (s *Session) Event(e *tracer.Event) {
 	s.triggered = true
 }
 
+// SetIdentity replaces what a snapshot that finds the target gone uses
+// (SessionOptions.Identity) by a later reading, such as one at an exec.
+func (s *Session) SetIdentity(id *snapshot.Identity) { s.snapper.setIdentity(id) }
+
 // Triggered reports whether a failure trigger fired: something failed that
 // the analysis must look at.
 func (s *Session) Triggered() bool { return s.triggered }

@@ -53,6 +53,12 @@ func (f *failureSnapshot) cudaFailed(code int64) {
 	}
 }
 
+func (f *failureSnapshot) setIdentity(id *snapshot.Identity) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.opts.Identity = id
+}
+
 func (f *failureSnapshot) options() snapshot.Options {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -283,8 +284,16 @@ func (w *watcher) Event(e *tracer.Event) {
 	}
 	p.unprobed = p.unprobed || e.Unprobed
 	switch {
-	case e.Kind == tracer.KindExec && e.Ret == 0 && len(e.Argv) > 0:
-		p.argv = append(p.argv[:0], e.Argv...)
+	case e.Kind == tracer.KindExec && e.Ret == 0:
+		if len(e.Argv) > 0 {
+			p.argv = slices.Clone(e.Argv)
+		}
+		// A runtime or a wrapper moves a process into the job's cgroup
+		// and then execs the job: a snapshot that finds it gone reads the
+		// policy of the cgroup read here, not the one it started in.
+		if id, err := w.o.identity(e.PID); err == nil {
+			p.sess.SetIdentity(&id)
+		}
 	case e.Kind == tracer.KindAPI && !p.cudaSeen && isInit(e.Func):
 		p.cudaSeen = true
 		if m := w.o.Metrics; m != nil {

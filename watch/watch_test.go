@@ -438,3 +438,44 @@ func TestGoneProcessKeepsItsIdentity(t *testing.T) {
 		t.Errorf("uid %d user %q argv %q cgroup %q", l.UID, l.User, l.Argv, l.Cgroup)
 	}
 }
+
+// A wrapper moved into the job's cgroup before it execs the job: a
+// snapshot that finds the process gone uses the cgroup read at the exec,
+// not the one of its first event.
+func TestExecRereadsTheIdentity(t *testing.T) {
+	h := &fakeHost{cgroups: map[int]string{60: "/user.slice/session-1.scope"}}
+	var got []*snapshot.Identity
+	sys := h.system()
+	collect := sys.Collect
+	sys.Collect = func(o snapshot.Options) *snapshot.Snapshot {
+		got = append(got, o.Identity)
+		return collect(o)
+	}
+	// Reaped by its failure: only the first event's and the exec's reads.
+	sys.TargetIdentity = func(int) (snapshot.Identity, error) { return snapshot.Identity{UID: -1}, os.ErrNotExist }
+	events := []tracer.Event{
+		{PID: 60, TID: 60, Comm: "sh", Kind: tracer.KindOpen, Syscall: "openat", Path: "/proc/driver/nvidia/params", Ret: 3},
+		{PID: 60, TID: 60, Comm: "python3", Kind: tracer.KindExec, Syscall: "execve", Argv: []string{"python3", "job.py"}},
+	}
+	events = append(append(events, deniedCtl(60, "python3")...), exitOf(60, 1))
+	b := &fakeBackend{events: events, before: func(i int, _ *watcher) {
+		if i == 1 {
+			h.mu.Lock()
+			h.cgroups[60] = podCg // moved before its exec
+			h.mu.Unlock()
+		}
+	}}
+	_, _, out := watchWith(t, b, h, func(o *Options) { o.System = sys })
+	lines := parseLines(t, out)
+	if len(lines) != 1 || !slices.Equal(lines[0].Argv, []string{"python3", "job.py"}) {
+		t.Fatalf("lines %+v, want one with the exec's argv", lines)
+	}
+	if len(got) == 0 {
+		t.Fatal("no snapshot taken")
+	}
+	for _, id := range got {
+		if id == nil || id.Cgroup != podCg {
+			t.Errorf("a snapshot got identity %+v, want the cgroup read at the exec", id)
+		}
+	}
+}
