@@ -21,12 +21,16 @@ type fakeBackend struct {
 	events []tracer.Event
 	res    tracer.Result
 	err    error
+	before func(i int) // called before events[i] is delivered
 }
 
 func (f *fakeBackend) Name() string { return f.name }
 
 func (f *fakeBackend) Run(_ context.Context, _ tracer.Spec, sink tracer.Sink) (*tracer.Result, error) {
 	for i := range f.events {
+		if f.before != nil {
+			f.before(i)
+		}
 		e := f.events[i].Copy()
 		e.Seq = uint64(i + 1)
 		sink.Event(&e)

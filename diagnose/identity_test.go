@@ -79,3 +79,54 @@ func TestSessionIdentityMerge(t *testing.T) {
 		})
 	}
 }
+
+// A trace reads each process's identity at its first event (and at its
+// execs), so a target reaped before its failure is read still has its
+// cgroups; past maxIdentities processes no more are read.
+func TestTraceReadsIdentitiesAtFirstEvents(t *testing.T) {
+	privtest.Deadline(t)
+	sys := &fakeSystem{gone: map[int]bool{30: true}}
+	d := sys.deps()
+	reads := map[int]int{}
+	reaped := false
+	d.targetIdentity = func(pid int) (snapshot.Identity, error) {
+		reads[pid]++
+		if reaped && pid == 30 {
+			return snapshot.Identity{UID: -1}, os.ErrNotExist
+		}
+		return snapshot.Identity{PID: pid, Cgroup: "/job", UID: 1000}, nil
+	}
+	var events []tracer.Event
+	for pid := 100; pid < 100+maxIdentities+5; pid++ {
+		events = append(events, tracer.Event{PID: pid, Kind: tracer.KindOpen, Syscall: "openat", Path: "/dev/nvidiactl", Ret: 3, Dev: ctl})
+	}
+	events = append([]tracer.Event{
+		{PID: 30, Kind: tracer.KindExec, Syscall: "execve", Argv: []string{"/bin/job"}},
+		{PID: 30, Kind: tracer.KindOpen, Syscall: "openat", Path: "/dev/nvidiactl", Ret: 3, Dev: ctl},
+	}, events...)
+	events = append(events, tracer.Event{PID: 30, Kind: tracer.KindOpen, Syscall: "openat", Path: "/dev/nvidia-uvm", Ret: -1})
+	b := &fakeBackend{name: "ebpf", events: events, res: tracer.Result{Exit: &tracer.ExitStatus{Code: 1}}}
+	b.before = func(i int) { reaped = i == len(events)-1 }
+	o, run := diagnoseWith(t, sys, b, tracer.Spec{Argv: []string{"/bin/job"}})
+	o.deps = d
+	if _, err := run(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range sys.calls {
+		if c.Identity == nil || c.Identity.PID != 30 || c.Identity.Cgroup != "/job" {
+			t.Errorf("snapshot of %d: identity %+v, want the one read at its first event", c.PID, c.Identity)
+		}
+	}
+	if reads[30] != 2 {
+		t.Errorf("pid 30's identity read %d times, want at its exec and at its failure (its open after the exec is no first event)", reads[30])
+	}
+	read := 0
+	for pid := range reads {
+		if pid >= 100 {
+			read++
+		}
+	}
+	if read != maxIdentities-1 {
+		t.Errorf("%d other processes' identities read, want %d (the cap)", read, maxIdentities-1)
+	}
+}

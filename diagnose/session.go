@@ -21,6 +21,9 @@ type Session struct {
 	snapper   *failureSnapshot
 	d         deps
 	triggered bool
+	// read holds the PIDs whose identity was read at their first event
+	// (at most maxIdentities).
+	read map[int]bool
 }
 
 // SessionOptions configure a Session.
@@ -31,7 +34,8 @@ type SessionOptions struct {
 	// Identity is what was read of the target before (cudatrace watch:
 	// at its first event): a snapshot that finds it gone reads its
 	// cgroups' policy from it (snapshot.Options.Identity). The failure
-	// trigger reads a fresher one when the process is still there.
+	// trigger reads a fresher one when the process is still there, and
+	// each exec another.
 	Identity *snapshot.Identity
 	// System replaces the live system's reads and the analysis (tests).
 	System *System
@@ -80,16 +84,23 @@ func newSession(o SessionOptions, d deps) *Session {
 	if o.MaxStored > 0 {
 		rec = record.NewLimited(o.MaxStored)
 	}
-	return &Session{
+	s := &Session{
 		rec:     rec,
-		snapper: &failureSnapshot{opts: snapshot.Options{ProcDevicesPath: o.ProcDevicesPath, KmsgSince: time.Now(), Identity: o.Identity}, deps: d},
+		snapper: &failureSnapshot{opts: snapshot.Options{ProcDevicesPath: o.ProcDevicesPath, KmsgSince: time.Now()}, deps: d},
 		d:       d,
+		read:    map[int]bool{},
 	}
+	if o.Identity != nil {
+		s.snapper.setIdentity(o.Identity)
+		s.read[o.Identity.PID] = true
+	}
+	return s
 }
 
 // Event records e and fires the failure snapshot on the failure triggers.
 func (s *Session) Event(e *tracer.Event) {
 	s.rec.Event(e)
+	s.readIdentity(e)
 	// The snapshot is taken while the failing process still exists.
 	switch {
 	case e.Failed() && e.Kind == tracer.KindOpen && nvdev.IsNodePath(e.Path):
@@ -110,9 +121,25 @@ func (s *Session) Event(e *tracer.Event) {
 	s.triggered = true
 }
 
-// SetIdentity replaces what a snapshot that finds the target gone uses
-// (SessionOptions.Identity) by a later reading, such as one at an exec.
-func (s *Session) SetIdentity(id *snapshot.Identity) { s.snapper.setIdentity(id) }
+// readIdentity reads a process's identity (its cgroups, UID, root) at its
+// first event and again at each exec (a runtime or a wrapper moves a
+// process into the job's cgroup, then execs the job): three small /proc
+// reads, so that a snapshot that finds it gone, reaped before its failure
+// was read, still reads the policy of the cgroup it was in.
+func (s *Session) readIdentity(e *tracer.Event) {
+	if s.d.targetIdentity == nil || e.Kind == tracer.KindExit {
+		return
+	}
+	exec := e.Kind == tracer.KindExec && e.Ret == 0
+	if s.read[e.PID] && !exec || !s.read[e.PID] && len(s.read) >= maxIdentities {
+		return
+	}
+	s.read[e.PID] = true
+	if id, err := s.d.targetIdentity(e.PID); err == nil {
+		id.PID = e.PID
+		s.snapper.setIdentity(&id)
+	}
+}
 
 // Triggered reports whether a failure trigger fired: something failed that
 // the analysis must look at.
@@ -131,6 +158,7 @@ func (s *Session) Report(spec tracer.Spec, res *tracer.Result, started time.Time
 	snap := s.snapper.wait()
 	snapOpts := s.snapper.options()
 	snapOpts.PID = firstPID(spec, s.rec.Events())
+	snapOpts.Identity = s.snapper.identity(snapOpts.PID)
 	snapOpts.ExtraPaths = touchedPaths(s.rec.Events())
 	if snap == nil {
 		snap = s.d.collect(snapOpts)

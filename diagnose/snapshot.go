@@ -38,6 +38,10 @@ type failureSnapshot struct {
 	// viewDone is closed once that read ends.
 	viewSeq  uint64
 	viewDone chan struct{}
+	// ids are the traced processes' identities, by PID (at most
+	// maxIdentities): a snapshot that finds its process gone reads that
+	// process's cgroups from its own (snapshot.Options.Identity).
+	ids map[int]*snapshot.Identity
 
 	deps deps // the system reads
 }
@@ -53,10 +57,31 @@ func (f *failureSnapshot) cudaFailed(code int64) {
 	}
 }
 
+// maxIdentities bounds the processes of one trace whose identity is kept.
+const maxIdentities = 64
+
+// setIdentity keeps id as its process's latest identity, while there is
+// room (a process already kept is always updated).
 func (f *failureSnapshot) setIdentity(id *snapshot.Identity) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.opts.Identity = id
+	f.setIdentityLocked(id)
+}
+
+func (f *failureSnapshot) setIdentityLocked(id *snapshot.Identity) {
+	if f.ids == nil {
+		f.ids = map[int]*snapshot.Identity{}
+	}
+	if _, ok := f.ids[id.PID]; ok || len(f.ids) < maxIdentities {
+		f.ids[id.PID] = id
+	}
+}
+
+// identity is process pid's latest identity, or nil.
+func (f *failureSnapshot) identity(pid int) *snapshot.Identity {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.ids[pid]
 }
 
 func (f *failureSnapshot) options() snapshot.Options {
@@ -90,7 +115,8 @@ func (f *failureSnapshot) triggerAs(e *tracer.Event, path string, strong bool) {
 	// (argv, its root) comes from an earlier read of the same process.
 	if f.deps.targetIdentity != nil {
 		if id, err := f.deps.targetIdentity(pid); err == nil {
-			if old := f.opts.Identity; old != nil && old.PID == pid {
+			id.PID = pid
+			if old := f.ids[pid]; old != nil {
 				if len(id.Argv) == 0 {
 					id.Argv = old.Argv
 				}
@@ -98,11 +124,12 @@ func (f *failureSnapshot) triggerAs(e *tracer.Event, path string, strong bool) {
 					id.SameRoot, id.RootKnown = old.SameRoot, old.RootKnown
 				}
 			}
-			f.opts.Identity = &id
+			f.setIdentityLocked(&id)
 		}
 	}
 	opts := f.opts
 	opts.PID = pid
+	opts.Identity = f.ids[pid]
 	if path != "" {
 		opts.ExtraPaths = []string{path} // described even if it is missing
 	}

@@ -288,12 +288,6 @@ func (w *watcher) Event(e *tracer.Event) {
 		if len(e.Argv) > 0 {
 			p.argv = slices.Clone(e.Argv)
 		}
-		// A runtime or a wrapper moves a process into the job's cgroup
-		// and then execs the job: a snapshot that finds it gone reads the
-		// policy of the cgroup read here, not the one it started in.
-		if id, err := w.o.identity(e.PID); err == nil {
-			p.sess.SetIdentity(&id)
-		}
 	case e.Kind == tracer.KindAPI && !p.cudaSeen && isInit(e.Func):
 		p.cudaSeen = true
 		if m := w.o.Metrics; m != nil {
@@ -352,6 +346,7 @@ func (w *watcher) admit(e *tracer.Event) *proc {
 	so := diagnose.SessionOptions{ProcDevicesPath: w.o.ProcDevicesPath, MaxStored: w.o.MaxStored, System: w.o.System}
 	if err == nil {
 		// A snapshot that finds it gone reads its cgroup's policy from this.
+		id.PID = e.PID
 		so.Identity = &id
 	}
 	p := &proc{

@@ -452,17 +452,26 @@ func TestExecRereadsTheIdentity(t *testing.T) {
 		return collect(o)
 	}
 	// Reaped by its failure: only the first event's and the exec's reads.
-	sys.TargetIdentity = func(int) (snapshot.Identity, error) { return snapshot.Identity{UID: -1}, os.ErrNotExist }
+	reaped := false
+	sys.TargetIdentity = func(pid int) (snapshot.Identity, error) {
+		if reaped {
+			return snapshot.Identity{UID: -1}, os.ErrNotExist
+		}
+		return h.identity(pid)
+	}
 	events := []tracer.Event{
 		{PID: 60, TID: 60, Comm: "sh", Kind: tracer.KindOpen, Syscall: "openat", Path: "/proc/driver/nvidia/params", Ret: 3},
 		{PID: 60, TID: 60, Comm: "python3", Kind: tracer.KindExec, Syscall: "execve", Argv: []string{"python3", "job.py"}},
 	}
 	events = append(append(events, deniedCtl(60, "python3")...), exitOf(60, 1))
 	b := &fakeBackend{events: events, before: func(i int, _ *watcher) {
-		if i == 1 {
+		switch i {
+		case 1:
 			h.mu.Lock()
 			h.cgroups[60] = podCg // moved before its exec
 			h.mu.Unlock()
+		case 2:
+			reaped = true
 		}
 	}}
 	_, _, out := watchWith(t, b, h, func(o *Options) { o.System = sys })
