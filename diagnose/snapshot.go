@@ -112,13 +112,17 @@ func (f *failureSnapshot) triggerAs(e *tracer.Event, path string, strong bool) {
 	}
 	// Its cgroups and UID now, in case it is gone before its view is
 	// read (a zombie still shows them); what a zombie no longer shows
-	// (argv, its root) comes from an earlier read of the same process.
+	// (argv, its root) or a read cut short missed comes from an earlier
+	// read of the same process.
 	if f.deps.targetIdentity != nil {
 		if id, err := f.deps.targetIdentity(pid); err == nil {
 			id.PID = pid
 			if old := f.ids[pid]; old != nil {
 				if len(id.Argv) == 0 {
 					id.Argv = old.Argv
+				}
+				if id.UID < 0 {
+					id.UID = old.UID // reaped between the reads
 				}
 				if !id.RootKnown {
 					id.SameRoot, id.RootKnown = old.SameRoot, old.RootKnown

@@ -258,13 +258,11 @@ func TestWatchGoneProcess(t *testing.T) {
 	// Whether the parent reaps it before the watch reads its failure (the
 	// ring is read every 10 ms at most) is a race it usually wins; a few
 	// runs make sure that at least one is read after its exit.
-	var apps []int
-	for range 4 {
-		pid, out := startApp(t, env, dir)
-		if !strings.Contains(out, "cuInit 999") {
-			t.Fatalf("app printed %q", out)
+	apps := startApps(t, env, dir, 4)
+	for _, a := range apps {
+		if !strings.Contains(a.out, "cuInit 999") {
+			t.Fatalf("app printed %q", a.out)
 		}
-		apps = append(apps, pid)
 	}
 	fc := env.Command(t, fakecuda(env)...)
 	if res := runBinary(t, fc); !strings.Contains(res.stdout, "cuInit 999") {
@@ -289,7 +287,8 @@ func TestWatchGoneProcess(t *testing.T) {
 	}
 	cg := strings.TrimPrefix(env.CgroupV2Path(), scenario.CgroupV2Root())
 	gone := 0
-	for _, pid := range apps {
+	for _, a := range apps {
+		pid := a.pid
 		l := mine(pid)
 		if l.Cause != "cgroup2-denied" || l.Cgroup != cg {
 			t.Errorf("app %d: cause %q cgroup %q, want cgroup2-denied (the program read from %s)\n%+v", pid, l.Cause, l.Cgroup, cg, l)
@@ -318,7 +317,7 @@ func TestWatchGoneProcess(t *testing.T) {
 			t.Errorf("app %d: finding %+v, want cgroup2-denied, not inferred, saying the process was gone", pid, f)
 		}
 		if rep.Snapshot.Process.PID != pid || rep.Snapshot.Process.Comm != "" || rep.Snapshot.Process.User != "root" {
-			t.Errorf("app %d: snapshot process %+v, want its PID and user, no comm (its status was never read)", pid, rep.Snapshot.Process)
+			t.Errorf("app %d: snapshot process %+v, want its PID and user, no comm (its status was never read); unavailable %q", pid, rep.Snapshot.Process, rep.Snapshot.Unavailable)
 		}
 	}
 	if gone == 0 {
@@ -332,25 +331,46 @@ func TestWatchGoneProcess(t *testing.T) {
 	}
 }
 
-// startApp runs the CUDA app (testdata/fakelib) in env, which loads libcuda
-// and waits a moment before cuInit, as a program's imports come before
-// its cuInit; it returns the app's PID and what it printed.
-func startApp(t *testing.T, env *scenario.Env, dir string) (int, string) {
+// app is one run of the CUDA app (testdata/fakelib).
+type app struct {
+	pid int
+	out string
+}
+
+// startApps runs n CUDA apps (testdata/fakelib) in env at once. Each loads
+// libcuda and waits before cuInit until the watch has read its identity
+// and probed its libcuda, as a program's imports come before its cuInit.
+func startApps(t *testing.T, env *scenario.Env, dir string, n int) []app {
 	t.Helper()
-	app := env.Command(t, append([]string{"env", "FAKELIB_WAIT=1"}, libTarget(dir)...)...)
-	stdin, feed, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
+	var cmds []*exec.Cmd
+	var outs []*bytes.Buffer
+	var feeds []*os.File
+	for range n {
+		cmd := env.Command(t, append([]string{"env", "FAKELIB_WAIT=1"}, libTarget(dir)...)...)
+		stdin, feed, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		cmd.Stdin, cmd.Stdout = stdin, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		_ = stdin.Close() // the child has its copy
+		cmds, outs, feeds = append(cmds, cmd), append(outs, &out), append(feeds, feed)
 	}
-	app.Stdin = stdin
-	go func() {
-		time.Sleep(300 * time.Millisecond) // the watch reads its identity and probes its libcuda meanwhile
-		_, _ = feed.Write([]byte("go\n"))
-		_ = feed.Close()
-	}()
-	res := runBinary(t, app)
-	_ = stdin.Close()
-	return app.Process.Pid, res.stdout
+	// The ring is read every 10 ms; a second allows for a busy host.
+	time.Sleep(time.Second)
+	var apps []app
+	for i, cmd := range cmds {
+		_, _ = feeds[i].Write([]byte("go\n"))
+		_ = feeds[i].Close()
+		if err, hung := waitGuarded(cmd); hung || err != nil {
+			t.Fatalf("app %v: %v (hung %v)", cmd.Args, err, hung)
+		}
+		apps = append(apps, app{pid: cmd.Process.Pid, out: outs[i].String()})
+	}
+	return apps
 }
 
 // With -v a healthy CUDA start is printed too: cause "", and cuInit's own
@@ -359,9 +379,10 @@ func TestWatchVerboseHealthyCUDA(t *testing.T) {
 	privtest.RequireRoot(t)
 	dir := fakeLib(t)
 	stop := startWatch(t, t.TempDir(), "-v")
-	pid, out := startApp(t, standIn(), dir)
-	if !strings.Contains(out, "cuInit 0") {
-		t.Fatalf("app printed %q", out)
+	a := startApps(t, standIn(), dir, 1)[0]
+	pid := a.pid
+	if !strings.Contains(a.out, "cuInit 0") {
+		t.Fatalf("app printed %q", a.out)
 	}
 	time.Sleep(500 * time.Millisecond)
 	code, lines, stderr := stop()
