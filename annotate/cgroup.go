@@ -47,6 +47,9 @@ func evalV2(s *snapshot.Snapshot, req cgroupdev.Request) v2Eval {
 		return v2Eval{state: cgUnknown, why: "the cgroup v2 device programs could not be read: " + cg.QueryError}
 	}
 	if len(cg.Programs) == 0 {
+		if cg.ReadAfterExit {
+			return v2Eval{state: cgUnknown, why: afterExitAllows}
+		}
 		return v2Eval{state: cgAbsent}
 	}
 	_, denied, errs := cgroupdev.EvaluateV2(emulated(cg.Programs), req)
@@ -67,11 +70,18 @@ func evalV2(s *snapshot.Snapshot, req cgroupdev.Request) v2Eval {
 		r.state = cgDeny
 	case len(errs) > 0:
 		r.state, r.why = cgUnknown, "a device program could not be emulated"
+	case cg.ReadAfterExit:
+		r.state, r.why = cgUnknown, afterExitAllows
 	default:
 		r.state = cgAllow
 	}
 	return r
 }
+
+// afterExitAllows: a policy read after the process exited can prove a
+// denial (its programs deny the access) but not an allowance: whatever set
+// up the job's cgroup may have removed its programs or rules with the job.
+const afterExitAllows = "the cgroup's device policy, read after the process had exited, allows this access, but whatever set up the job may have removed its rules with it"
 
 type v1Eval struct {
 	state cgState
@@ -101,6 +111,9 @@ func evalV1(s *snapshot.Snapshot, req cgroupdev.Request) v1Eval {
 		// A default-allow cgroup lists only "a *:* rwm"; the kernel hides
 		// its deny exceptions, so the list cannot clear the access.
 		return v1Eval{state: cgUnknown, rules: rules, why: "devices.list shows `a *:* rwm`: the v1 devices cgroup allows by default, and the kernel does not list the deny rules written to its devices.deny"}
+	}
+	if ok && cg.ReadAfterExit {
+		return v1Eval{state: cgUnknown, rules: rules, why: afterExitAllows}
 	}
 	if ok {
 		return v1Eval{state: cgAllow, rules: rules}
