@@ -55,6 +55,10 @@ func runHelper(mode string, args []string) int {
 		return helperForkRace(args[0], args[1])
 	case "short-children":
 		return helperShortChildren(args[0])
+	case "round":
+		return helperRound(args)
+	case "spin-exec":
+		return helperSpinExec(args)
 	}
 	fmt.Fprintln(os.Stderr, "unknown helper mode", mode)
 	return 2
