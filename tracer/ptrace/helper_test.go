@@ -59,6 +59,8 @@ func runHelper(mode string, args []string) int {
 		return helperRound(args)
 	case "spin-exec":
 		return helperSpinExec(args)
+	case "fork-exit":
+		return helperForkExit(args)
 	}
 	fmt.Fprintln(os.Stderr, "unknown helper mode", mode)
 	return 2

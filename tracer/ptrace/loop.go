@@ -255,9 +255,15 @@ func (s *session) handle(pid int, ws unix.WaitStatus) {
 		s.stats.SeccompStops++
 		s.seccompStop(t)
 	case sig == unix.SIGTRAP && (event == unix.PTRACE_EVENT_FORK || event == unix.PTRACE_EVENT_VFORK || event == unix.PTRACE_EVENT_CLONE):
+		if !stillAt(t.tid, event) {
+			return // stale (queue.go): its event message is another stop's
+		}
 		s.announced(t, event)
 		s.resume(t, 0)
 	case sig == unix.SIGTRAP && event == unix.PTRACE_EVENT_EXEC:
+		if !stillAt(t.tid, event) {
+			return
+		}
 		s.execStop(t)
 	case event == unix.PTRACE_EVENT_STOP:
 		if !fresh && isStopSignal(sig) {
@@ -305,8 +311,7 @@ func (s *session) seccompStop(t *task) {
 	}
 	var si syscallInfo
 	if err := getSyscallInfo(t.tid, &si); err != nil || si.Op != unix.PTRACE_SYSCALL_INFO_SECCOMP {
-		s.resume(t, 0)
-		return
+		return // stale (queue.go): killed, it is gone or at its exit stop, reported apart
 	}
 	if s.deferExec(t, &si, true) {
 		return
@@ -368,9 +373,8 @@ func (s *session) syscallStop(t *task) {
 		return
 	}
 	var si syscallInfo
-	if err := getSyscallInfo(t.tid, &si); err != nil {
-		s.resume(t, 0)
-		return
+	if err := getSyscallInfo(t.tid, &si); err != nil || si.Op == unix.PTRACE_SYSCALL_INFO_NONE {
+		return // stale (queue.go)
 	}
 	if si.Op == unix.PTRACE_SYSCALL_INFO_ENTRY && s.deferExec(t, &si, false) {
 		return

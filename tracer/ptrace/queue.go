@@ -2,6 +2,7 @@ package ptrace
 
 import (
 	"cmp"
+	"encoding/binary"
 	"slices"
 	"unsafe"
 
@@ -68,6 +69,26 @@ func (q *stopQueue) waitsFor(s *session, t *task) bool {
 // maxRound bounds one round's collection; each tracee reports at most a
 // stop and an exit, so it is only reached with that many tracees.
 const maxRound = 4096
+
+// A queued stop also goes stale when its thread is killed meanwhile
+// (exit_group, an exec's de_thread): SIGKILL wakes it, and it stops again
+// at its exit event (Linux 6.18) or is gone. That stop is reported apart,
+// so the stale one is dropped unserved: a request would act on the exit
+// stop. Above all, the event message of a stale fork or clone event is
+// the exit code, which was announced as a new thread (tid 0, say) that
+// never exits: the loop waited for it forever. Seccomp and syscall stops
+// are checked by the syscall info they read anyway (its op); event stops
+// by stillAt, one request more at each fork, clone and exec.
+
+// stillAt reports whether tid is still stopped at a PTRACE_EVENT_* stop of
+// this kind (its siginfo's si_code is SIGTRAP | event<<8).
+func stillAt(tid, event int) bool {
+	var si [128]byte // siginfo_t; si_code follows si_signo and si_errno
+	if ptrace(unix.PTRACE_GETSIGINFO, tid, 0, uintptr(unsafe.Pointer(&si[0]))) != nil {
+		return false
+	}
+	return int32(binary.NativeEndian.Uint32(si[8:])) == int32(unix.SIGTRAP)|int32(event)<<8
+}
 
 // next returns the next stop to handle: the round's next, or after a
 // round, the stops reported meanwhile; when there are none, it blocks.

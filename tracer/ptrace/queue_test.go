@@ -78,6 +78,59 @@ func helperSpinExec(args []string) int {
 	return 0
 }
 
+// helperForkExit: fork-exit N MS CODE. N threads fork /bin/true in a loop
+// while the leader sleeps MS milliseconds, then exits the process with
+// CODE, killing them wherever they are stopped.
+func helperForkExit(args []string) int {
+	n, _ := strconv.Atoi(args[0])
+	ms, _ := strconv.Atoi(args[1])
+	code, _ := strconv.Atoi(args[2])
+	for range n {
+		go func() {
+			runtime.LockOSThread()
+			for {
+				pid, err := syscall.ForkExec("/bin/true", []string{"true"}, &syscall.ProcAttr{Files: []uintptr{0, 1, 2}})
+				if err == nil {
+					var ws unix.WaitStatus
+					unix.Wait4(pid, &ws, 0, nil)
+				}
+			}
+		}()
+	}
+	time.Sleep(time.Duration(ms) * time.Millisecond)
+	unix.Exit(code) // exit_group
+	return 0
+}
+
+// Threads killed while their stops wait in the queue (the process exits
+// meanwhile): each stale stop is dropped. A stale fork event's message is
+// the thread's exit code, which was announced as a new thread that never
+// exits, and the trace never ended.
+func TestStaleStopsOfKilledThreads(t *testing.T) {
+	for i := range 10 {
+		c := &collector{}
+		c.onAdd = func(e *tracer.Event) {
+			if e.Kind == tracer.KindExec {
+				time.Sleep(2 * time.Millisecond) // long rounds, the forkers stopped in them
+			}
+		}
+		argv := helperArgv("fork-exit", "8", "30", "7")
+		res, err := New().Run(privtest.Deadline(t), tracer.Spec{Argv: argv}, c)
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		if res.Exit == nil || res.Exit.Code != 7 {
+			t.Fatalf("run %d: exit = %+v, want 7", i, res.Exit)
+		}
+		root := c.all()[0].PID
+		for _, e := range c.where(func(e *tracer.Event) bool { return e.Kind == tracer.KindExit }) {
+			if e.PID < 100 || e.PID == root && e.ExitCode != 7 {
+				t.Fatalf("run %d: exit event %+v (the root is %d)", i, e, root)
+			}
+		}
+	}
+}
+
 // Threads that stop together are served in rounds, least recently served
 // first: none gets ahead of another by more than a few calls while both
 // run. wait4 alone reports the newest tracee first, which let one thread
