@@ -431,6 +431,20 @@ static __always_inline __u64 wakeup_flags(bool urgent)
 	return BPF_RB_NO_WAKEUP;
 }
 
+/* The current task's name, as bpf_get_current_comm gives it, by two loads
+ * through the task's BTF pointer instead of that helper's call and
+ * byte-wise copy: ~50 ns less per sent call at exit (bpfstats, --no-fold
+ * W1, this VM). The kernel keeps comm NUL-padded (__set_task_comm); a
+ * rename meanwhile can tear it, as it can the helper's copy. */
+static __always_inline void current_comm(char *dst)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	const __u64 *src = (const __u64 *)task->comm;
+	__u64 w0 = src[0], w1 = src[1];
+	__builtin_memcpy(dst, &w0, 8);
+	__builtin_memcpy(dst + 8, &w1, 8);
+}
+
 /* Start an event for the current task, whose thread group the dispatcher
  * found traced, in its pending slot; discard() or the exit frees it. */
 static __always_inline struct event *begin(__u16 sc, __u8 kind)
@@ -470,7 +484,7 @@ static __always_inline struct event *begin(__u16 sc, __u8 kind)
 	/* Other kinds take comm once they are sure to be sent (finish): most
 	 * repeats fold. An exec's is the name before it. */
 	if (kind == KIND_EXEC)
-		bpf_get_current_comm(e->comm, sizeof(e->comm));
+		current_comm(e->comm);
 	return e;
 }
 
@@ -1110,7 +1124,7 @@ static __always_inline int finish(struct event *e, long ret)
 		}
 	}
 	if (kind != KIND_EXEC)
-		bpf_get_current_comm(e->comm, sizeof(e->comm));
+		current_comm(e->comm);
 	/* Stamped when it returns, as ptrace stamps its calls; a folded
 	 * repeat needs no clock read. */
 	e->ktime = bpf_ktime_get_ns();

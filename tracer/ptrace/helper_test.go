@@ -62,6 +62,12 @@ func runHelper(mode string, args []string) int {
 			return 1
 		}
 		return 0
+	case "round":
+		return helperRound(args)
+	case "spin-exec":
+		return helperSpinExec(args)
+	case "fork-exit":
+		return helperForkExit(args)
 	}
 	fmt.Fprintln(os.Stderr, "unknown helper mode", mode)
 	return 2

@@ -48,6 +48,12 @@ type task struct {
 	// syscall entry instead, and a traced call with no seccomp stop after
 	// its entry is one that filter answered. sawSeccomp: this call's stop.
 	filtered, sawSeccomp bool
+	// execing: at an execve from a thread other than the leader, which
+	// takes the leader's tid if it succeeds (queue.go).
+	execing bool
+	// deferred: its exec's stop went back to the end of the queue.
+	deferred bool
+	served   uint64 // the stop count when it was last served (queue.go)
 	// fdDir is an O_PATH descriptor of /proc/TID/fd plus one (0: not open
 	// yet). A stat relative to it skips the lookups of /proc and the tid,
 	// a third of the cost of the stat every ioctl and open takes.
@@ -124,6 +130,12 @@ type session struct {
 	// hold lets the sink read a failing process's view at the exit stop
 	// of its failed call, before it can exit (tracer.StopSink).
 	hold *tracer.StopHolder
+	// queue is the round of stops being served, current the one being
+	// handled, execs the execs from threads other than the leader under
+	// way (queue.go).
+	queue   stopQueue
+	current waited
+	execs   int
 }
 
 func newSession(mode stopMode, spec tracer.Spec, sink tracer.Sink) *session {
@@ -143,6 +155,7 @@ func newSession(mode stopMode, spec tracer.Spec, sink tracer.Sink) *session {
 // drop forgets a task.
 func (s *session) drop(t *task) {
 	t.closeFDs()
+	s.execDone(t)
 	if s.tasks[t.tid] == t {
 		delete(s.tasks, t.tid)
 	}
@@ -173,7 +186,6 @@ func (s *session) emit(t *task, e *tracer.Event) {
 // every wake-up; when it says so, the remaining tasks are detached.
 func (s *session) loop(shouldStop func() bool) {
 	defer s.dropAll()
-	var ws unix.WaitStatus
 	for len(s.tasks) > 0 {
 		if !s.detachAll && shouldStop() {
 			s.startDetach()
@@ -181,19 +193,20 @@ func (s *session) loop(shouldStop func() bool) {
 				break
 			}
 		}
-		pid, err := wait4(&ws)
+		w, err := s.next()
 		if err != nil {
 			// ECHILD: nothing left to wait for (should not happen while
 			// tasks remain, but never spin).
 			s.debugf("wait4: %v with %d tasks left", err, len(s.tasks))
 			return
 		}
-		if s.waker != nil && s.waker.reaped(pid) {
+		if s.waker != nil && s.waker.reaped(w.pid) {
 			continue
 		}
 		// What the probes recorded before this stop comes before it.
 		s.drainAPI()
-		s.handle(pid, ws)
+		s.current = w
+		s.handle(w.pid, w.ws)
 	}
 }
 
@@ -218,6 +231,7 @@ func (s *session) handle(pid int, ws unix.WaitStatus) {
 		return
 	}
 	s.stats.Stops++
+	t.served = s.stats.Stops
 	if t.call != nil {
 		t.stops++
 	}
@@ -241,9 +255,15 @@ func (s *session) handle(pid int, ws unix.WaitStatus) {
 		s.stats.SeccompStops++
 		s.seccompStop(t)
 	case sig == unix.SIGTRAP && (event == unix.PTRACE_EVENT_FORK || event == unix.PTRACE_EVENT_VFORK || event == unix.PTRACE_EVENT_CLONE):
+		if !stillAt(t.tid, event) {
+			return // stale (queue.go): its event message is another stop's
+		}
 		s.announced(t, event)
 		s.resume(t, 0)
 	case sig == unix.SIGTRAP && event == unix.PTRACE_EVENT_EXEC:
+		if !stillAt(t.tid, event) {
+			return
+		}
 		s.execStop(t)
 	case event == unix.PTRACE_EVENT_STOP:
 		if !fresh && isStopSignal(sig) {
@@ -285,12 +305,18 @@ func (s *session) resume(t *task, sig int) {
 }
 
 func (s *session) seccompStop(t *task) {
-	if s.quiet {
+	if s.quiet && s.queue.len() == 0 {
 		s.resume(t, 0)
 		return
 	}
 	var si syscallInfo
 	if err := getSyscallInfo(t.tid, &si); err != nil || si.Op != unix.PTRACE_SYSCALL_INFO_SECCOMP {
+		return // stale (queue.go): killed, it is gone or at its exit stop, reported apart
+	}
+	if s.deferExec(t, &si, true) {
+		return
+	}
+	if s.quiet {
 		s.resume(t, 0)
 		return
 	}
@@ -329,6 +355,14 @@ func installsFilter(si *syscallInfo) bool {
 func (s *session) syscallStop(t *task) {
 	if s.quiet {
 		t.call = nil // a call pending when the trace went quiet
+		// An exec under way ends at its exit stop (a failure) if not at
+		// its exec stop: nothing else can stop it meanwhile.
+		s.execDone(t)
+		var si syscallInfo
+		if s.queue.len() > 0 && getSyscallInfo(t.tid, &si) == nil &&
+			si.Op == unix.PTRACE_SYSCALL_INFO_ENTRY && s.deferExec(t, &si, false) {
+			return // the round was collected before the trace went quiet
+		}
 		s.resume(t, 0)
 		return
 	}
@@ -339,8 +373,10 @@ func (s *session) syscallStop(t *task) {
 		return
 	}
 	var si syscallInfo
-	if err := getSyscallInfo(t.tid, &si); err != nil {
-		s.resume(t, 0)
+	if err := getSyscallInfo(t.tid, &si); err != nil || si.Op == unix.PTRACE_SYSCALL_INFO_NONE {
+		return // stale (queue.go)
+	}
+	if si.Op == unix.PTRACE_SYSCALL_INFO_ENTRY && s.deferExec(t, &si, false) {
 		return
 	}
 	t.inSyscall = si.Op == unix.PTRACE_SYSCALL_INFO_ENTRY
@@ -349,6 +385,7 @@ func (s *session) syscallStop(t *task) {
 		t.sawSeccomp = false
 		s.enter(t, &si)
 	case unix.PTRACE_SYSCALL_INFO_EXIT:
+		s.execDone(t) // its execve failed
 		if c := t.call; c != nil {
 			t.call = nil
 			// Launched, a traced call always reaches our filter unless

@@ -56,6 +56,11 @@ var baseConfigs = []config{
 		return append(a, argv...)
 	}},
 	{name: "ebpf-other-base", cudatrace: true, neighbour: true, base: true},
+	{name: "ptrace-base", cudatrace: true, base: true, wrap: func(b *bench, rep string, argv []string) []string {
+		a := b.cudatraceArgv("ptrace", rep)
+		a[0] = b.base
+		return append(a, argv...)
+	}},
 }
 
 var configs = []config{
@@ -141,6 +146,7 @@ func main() {
 	flag.BoolVar(&b.keepReports, "keep-reports", false, "keep every cudatrace JSON report under OUT/reports")
 	flag.BoolVar(&quick, "quick", false, "a smoke run: fewer repetitions and iterations")
 	only := flag.String("workloads", "", "comma-separated subset of W1,W2,W4,start,true,W5 (default: all); start is needed for the cpu ns column")
+	onlyCfgs := flag.String("configs", "", "comma-separated subset of the configs (default: all); untraced is always run, the others are paired with it")
 	flag.DurationVar(&b.timeout, "timeout", 5*time.Minute, "limit per command")
 	flag.Parse()
 	if quick {
@@ -194,6 +200,12 @@ func main() {
 	if b.base != "" {
 		cfgs = append(slices.Clone(cfgs), baseConfigs...)
 		trueCfgs = append(trueCfgs, baseConfigs...)
+	}
+	if *onlyCfgs != "" {
+		keep := func(c config) bool {
+			return c.name != "untraced" && !slices.Contains(strings.Split(*onlyCfgs, ","), c.name)
+		}
+		cfgs, trueCfgs = slices.DeleteFunc(slices.Clone(cfgs), keep), slices.DeleteFunc(trueCfgs, keep)
 	}
 	// Alternate: each repetition rotates the config order and every other
 	// one reverses it, so no config always follows the same neighbour.
@@ -561,14 +573,14 @@ func lastLine(s string) string {
 
 var runHeader = []string{"workload", "config", "rep", "ok", "loop_ns", "ns_op", "traced", "untraced",
 	"wall_ns", "cpu_ns", "workload_cpu_ns", "maxrss_kb", "startup_ns", "nvcsw", "events", "captured", "truth", "dropped",
-	"first_event_ns", "note"}
+	"first_event_ns", "note", "nvcsw_all", "spread_ns"}
 
 func (r run) csv() []string {
 	i := func(v int64) string { return strconv.FormatInt(v, 10) }
 	return []string{r.Workload, r.Config, strconv.Itoa(r.Rep), strconv.FormatBool(r.OK),
 		r.W["loop_ns"], r.W["ns_op"], r.W["traced"], r.W["untraced"],
 		i(r.WallNs), i(r.CPUNs), r.W["cpu_ns"], i(r.MaxRSSKB), i(r.StartupNs), r.W["nvcsw"],
-		i(r.Events), i(r.Captured), i(r.Truth), i(r.Dropped), i(r.FirstEventNs), r.Note}
+		i(r.Events), i(r.Captured), i(r.Truth), i(r.Dropped), i(r.FirstEventNs), r.Note, r.W["nvcsw_all"], r.W["spread_ns"]}
 }
 
 func fatal(format string, a ...any) {

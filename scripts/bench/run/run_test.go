@@ -82,3 +82,31 @@ func TestChecksFloorRow(t *testing.T) {
 		t.Errorf("checks lack %q:\n%s", want, out.String())
 	}
 }
+
+// W4's stops count the child processes' switches too (nvcsw_all), and its
+// spread is the share of the loop between the first and last worker done.
+func TestSummariseW4StopsAndSpread(t *testing.T) {
+	w4 := func(cfg string, loopNs, nvcsw, all, spread int64) run {
+		r := w1Run(cfg, 0, loopNs, 0, nvcsw)
+		r.Workload = "W4"
+		r.W["nvcsw_all"] = strconv.FormatInt(all, 10)
+		r.W["spread_ns"] = strconv.FormatInt(spread, 10)
+		return r
+	}
+	// 1000 traced calls: 1600 switches in the process, 400 in its children.
+	runs := []run{w4("untraced", 1_000_000, 5, 10, 100_000), w4("ptrace", 4_000_000, 1605, 2010, 1_000_000)}
+	var got *row
+	for _, r := range summarise(runs) {
+		if r.Config == "ptrace" {
+			got = &r
+		}
+	}
+	if got == nil || got.Stops != 2 || got.Spread != 0.25 {
+		t.Fatalf("W4 ptrace row = %+v, want 2 stops per traced call and spread 0.25", got)
+	}
+	var out strings.Builder
+	printChecks(&out, runs)
+	if want := "W4 ptrace: workers' ends spread over"; !strings.Contains(out.String(), want) || !strings.Contains(out.String(), "25 % of the loop; 2.00 stops") {
+		t.Errorf("checks lack the W4 spread line:\n%s", out.String())
+	}
+}

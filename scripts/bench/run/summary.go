@@ -26,6 +26,7 @@ type row struct {
 	MaxRSSMB         float64 // largest peak RSS over the runs
 	Events, Truth    int64   // summed over runs (cudatrace only)
 	Dropped          int64
+	Spread           float64 // median share of the loop between the first and the last worker done (W4)
 	FirstEventMs     float64 // median time from trace start to the first event
 	WallMs           float64 // median wall time of the whole command
 }
@@ -98,7 +99,7 @@ func summarise(runs []run) []row {
 	slices.SortStableFunc(order, func(a, b key) int { return workloadRank(a.w) - workloadRank(b.w) })
 	for _, k := range order {
 		rw := row{Workload: k.w, Config: k.c}
-		var nsop, ratio, added, cpu, stops, first, wall []float64
+		var nsop, ratio, added, cpu, stops, spread, first, wall []float64
 		for _, r := range runs {
 			if r.Workload != k.w || r.Config != k.c {
 				continue
@@ -143,17 +144,29 @@ func summarise(runs []run) []row {
 			ratio = append(ratio, lr/lu)
 			added = append(added, (lr-lu)/units)
 			cpu = append(cpu, (float64(r.CPUNs-u.CPUNs)-fixedCPU[k.c])/units)
-			if k.w == "W1" && k.c != "ebpf-other" {
-				stops = append(stops, float64(r.wi("nvcsw")-u.wi("nvcsw"))/units)
+			if (k.w == "W1" || k.w == "W4") && k.c != "ebpf-other" && k.c != "ebpf-other-base" {
+				stops = append(stops, float64(r.switches()-u.switches())/units)
+			}
+			if k.w == "W4" && lr > 0 && r.W["spread_ns"] != "" {
+				spread = append(spread, float64(r.wi("spread_ns"))/lr)
 			}
 		}
 		rw.NsOp = medianOf(nsop)
 		rw.Ratio, rw.Added = newStat(ratio), newStat(added)
-		rw.CPUAdded, rw.Stops = medianOf(cpu), medianOf(stops)
+		rw.CPUAdded, rw.Stops, rw.Spread = medianOf(cpu), medianOf(stops), medianOf(spread)
 		rw.FirstEventMs, rw.WallMs = medianOf(first), medianOf(wall)
 		rows = append(rows, rw)
 	}
 	return rows
+}
+
+// switches are the workload's voluntary context switches, its child
+// processes' included (W4's), where the workload reports them.
+func (r run) switches() int64 {
+	if r.W["nvcsw_all"] != "" {
+		return r.wi("nvcsw_all")
+	}
+	return r.wi("nvcsw")
 }
 
 func workloadRank(w string) int {
@@ -170,7 +183,7 @@ func parseF(s string) float64 {
 
 var summaryHeader = []string{"workload", "config", "runs", "ok", "ns_op_median", "ratio_median", "ratio_min", "ratio_max",
 	"added_ns_median", "added_ns_min", "added_ns_max", "added_per", "cpu_added_ns", "stops_per_traced",
-	"maxrss_mb", "captured", "truth", "dropped", "first_event_ms", "wall_ms"}
+	"maxrss_mb", "captured", "truth", "dropped", "first_event_ms", "wall_ms", "end_spread"}
 
 func f1(v float64) string {
 	if math.IsNaN(v) {
@@ -191,7 +204,7 @@ func (r row) fields() []string {
 	return []string{r.Workload, r.Config, strconv.Itoa(r.Runs), strconv.Itoa(r.OK), f1(r.NsOp),
 		f3(r.Ratio.Median), f3(r.Ratio.Min), f3(r.Ratio.Max),
 		f1(r.Added.Median), f1(r.Added.Min), f1(r.Added.Max), r.Per, f1(r.CPUAdded), f3(r.Stops),
-		f1(r.MaxRSSMB), i(r.Events), i(r.Truth), i(r.Dropped), f3(r.FirstEventMs), f1(r.WallMs)}
+		f1(r.MaxRSSMB), i(r.Events), i(r.Truth), i(r.Dropped), f3(r.FirstEventMs), f1(r.WallMs), f3(r.Spread)}
 }
 
 func writeSummary(path string, rows []row) error {
@@ -302,6 +315,15 @@ func printChecks(out io.Writer, runs []run) {
 			}
 		}
 	}
+	// How evenly the tracer served W4's ten workers: the share of the loop
+	// between the first worker done and the last. A tracer that favours
+	// some tracees lets them finish early and the rest crawl on alone.
+	for _, c := range []string{"ptrace", "ptrace-base", "strace-seccomp"} {
+		if r, ok := get("W4", c); ok && !math.IsNaN(r.Spread) {
+			fmt.Fprintf(out, "  info  %-58s %.0f %% of the loop; %.2f stops, %.0f ns CPU per traced call\n",
+				"W4 "+c+": workers' ends spread over", 100*r.Spread, r.Stops, r.CPUAdded)
+		}
+	}
 	if s, ok := get("W1", "strace"); ok && okE && s.Added.valid() && e1.Added.valid() {
 		f := s.Added.Median / math.Max(e1.Added.Median, 1)
 		check("eBPF: ≥ 100x less added time per event than strace -f", f >= 100, fmt.Sprintf("%.0fx", f))
@@ -335,6 +357,8 @@ func printChecks(out io.Writer, runs []run) {
 		{"W2", "ebpf", "ebpf-base", "added per untraced call, tracee", "ns", 1},
 		{"W2", "ebpf-other", "ebpf-other-base", "added per untraced call, neighbour", "ns", 1},
 		{"W4", "ebpf", "ebpf-base", "added per traced call", "ns", 1},
+		{"W1", "ptrace", "ptrace-base", "ptrace added per traced call", "ns", 1},
+		{"W4", "ptrace", "ptrace-base", "ptrace added per traced call", "ns", 1},
 		{"start", "ebpf", "ebpf-base", "spawn → target runs", "ms", 1e6},
 		{"true", "ebpf", "ebpf-base", "cudatrace -- /bin/true, added", "ms", 1e6},
 	} {

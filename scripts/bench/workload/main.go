@@ -36,6 +36,11 @@ const rndGetEntCnt = 0x80045200
 type counts struct {
 	opens, ioctls, closes, getppids uint64
 	openErrs, ioctlErrs             uint64
+	// first and last worker to finish (unix ns): a tracer that serves
+	// its tracees unfairly lets some finish early and the rest crawl on
+	// alone, so the spread shows how evenly a tracer served the workers.
+	firstEnd, lastEnd int64
+	nvcsw             int64 // a child's voluntary context switches
 }
 
 func (c *counts) add(o counts) {
@@ -45,6 +50,13 @@ func (c *counts) add(o counts) {
 	c.getppids += o.getppids
 	c.openErrs += o.openErrs
 	c.ioctlErrs += o.ioctlErrs
+	c.nvcsw += o.nvcsw
+	if o.lastEnd != 0 {
+		if c.lastEnd == 0 || o.firstEnd < c.firstEnd {
+			c.firstEnd = o.firstEnd
+		}
+		c.lastEnd = max(c.lastEnd, o.lastEnd)
+	}
 }
 
 // traced are the calls a device tracer records: opens of the node and
@@ -87,6 +99,8 @@ func main() {
 		wg.Go(func() {
 			runtime.LockOSThread()
 			c := loop(*mode, pathPtr, *n, uintptr(*req))
+			c.firstEnd = time.Now().UnixNano()
+			c.lastEnd = c.firstEnd
 			mu.Lock()
 			total.add(c)
 			mu.Unlock()
@@ -99,8 +113,9 @@ func main() {
 	elapsed := time.Since(t0)
 
 	// Voluntary context switches: the loop never blocks, so each one is a
-	// tracer stop (ptrace, strace). Children are not included. Like the CPU
-	// time, they include what the process did before exec (a loader).
+	// tracer stop (ptrace, strace). nvcsw is this process's, children's
+	// are added in nvcsw_all. Like the CPU time, they include what the
+	// process did before exec (a loader).
 	var ru unix.Rusage
 	_ = unix.Getrusage(unix.RUSAGE_SELF, &ru) // cannot fail with a valid pointer
 	workers := *threads + *procs
@@ -110,11 +125,12 @@ func main() {
 	}
 	fmt.Printf("bench-workload mode=%s threads=%d procs=%d n=%d workers=%d "+
 		"opens=%d ioctls=%d closes=%d getppids=%d open_errors=%d ioctl_errors=%d "+
-		"traced=%d untraced=%d loop_ns=%d ns_op=%.1f start_unix_ns=%d cpu_ns=%d maxrss_kb=%d nvcsw=%d\n",
+		"traced=%d untraced=%d loop_ns=%d ns_op=%.1f start_unix_ns=%d end_unix_ns=%d spread_ns=%d cpu_ns=%d maxrss_kb=%d nvcsw=%d nvcsw_all=%d\n",
 		*mode, *threads, *procs, *n, workers,
 		total.opens, total.ioctls, total.closes, total.getppids, total.openErrs, total.ioctlErrs,
 		total.traced(), total.untraced(), elapsed.Nanoseconds(), nsOp, start.UnixNano(),
-		ru.Utime.Nano()+ru.Stime.Nano(), ru.Maxrss, ru.Nvcsw)
+		total.lastEnd, total.lastEnd-total.firstEnd,
+		ru.Utime.Nano()+ru.Stime.Nano(), ru.Maxrss, ru.Nvcsw, ru.Nvcsw+total.nvcsw)
 	if total.openErrs > 0 {
 		os.Exit(1)
 	}
@@ -198,8 +214,10 @@ func (ch child) wait() counts {
 		}
 		return v
 	}
+	end := int64(get("end_unix_ns"))
 	return counts{opens: get("opens"), ioctls: get("ioctls"), closes: get("closes"),
-		getppids: get("getppids"), openErrs: get("open_errors"), ioctlErrs: get("ioctl_errors")}
+		getppids: get("getppids"), openErrs: get("open_errors"), ioctlErrs: get("ioctl_errors"),
+		firstEnd: end, lastEnd: end, nvcsw: int64(get("nvcsw_all"))}
 }
 
 // parseLine splits "bench-workload k=v k=v ..." into a map.

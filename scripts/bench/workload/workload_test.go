@@ -57,6 +57,15 @@ func TestDeviceLoopCounts(t *testing.T) {
 	if num(t, kv, "loop_ns") <= 0 || num(t, kv, "start_unix_ns") <= 0 {
 		t.Errorf("timings missing: %v", kv)
 	}
+	// Five workers' ends, the children's included: the last ends after
+	// the start and within the loop, the spread is no longer than it.
+	start, end, spread := num(t, kv, "start_unix_ns"), num(t, kv, "end_unix_ns"), num(t, kv, "spread_ns")
+	if end <= start || spread < 0 || spread > num(t, kv, "loop_ns") {
+		t.Errorf("end_unix_ns %d, spread_ns %d: want start %d < end, 0 ≤ spread ≤ loop_ns: %v", end, spread, start, kv)
+	}
+	if num(t, kv, "nvcsw_all") < num(t, kv, "nvcsw") {
+		t.Errorf("nvcsw_all %d < nvcsw %d: the children's are added, never subtracted", num(t, kv, "nvcsw_all"), num(t, kv, "nvcsw"))
+	}
 }
 
 func TestGetppidCounts(t *testing.T) {
