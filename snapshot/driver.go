@@ -17,7 +17,7 @@ func HostDriverVersion() string {
 	if err != nil {
 		return ""
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()            // read-only: a failed close loses nothing
 	b, _ := io.ReadAll(io.LimitReader(f, 4096)) // its first line is all it needs
 	first, _, _ := strings.Cut(string(b), "\n")
 	return parseDriverVersion(first)

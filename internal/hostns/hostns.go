@@ -46,12 +46,12 @@ func JoinInitCgroupNamespace() error {
 	if err != nil {
 		return fmt.Errorf("open this process's cgroup namespace: %w", err)
 	}
-	defer unix.Close(own)
+	defer func() { _ = unix.Close(own) }() // a namespace fd: nothing to flush
 	init, err := unix.Open(initNS, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("open PID 1's cgroup namespace: %w", err)
 	}
-	defer unix.Close(init)
+	defer func() { _ = unix.Close(init) }() // a namespace fd: nothing to flush
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	if err := unix.Setns(init, unix.CLONE_NEWCGROUP); err != nil {

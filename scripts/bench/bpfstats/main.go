@@ -57,7 +57,7 @@ func main() {
 		if err != nil {
 			fatal("enable BPF stats: %v", err)
 		}
-		defer stats.Close()
+		defer func() { _ = stats.Close() }() // the kernel drops the statistics with the fd anyway
 	}
 
 	// Programs already loaded (a tracer still releasing its programs
@@ -123,11 +123,11 @@ func sampleInto(into map[ebpf.ProgramID]sample, prefix string, skip map[ebpf.Pro
 		}
 		info, err := p.Info()
 		if err != nil || !strings.HasPrefix(info.Name, prefix) {
-			p.Close()
+			_ = p.Close() // a program fd: nothing to flush
 			continue
 		}
 		st, err := p.Stats()
-		p.Close()
+		_ = p.Close() // a program fd: nothing to flush
 		if err != nil {
 			continue
 		}
