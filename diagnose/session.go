@@ -141,6 +141,16 @@ func (s *Session) readIdentity(e *tracer.Event) {
 	}
 }
 
+// Argv is a process's argv as /proc last showed it (at its first event or
+// its last exec), or nil: whole, where an exec event's is cut to what the
+// kernel side copies.
+func (s *Session) Argv(pid int) []string {
+	if id := s.snapper.identity(pid); id != nil {
+		return id.Argv
+	}
+	return nil
+}
+
 // Triggered reports whether a failure trigger fired: something failed that
 // the analysis must look at.
 func (s *Session) Triggered() bool { return s.triggered }

@@ -120,7 +120,8 @@ func interleave(lists ...[]tracer.Event) []tracer.Event {
 type fakeHost struct {
 	mu      sync.Mutex
 	cgroups map[int]string
-	collect []int // the PIDs snapshotted, in order
+	argv    map[int][]string // /proc's argv, where set (else python3 train.py PID)
+	collect []int            // the PIDs snapshotted, in order
 }
 
 func (h *fakeHost) identity(pid int) (snapshot.Identity, error) {
@@ -130,7 +131,11 @@ func (h *fakeHost) identity(pid int) (snapshot.Identity, error) {
 	if !ok {
 		return snapshot.Identity{}, fmt.Errorf("no process %d", pid)
 	}
-	return snapshot.Identity{Cgroup: cg, UID: -1, Argv: []string{"python3", "train.py", fmt.Sprint(pid)}}, nil
+	argv := h.argv[pid]
+	if argv == nil {
+		argv = []string{"python3", "train.py", fmt.Sprint(pid)}
+	}
+	return snapshot.Identity{Cgroup: cg, UID: -1, Argv: argv}, nil
 }
 
 func (h *fakeHost) system() *diagnose.System {

@@ -295,6 +295,13 @@ func (w *watcher) Event(e *tracer.Event) {
 		}
 	}
 	p.sess.Event(&ev)
+	if e.Kind == tracer.KindExec && e.Ret == 0 {
+		// The session has just read /proc: the whole argv, where the
+		// event's is cut to what the kernel side copies.
+		if a := p.sess.Argv(e.PID); len(a) > 0 {
+			p.argv = slices.Clone(a)
+		}
+	}
 	if e.Kind == tracer.KindExit {
 		p.exit = &tracer.ExitStatus{Code: e.ExitCode, Signal: e.Signal}
 		delete(w.procs, e.PID)

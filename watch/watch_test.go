@@ -461,14 +461,18 @@ func TestExecRereadsTheIdentity(t *testing.T) {
 	}
 	events := []tracer.Event{
 		{PID: 60, TID: 60, Comm: "sh", Kind: tracer.KindOpen, Syscall: "openat", Path: "/proc/driver/nvidia/params", Ret: 3},
-		{PID: 60, TID: 60, Comm: "python3", Kind: tracer.KindExec, Syscall: "execve", Argv: []string{"python3", "job.py"}},
+		// The event's argv is cut to what the kernel side copies; /proc
+		// has it whole.
+		{PID: 60, TID: 60, Comm: "python3", Kind: tracer.KindExec, Syscall: "execve", Argv: []string{"python3", "job.py", "--a-long-arg-cu"}},
 	}
+	whole := []string{"python3", "job.py", "--a-long-arg-cut-by-the-kernel-side"}
 	events = append(append(events, deniedCtl(60, "python3")...), exitOf(60, 1))
 	b := &fakeBackend{events: events, before: func(i int, _ *watcher) {
 		switch i {
 		case 1:
 			h.mu.Lock()
 			h.cgroups[60] = podCg // moved before its exec
+			h.argv = map[int][]string{60: whole}
 			h.mu.Unlock()
 		case 2:
 			reaped = true
@@ -476,8 +480,8 @@ func TestExecRereadsTheIdentity(t *testing.T) {
 	}}
 	_, _, out := watchWith(t, b, h, func(o *Options) { o.System = sys })
 	lines := parseLines(t, out)
-	if len(lines) != 1 || !slices.Equal(lines[0].Argv, []string{"python3", "job.py"}) {
-		t.Fatalf("lines %+v, want one with the exec's argv", lines)
+	if len(lines) != 1 || !slices.Equal(lines[0].Argv, whole) {
+		t.Fatalf("lines %+v, want one with the exec's whole argv, as /proc read it then", lines)
 	}
 	if len(got) == 0 {
 		t.Fatal("no snapshot taken")
