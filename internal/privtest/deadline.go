@@ -105,12 +105,15 @@ func Deadline(t testing.TB) context.Context {
 			return
 		case <-timer.C:
 		}
-		var killed []int
-		if alone(t) {
-			killed = killDescendants()
-		}
+		// Killing a test's target lets it return at once: the failure is
+		// recorded before its cleanup can mark it finished (the cleanup
+		// waits for mu), or a test unblocked by the kill would pass.
 		mu.Lock()
 		if !finished {
+			var killed []int
+			if alone(t) {
+				killed = killDescendants()
+			}
 			t.Errorf("%s: still running after %v (the per-test deadline, %s); killed this binary's processes %v",
 				t.Name(), limit, EnvTimeout, killed)
 		}
