@@ -624,12 +624,19 @@ static __always_inline bool mentions_modprobe(const char *p)
 	return s.found;
 }
 
+/* Files of NVIDIA's own: its nodes, the driver's /proc and /sys files. An
+ * open of one makes a host-wide trace follow the process (watch_follows). */
+static __always_inline bool is_nvidia_file(const char *p)
+{
+	return HAS_PREFIX(p, "/dev/nvidia") || HAS_PREFIX(p, "/proc/driver/nvidia") ||
+	       HAS_PREFIX(p, "/sys/module/nvidia");
+}
+
 /* Paths worth recording on open whatever they turn out to be (with the
  * CUDA/NVML libraries, names_nvidia_lib). */
 static __always_inline bool is_interesting_open(const char *p)
 {
-	return is_node_path(p) || HAS_PREFIX(p, "/proc/driver/nvidia") ||
-	       HAS_PREFIX(p, "/proc/devices") || HAS_PREFIX(p, "/sys/module/nvidia");
+	return is_nvidia_file(p) || HAS_PREFIX(p, "/dev/char/") || HAS_PREFIX(p, "/proc/devices");
 }
 
 /* ---- opens ---- */
@@ -921,8 +928,7 @@ static __always_inline bool watch_follows(__u8 sc, struct pt_regs *regs, __u32 t
 	e->path_uptr = sc == SC_OPEN ? args.a[0] : args.a[1];
 	if (!load_path(e))
 		return false;
-	if (!HAS_PREFIX(e->path, "/dev/nvidia") && !HAS_PREFIX(e->path, "/proc/driver/nvidia") &&
-	    !HAS_PREFIX(e->path, "/sys/module/nvidia") && !names_nvidia_lib(e, true))
+	if (!is_nvidia_file(e->path) && !names_nvidia_lib(e, true))
 		return false;
 	__u8 one = 1;
 	if (bpf_map_update_elem(&traced, &tgid, &one, BPF_ANY)) {

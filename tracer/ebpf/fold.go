@@ -26,24 +26,11 @@ func foldSettings(spec tracer.Spec) (foldAfter, error) {
 func (s *session) folded() ([]tracer.Folded, error) {
 	var out []tracer.Folded
 	err := pastThreshold(s.coll.Maps[bpfMapIoctlSites], s.fold.ioctls, &out,
-		func(site bpfIoctlSite) (tracer.Folded, error) {
-			return tracer.Folded{
-				PID:     int(site.Tgid),
-				Kind:    tracer.KindIoctl,
-				Dev:     tracer.Dev{Major: site.Major, Minor: site.Minor},
-				Request: site.Request,
-			}, nil
-		})
+		func(site bpfIoctlSite) (tracer.Folded, error) { return ioctlFolded(site), nil })
 	if err != nil {
 		return nil, fmt.Errorf("read ioctl counts: %w", err)
 	}
-	err = pastThreshold(s.coll.Maps[bpfMapCallSites], s.fold.calls, &out,
-		func(site bpfCallSite) (tracer.Folded, error) {
-			if int(site.Kind) >= len(kinds) || kinds[site.Kind] == "" {
-				return tracer.Folded{}, fmt.Errorf("unknown kind %d", site.Kind)
-			}
-			return tracer.Folded{PID: int(site.Tgid), Kind: kinds[site.Kind], Path: string(cstr(site.Path[:]))}, nil
-		})
+	err = pastThreshold(s.coll.Maps[bpfMapCallSites], s.fold.calls, &out, callFolded)
 	if err != nil {
 		return nil, fmt.Errorf("read call counts: %w", err)
 	}
@@ -53,6 +40,24 @@ func (s *session) folded() ([]tracer.Folded, error) {
 			cmp.Compare(a.Dev.Major, b.Dev.Major), cmp.Compare(a.Dev.Minor, b.Dev.Minor), cmp.Compare(a.Request, b.Request))
 	})
 	return out, nil
+}
+
+// ioctlFolded and callFolded say which site a fold-map key is (Count
+// left for the caller).
+func ioctlFolded(site bpfIoctlSite) tracer.Folded {
+	return tracer.Folded{
+		PID:     int(site.Tgid),
+		Kind:    tracer.KindIoctl,
+		Dev:     tracer.Dev{Major: site.Major, Minor: site.Minor},
+		Request: site.Request,
+	}
+}
+
+func callFolded(site bpfCallSite) (tracer.Folded, error) {
+	if int(site.Kind) >= len(kinds) || kinds[site.Kind] == "" {
+		return tracer.Folded{}, fmt.Errorf("unknown kind %d", site.Kind)
+	}
+	return tracer.Folded{PID: int(site.Tgid), Kind: kinds[site.Kind], Path: string(cstr(site.Path[:]))}, nil
 }
 
 // pastThreshold appends a Folded for every site of sites counted more than

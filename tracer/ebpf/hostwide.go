@@ -140,12 +140,15 @@ func (s *session) foldedFor(pid int) []tracer.Folded {
 	var out []tracer.Folded
 	sweep(s.coll.Maps[bpfMapIoctlSites], s.fold.ioctls, pid, func(k bpfIoctlSite) uint32 { return k.Tgid },
 		func(site bpfIoctlSite, n uint64) {
-			out = append(out, tracer.Folded{PID: pid, Kind: tracer.KindIoctl, Dev: tracer.Dev{Major: site.Major, Minor: site.Minor}, Request: site.Request, Count: n})
+			f := ioctlFolded(site)
+			f.Count = n
+			out = append(out, f)
 		})
 	sweep(s.coll.Maps[bpfMapCallSites], s.fold.calls, pid, func(k bpfCallSite) uint32 { return k.Tgid },
 		func(site bpfCallSite, n uint64) {
-			if int(site.Kind) < len(kinds) && kinds[site.Kind] != "" {
-				out = append(out, tracer.Folded{PID: pid, Kind: kinds[site.Kind], Path: string(cstr(site.Path[:])), Count: n})
+			if f, err := callFolded(site); err == nil { // an unknown kind: not one of ours to report
+				f.Count = n
+				out = append(out, f)
 			}
 		})
 	return out
