@@ -89,7 +89,11 @@ func Trace(ctx context.Context, o Options) (rep *report.Report, release func() e
 		return nil, func() error { return nil }, err
 	}
 	sess.Folded(res.Folded)
+	traced := time.Now()
 	rep = sess.Report(spec, res, started, o.Version)
+	if spec.Debug {
+		notice(fmt.Sprintf("timing: trace %v, snapshot and report %v", traced.Sub(started).Round(100*time.Microsecond), time.Since(traced).Round(100*time.Microsecond)))
+	}
 	rep.Target.User = o.User
 	release = res.Finish
 	if release == nil {

@@ -9,12 +9,18 @@ import (
 	"os"
 	"runtime/debug"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
 
 	"github.com/cudatrace/cudatrace/internal/hostns"
 	"github.com/cudatrace/cudatrace/tracer/launch"
 )
+
+// mainStarted is when the package's variables were set, just before main
+// runs: --debug's timings count from it (GODEBUG=inittrace=1 shows the
+// packages' init before it).
+var mainStarted = time.Now()
 
 // version is set at build time with -ldflags "-X main.version=..."
 // (make build); otherwise it comes from the module's build info.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"time"
 
 	"github.com/cudatrace/cudatrace/diagnose"
 	"github.com/cudatrace/cudatrace/tracer"
@@ -87,6 +88,7 @@ func traceCommand(argv []string, o *options, stdout, stderr io.Writer) error {
 	if status := newStatusLine(stderr, statusTarget(spec.Argv, spec.PIDs), len(spec.PIDs) > 0); status != nil {
 		progress = statusProgress{status}
 	}
+	tracing := time.Now()
 	rep, release, err := diagnose.Trace(ctx, diagnose.Options{
 		Spec:            spec,
 		Backend:         backend,
@@ -100,9 +102,16 @@ func traceCommand(argv []string, o *options, stdout, stderr io.Writer) error {
 	if err != nil {
 		return traceError(err, o)
 	}
+	emitting := time.Now()
 	err = emit(rep, o, stdout, stderr, len(spec.Argv) > 0)
+	emitted := time.Now()
 	if ferr := release(); ferr != nil {
 		fmt.Fprintf(stderr, "cudatrace: cleanup: %v\n", ferr)
+	}
+	if o.debug {
+		ms := func(d time.Duration) time.Duration { return d.Round(100 * time.Microsecond) }
+		fmt.Fprintf(stderr, "cudatrace: timing: main to trace %v, trace and report %v, print %v, release after print %v\n",
+			ms(tracing.Sub(mainStarted)), ms(emitting.Sub(tracing)), ms(emitted.Sub(emitting)), ms(time.Since(emitted)))
 	}
 	var ee *exitError
 	if exit := rep.Target.Exit; exit != nil && (err == nil || errors.As(err, &ee) && (ee.code == exitFound || ee.saveFailed)) {

@@ -8,6 +8,7 @@ import (
 	"path"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -55,6 +56,11 @@ type apiProbes struct {
 	attached map[[2]uint64]bool // files probed, by (st_dev, st_ino)
 	links    []link.Link
 	notes    []string
+	closed   bool // close ran: nothing more is attached
+
+	background sync.WaitGroup // preProbe's goroutine
+	// preProbed says, for --debug, how the background probing ended.
+	preProbed string
 }
 
 func newAPIProbes(enter, ret *ebpf.Program, probed *ebpf.Map) *apiProbes {
@@ -75,16 +81,46 @@ func (p *apiProbes) describe(cookie uint32) (fn, lib string, ok bool) {
 // attachLibs probes each file and closes it.
 func (p *apiProbes) attachLibs(libs []*snapshot.LibFile) {
 	for _, l := range libs {
-		if err := p.attachFile(l.File, l.Path); err != nil {
+		if err := p.attachFile(l.File, l.Path, nil); err != nil {
 			p.note("uprobes on %s: %v", l.Path, err)
 		}
 		_ = l.Close() // best-effort cleanup: nothing to do if it fails
 	}
 }
 
+// errNotWanted: the background probing found nobody left to probe for.
+var errNotWanted = errors.New("no traced process left")
+
+// preProbe probes the libraries a launched target's loader would pick,
+// in the background while the target runs: off its start-up, and not at
+// all for a target gone before the links were made (each uprobe link's
+// close waits for a grace period, ~95 ms on the H200). An open that comes
+// first is held by the kernel until its library is probed (hold_unprobed_libs),
+// so no return is missed either way. wanted says whether anyone is left.
+func (p *apiProbes) preProbe(libs []*snapshot.LibFile, wanted func() bool) {
+	p.background.Go(func() {
+		start := time.Now()
+		probed := 0
+		for _, l := range libs {
+			err := p.attachFile(l.File, l.Path, wanted)
+			switch {
+			case err == nil:
+				probed++
+			case !errors.Is(err, errNotWanted):
+				p.note("uprobes on %s: %v", l.Path, err)
+			}
+			_ = l.Close() // best-effort cleanup: nothing to do if it fails
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.preProbed = fmt.Sprintf("%d of %d libraries probed in the background in %v", probed, len(libs), time.Since(start).Round(100*time.Microsecond))
+	})
+}
+
 // attachFile puts the entry points' probes on an opened library file
-// (through /proc/self/fd, so exactly this file), once per file.
-func (p *apiProbes) attachFile(f *os.File, name string) error {
+// (through /proc/self/fd, so exactly this file), once per file. With
+// wanted, it makes no link once wanted says no (errNotWanted).
+func (p *apiProbes) attachFile(f *os.File, name string, wanted func() bool) error {
 	var st unix.Stat_t
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
 		return err
@@ -92,8 +128,11 @@ func (p *apiProbes) attachFile(f *os.File, name string) error {
 	id := [2]uint64{st.Dev, st.Ino}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.attached[id] {
+	if p.attached[id] || p.closed {
 		return nil
+	}
+	if wanted != nil && !wanted() {
+		return errNotWanted
 	}
 	base := path.Base(name)
 	ex, err := link.OpenExecutable(fmt.Sprintf("/proc/self/fd/%d", f.Fd()))
@@ -101,7 +140,10 @@ func (p *apiProbes) attachFile(f *os.File, name string) error {
 		return err
 	}
 	li := len(p.libs)
-	found, err := p.attachMulti(ex, f, base, li)
+	found, err := p.attachMulti(ex, f, base, li, wanted)
+	if errors.Is(err, errNotWanted) {
+		return err
+	}
 	if err != nil {
 		found = 0 // per symbol, below
 	}
@@ -141,13 +183,16 @@ func (p *apiProbes) attachFile(f *os.File, name string) error {
 // attachMulti attaches the library's exported entry points with one
 // uretprobe_multi link (and one uprobe_multi for those with a count out),
 // returning how many it probes; an error leaves nothing attached.
-func (p *apiProbes) attachMulti(ex *link.Executable, f *os.File, base string, li int) (int, error) {
+func (p *apiProbes) attachMulti(ex *link.Executable, f *os.File, base string, li int, wanted func() bool) (int, error) {
 	if p.enterMulti == nil || p.retMulti == nil {
 		return 0, errors.New("uprobe_multi not available")
 	}
 	exported, err := dynamicSymbols(f)
 	if err != nil {
 		return 0, err
+	}
+	if wanted != nil && !wanted() {
+		return 0, errNotWanted // the target may have ended while the symbols were read
 	}
 	var rets, enters []string
 	var retCookies []uint64
@@ -234,7 +279,7 @@ func (p *apiProbes) attachOpened(pid, fd int, name string) {
 	defer func() { _ = f.Close() }() // read-only: a failed close loses nothing
 	var st unix.Stat_t
 	if unix.Fstat(int(f.Fd()), &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
-		if err := p.attachFile(f, name); err != nil {
+		if err := p.attachFile(f, name, nil); err != nil {
 			p.note("uprobes on %s: %v", name, err)
 		}
 	}
@@ -255,7 +300,7 @@ func (p *apiProbes) attachUnstopped(h heldOpen) {
 	if f, err := os.OpenFile(fmt.Sprintf("/proc/%d/fd/%d", h.pid, h.fd), os.O_RDONLY|unix.O_NONBLOCK, 0); err == nil {
 		if same(f) {
 			attached = true
-			if err := p.attachFile(f, h.path); err != nil {
+			if err := p.attachFile(f, h.path, nil); err != nil {
 				p.note("uprobes on %s: %v", h.path, err)
 			}
 		}
@@ -264,7 +309,7 @@ func (p *apiProbes) attachUnstopped(h heldOpen) {
 	for _, l := range snapshot.OpenMappedLibraries(h.pid) {
 		if !attached && same(l.File) {
 			attached = true
-			if err := p.attachFile(l.File, h.path); err != nil {
+			if err := p.attachFile(l.File, h.path, nil); err != nil {
 				p.note("uprobes on %s: %v", h.path, err)
 			}
 		}
@@ -298,9 +343,11 @@ func (p *apiProbes) probedLibs() []string {
 // made a run with both libraries probed take ~400 ms longer to exit.
 func (p *apiProbes) close() {
 	p.mu.Lock()
+	p.closed = true // after a background attach in flight, which holds mu
 	links := p.links
 	p.links = nil
 	p.mu.Unlock()
+	p.background.Wait() // its files closed
 	var wg sync.WaitGroup
 	for _, l := range links {
 		wg.Go(func() { _ = l.Close() }) // best-effort cleanup: nothing to do if it fails

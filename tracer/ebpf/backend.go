@@ -390,9 +390,18 @@ func (s *session) detach() {
 func (s *session) close() {
 	// Both wait for grace periods: overlap them.
 	var wg sync.WaitGroup
-	wg.Go(s.api.close)
+	var uprobes time.Duration
+	wg.Go(func() {
+		start := time.Now()
+		s.api.close()
+		uprobes = time.Since(start)
+	})
 	s.detach()
 	wg.Wait()
+	if s.api.preProbed != "" {
+		s.phases.note("uprobes: " + s.api.preProbed)
+	}
+	s.phases.note(fmt.Sprintf("uprobes detached in %v", uprobes.Round(100*time.Microsecond)))
 	if s.rd != nil {
 		_ = s.rd.Close() // best-effort cleanup: nothing to do if it fails
 	}
@@ -442,15 +451,17 @@ func (s *session) runLaunch(spec tracer.Spec, child *launch.Child, res *tracer.R
 		child.Abort()
 		return err
 	}
-	// The libraries the target's loader would pick are probed before it
-	// runs; one opened from anywhere else is held at its open (hold_unprobed_libs).
-	s.api.attachLibs(snapshot.OpenCUDALibraries(fmt.Sprintf("/proc/%d/root", child.PID), os.Getenv("LD_LIBRARY_PATH")))
+	// The libraries the target's loader would pick, as its root shows them
+	// now, are probed while it runs; until then, and for one opened from
+	// anywhere else, its open is held (hold_unprobed_libs).
+	libs := snapshot.OpenCUDALibraries(fmt.Sprintf("/proc/%d/root", child.PID), os.Getenv("LD_LIBRARY_PATH"))
 	s.phases.mark("attached")
 	waitc := make(chan waitResult, 1)
 	if err := child.Release(); err != nil {
 		// The loader is gone already; Wait says how it ended.
 		res.Notes = append(res.Notes, fmt.Sprintf("releasing the target failed: %v", err))
 	}
+	s.api.preProbe(libs, s.tracing)
 	go func() {
 		st, err := child.Wait()
 		waitc <- waitResult{st, err}

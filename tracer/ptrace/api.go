@@ -2,7 +2,6 @@ package ptrace
 
 import (
 	"fmt"
-	"os"
 
 	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/snapshot"
@@ -22,10 +21,12 @@ import (
 // apiUnknownNote starts the one line saying why the codes are missing.
 const apiUnknownNote = "CUDA's return code is unknown: "
 
-// startAPI loads the probes and puts them on the libraries the targets
-// pids would load (launch: as their loader would find them) or have loaded
-// (attach: their mappings, and the loader's choice for a later dlopen). Without them the
-// trace goes on, with res saying why.
+// startAPI loads the probes and, attaching, puts them on the libraries the
+// processes pids have loaded (their mappings, and the loader's choice for a
+// later dlopen). A launched target's libraries are probed at their opens'
+// exit stops, where it waits anyway: a target that never loads one costs
+// no uprobe (each link's close waits for a grace period). Without the
+// probes the trace goes on, with res saying why.
 func (s *session) startAPI(res *tracer.Result, pids []int, launched bool) {
 	p, err := ebpf.StartAPIProbes(s.start)
 	if err != nil {
@@ -40,13 +41,10 @@ func (s *session) startAPI(res *tracer.Result, pids []int, launched bool) {
 		s.traceAPI(tgid)
 	}
 	for _, pid := range pids {
-		root := fmt.Sprintf("/proc/%d/root", pid)
-		if launched {
-			p.AttachLibs(snapshot.OpenCUDALibraries(root, os.Getenv("LD_LIBRARY_PATH")))
-			continue
+		if !launched {
+			p.AttachLibs(snapshot.OpenMappedLibraries(pid))
+			p.AttachLibs(snapshot.OpenCUDALibraries(fmt.Sprintf("/proc/%d/root", pid), ebpf.TargetLibraryPath(pid)))
 		}
-		p.AttachLibs(snapshot.OpenMappedLibraries(pid))
-		p.AttachLibs(snapshot.OpenCUDALibraries(root, ebpf.TargetLibraryPath(pid)))
 	}
 	if onAPIStarted != nil {
 		onAPIStarted()

@@ -1,0 +1,75 @@
+package ebpf
+
+import (
+	"testing"
+	"time"
+
+	"github.com/cudatrace/cudatrace/internal/fakelib"
+	"github.com/cudatrace/cudatrace/internal/privtest"
+	"github.com/cudatrace/cudatrace/snapshot"
+)
+
+// The background probing of a launched target's libraries makes no link
+// once nobody is left to probe for (a target that exits at once pays no
+// uprobe detach), probes them all otherwise, and close waits for it: no
+// link is made after close, and the library files are closed.
+func TestPreProbe(t *testing.T) {
+	privtest.RequireRoot(t)
+	dir := fakelib.Build(t)
+	for _, tc := range []struct {
+		name   string
+		wanted bool
+		probed int
+	}{{"target gone", false, 0}, {"target running", true, 2}} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := StartAPIProbes(time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			libs := snapshot.OpenCUDALibraries("/", dir)
+			if len(libs) != 2 {
+				t.Fatalf("found %d libraries in %s, want the fake libcuda and libnvidia-ml", len(libs), dir)
+			}
+			asked := 0
+			p.probes.preProbe(libs, func() bool { asked++; return tc.wanted })
+			p.probes.background.Wait()
+			if got := len(p.Libraries()); got != tc.probed {
+				t.Errorf("%d libraries probed (%v), want %d", got, p.Libraries(), tc.probed)
+			}
+			if asked == 0 {
+				t.Error("wanted was never asked")
+			}
+			p.probes.mu.Lock()
+			links := len(p.probes.links)
+			p.probes.mu.Unlock()
+			if tc.probed == 0 && links != 0 {
+				t.Errorf("%d links made for nobody", links)
+			}
+			for _, l := range libs {
+				if l.File.Fd() != ^uintptr(0) {
+					t.Errorf("%s left open", l.Path)
+				}
+			}
+			p.Close()
+		})
+	}
+	t.Run("close during probing", func(t *testing.T) {
+		p, err := StartAPIProbes(time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		libs := snapshot.OpenCUDALibraries("/", dir)
+		p.probes.preProbe(libs, func() bool { return true })
+		p.Close() // waits for the goroutine
+		p.probes.mu.Lock()
+		defer p.probes.mu.Unlock()
+		if len(p.probes.links) != 0 {
+			t.Errorf("%d links left after close", len(p.probes.links))
+		}
+		for _, l := range libs {
+			if l.File.Fd() != ^uintptr(0) {
+				t.Errorf("%s left open after close", l.Path)
+			}
+		}
+	})
+}
