@@ -870,12 +870,14 @@ static __always_inline void read_args(struct pt_regs *regs, struct sys_args *arg
 	}
 }
 
-/* Begin recording a traced call of a traced process from its registers. */
-static __always_inline int enter(__u8 sc, struct pt_regs *regs)
+/* Begin recording a traced call of a traced process from its arguments.
+ * A global function: the verifier checks it once per program, for any
+ * arguments (sys_exit's no-entry path inlined it into a second copy). */
+__attribute__((noinline)) int enter_args(__u8 sc, struct sys_args *args)
 {
-	struct sys_args args;
-	read_args(regs, &args);
-	unsigned long *a = args.a;
+	if (!args)
+		return 0;
+	unsigned long *a = args->a;
 	unsigned long path;
 	__u64 flags;
 	__u32 mode;
@@ -907,6 +909,14 @@ static __always_inline int enter(__u8 sc, struct pt_regs *regs)
 		return node_enter(sc, a);
 	}
 	return open_enter(sc, path, flags, mode);
+}
+
+/* Begin recording a traced call from its registers. */
+static __always_inline int enter(__u8 sc, struct pt_regs *regs)
+{
+	struct sys_args args;
+	read_args(regs, &args);
+	return enter_args(sc, &args);
 }
 
 /* Host-wide: does this open by an untraced process name something of
@@ -1046,13 +1056,61 @@ static __always_inline bool fold(struct event *e, __u8 kind, long ret, bool held
 	return past_first(&call_sites, &k, fold_calls_after);
 }
 
-/* Complete the call in its slot, send it as far as its kind needs (unless
- * it folds), and free the slot. */
-static __always_inline int finish(struct event *e, long ret)
+/* An open's completion: its path read and matched, its node looked up,
+ * its hold decided. OPEN_DISCARD: not one to record (discarded);
+ * OPEN_HELD: its process is to be held. A global function: verified once,
+ * not once per path into it. */
+enum { OPEN_DISCARD = -1, OPEN_KEEP = 0, OPEN_HELD = 1 };
+
+__attribute__((noinline)) int finish_open(struct event *e, long ret)
 {
+	if (!e)
+		return OPEN_DISCARD;
 	umode_t imode = 0;
 	dev_t rdev = 0;
-	bool have_inode = false, held = false;
+	bool have_inode = false;
+	int verdict = OPEN_KEEP;
+
+	load_path(e);
+	/* The file-name scan runs once, for the filter and the hold,
+	 * and not for the node and /proc paths the prefixes settle
+	 * (no library lives there). */
+	bool known = is_interesting_open(e->path);
+	bool lib = names_nvidia_lib(e, !known);
+	e->matched = known || lib;
+	if (ret >= 0)
+		have_inode = fd_inode((int)ret, &imode, &rdev) && is_dev_mode(imode);
+	/* An unknown path counts only if it opened an NVIDIA node. */
+	if (!e->matched && !(have_inode && (imode & S_IFMT) == S_IFCHR && is_nvidia_major(rdev >> 20))) {
+		discard(e);
+		return OPEN_DISCARD;
+	}
+	if (have_inode)
+		set_kdev(e, rdev);
+	if (have_inode && (imode & S_IFMT) == S_IFCHR && HAS_PREFIX(e->path, "/dev/nvidia") &&
+	    !is_nvidia_major(rdev >> 20)) {
+		__u8 one = 1;
+		bpf_map_update_elem(&path_devs, &rdev, &one, BPF_ANY);
+	}
+	if ((hold_unprobed_libs || host_wide) && ret >= 0 && !have_inode && lib) {
+		struct lib_id id;
+		if (fd_file_id((int)ret, &id) && !bpf_map_lookup_elem(&probed_libs, &id)) {
+			e->held = hold_unprobed_libs ? 1 : 2;
+			verdict = OPEN_HELD;
+			e->request = id.dev;
+			e->uptr = id.ino;
+		}
+	}
+	return verdict;
+}
+
+/* Complete the call in its slot, send it as far as its kind needs (unless
+ * it folds), and free the slot. Global, as finish_open. */
+__attribute__((noinline)) int finish(struct event *e, long ret)
+{
+	if (!e)
+		return 0;
+	bool held = false;
 	/* Read once, not reloaded after every helper that writes e. */
 	const __u8 kind = e->kind;
 
@@ -1061,36 +1119,10 @@ static __always_inline int finish(struct event *e, long ret)
 	e->tid = (__u32)bpf_get_current_pid_tgid();
 
 	if (kind == KIND_OPEN) {
-		load_path(e);
-		/* The file-name scan runs once, for the filter and the hold,
-		 * and not for the node and /proc paths the prefixes settle
-		 * (no library lives there). */
-		bool known = is_interesting_open(e->path);
-		bool lib = names_nvidia_lib(e, !known);
-		e->matched = known || lib;
-		if (ret >= 0)
-			have_inode = fd_inode((int)ret, &imode, &rdev) && is_dev_mode(imode);
-		/* An unknown path counts only if it opened an NVIDIA node. */
-		if (!e->matched && !(have_inode && (imode & S_IFMT) == S_IFCHR && is_nvidia_major(rdev >> 20))) {
-			discard(e);
+		int v = finish_open(e, ret);
+		if (v == OPEN_DISCARD)
 			return 0;
-		}
-		if (have_inode)
-			set_kdev(e, rdev);
-		if (have_inode && (imode & S_IFMT) == S_IFCHR && HAS_PREFIX(e->path, "/dev/nvidia") &&
-		    !is_nvidia_major(rdev >> 20)) {
-			__u8 one = 1;
-			bpf_map_update_elem(&path_devs, &rdev, &one, BPF_ANY);
-		}
-		if ((hold_unprobed_libs || host_wide) && ret >= 0 && !have_inode && lib) {
-			struct lib_id id;
-			if (fd_file_id((int)ret, &id) && !bpf_map_lookup_elem(&probed_libs, &id)) {
-				e->held = hold_unprobed_libs ? 1 : 2;
-				held = true;
-				e->request = id.dev;
-				e->uptr = id.ino;
-			}
-		}
+		held = v == OPEN_HELD;
 	}
 	/* Folded repeats are counted before anything else is read for them. */
 	if (fold(e, kind, ret, held)) {

@@ -2,6 +2,7 @@ package ebpf
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,14 +39,22 @@ func loadEach(t *testing.T, spec *ebpf.CollectionSpec) {
 				}
 			}
 			start := time.Now()
-			coll, err := ebpf.NewCollection(one)
+			coll, err := ebpf.NewCollectionWithOptions(one, ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{LogLevel: ebpf.LogLevelStats}})
 			if err != nil {
 				t.Fatalf("%s: %v", name, err)
 			}
 			took := time.Since(start) // maps and BTF included; a log, not an assertion
 			info, _ := coll.Programs[name].Info()
 			if insns, ok := info.VerifiedInstructions(); ok {
-				t.Logf("%s: %d verified instructions, loaded in %v", name, insns, took.Round(time.Millisecond/10))
+				// The kernel's own "verification time N usec" line says
+				// what the verifier took of it.
+				verifier := ""
+				for _, l := range strings.Split(coll.Programs[name].VerifierLog, "\n") {
+					if strings.HasPrefix(l, "verification time") {
+						verifier = ", " + l
+					}
+				}
+				t.Logf("%s: %d verified instructions, loaded in %v%s", name, insns, took.Round(time.Millisecond/10), verifier)
 			}
 			coll.Close()
 		})
