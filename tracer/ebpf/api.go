@@ -187,34 +187,35 @@ func (p *apiProbes) attachMulti(ex *link.Executable, f *os.File, base string, li
 	if p.enterMulti == nil || p.retMulti == nil {
 		return 0, errors.New("uprobe_multi not available")
 	}
-	exported, err := dynamicSymbols(f)
+	exported, err := exportedFuncs(f)
 	if err != nil {
 		return 0, err
 	}
 	if wanted != nil && !wanted() {
 		return 0, errNotWanted // the target may have ended while the symbols were read
 	}
-	var rets, enters []string
-	var retCookies []uint64
+	var rets, enters, retCookies []uint64
 	for fi, fn := range apiFuncs {
-		if !strings.HasPrefix(base, fn.lib) || !exported[fn.name] {
+		off, ok := exported[fn.name]
+		if !strings.HasPrefix(base, fn.lib) || !ok {
 			continue
 		}
-		rets = append(rets, fn.name)
+		rets = append(rets, off)
 		retCookies = append(retCookies, apiCookie(li, fi))
 		if fn.countOut {
-			enters = append(enters, fn.name)
+			enters = append(enters, off)
 		}
 	}
 	if len(rets) == 0 {
 		return 0, nil
 	}
-	rl, err := ex.UretprobeMulti(rets, p.retMulti, &link.UprobeMultiOptions{Cookies: retCookies})
+	// By offset: the library's symbols are not read a second time.
+	rl, err := ex.UretprobeMulti(nil, p.retMulti, &link.UprobeMultiOptions{Addresses: rets, Cookies: retCookies})
 	if err != nil {
 		return 0, err
 	}
 	if len(enters) > 0 {
-		el, err := ex.UprobeMulti(enters, p.enterMulti, nil)
+		el, err := ex.UprobeMulti(nil, p.enterMulti, &link.UprobeMultiOptions{Addresses: enters})
 		if err != nil {
 			_ = rl.Close() // best-effort cleanup: nothing to do if it fails
 			return 0, err
@@ -225,9 +226,10 @@ func (p *apiProbes) attachMulti(ex *link.Executable, f *os.File, base string, li
 	return len(rets), nil
 }
 
-// dynamicSymbols are the names a shared library exports (.dynsym): the
-// entry points a uprobe_multi link may name (one missing fails the link).
-func dynamicSymbols(f *os.File) (map[string]bool, error) {
+// exportedFuncs are the functions a shared library exports (.dynsym), by
+// name, at the file offsets a uprobe takes: the symbol's address less its
+// executable segment's address, plus that segment's file offset.
+func exportedFuncs(f *os.File) (map[string]uint64, error) {
 	ef, err := elf.NewFile(f)
 	if err != nil {
 		return nil, err
@@ -236,10 +238,16 @@ func dynamicSymbols(f *os.File) (map[string]bool, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[string]bool, len(apiFuncs))
+	out := make(map[string]uint64, len(apiFuncs))
 	for _, s := range syms {
-		if s.Section != elf.SHN_UNDEF && elf.ST_TYPE(s.Info) == elf.STT_FUNC {
-			out[s.Name] = true
+		if s.Section == elf.SHN_UNDEF || elf.ST_TYPE(s.Info) != elf.STT_FUNC {
+			continue
+		}
+		for _, seg := range ef.Progs {
+			if seg.Type == elf.PT_LOAD && seg.Flags&elf.PF_X != 0 && seg.Vaddr <= s.Value && s.Value < seg.Vaddr+seg.Memsz {
+				out[s.Name] = s.Value - seg.Vaddr + seg.Off
+				break
+			}
 		}
 	}
 	return out, nil

@@ -1,8 +1,12 @@
 package ebpf
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/cilium/ebpf/link"
 
 	"github.com/cudatrace/cudatrace/internal/fakelib"
 	"github.com/cudatrace/cudatrace/internal/privtest"
@@ -72,4 +76,39 @@ func TestPreProbe(t *testing.T) {
 			}
 		}
 	})
+}
+
+// The offsets the probes are attached at, read from .dynsym alone, are the
+// ones cilium/ebpf resolves the same names to from all the symbols.
+func TestExportedFuncOffsets(t *testing.T) {
+	dir := fakelib.Build(t)
+	path := filepath.Join(dir, "libcuda.so.1")
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = f.Close() }() // read-only
+	got, err := exportedFuncs(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex, err := link.OpenExecutable(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, fn := range apiFuncs {
+		off, ok := got[fn.name]
+		if !ok || fn.lib != "libcuda.so" {
+			continue
+		}
+		n++
+		sym, err := ex.Symbol(off)
+		if err != nil || sym.Symbol != fn.name || sym.Offset != 0 {
+			t.Errorf("%s at offset %#x: cilium/ebpf says %+v (%v)", fn.name, off, sym, err)
+		}
+	}
+	if n == 0 || got["cuInit"] == 0 {
+		t.Fatalf("no entry point found in %s: %v", path, got)
+	}
 }
