@@ -319,6 +319,24 @@ struct {
 	__type(value, __u64);
 } drops SEC(".maps");
 
+/* sys_exit's tail calls (filled by user space before anything is
+ * attached): a call whose entry no program saw is begun by its own
+ * program, verified beside ct_sys_exit instead of inside it, which then
+ * finishes it as any other. */
+enum exit_tail_slot {
+	TAIL_UNENTERED = 0, /* ct_sys_exit_unentered */
+	TAIL_EXIT = 1,      /* ct_sys_exit */
+	TAIL_MAX,
+};
+const enum exit_tail_slot *unused_exit_tail_slot __attribute__((unused));
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, TAIL_MAX);
+	__type(key, __u32);
+	__type(value, __u32);
+} exit_tail SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 8 << 20); /* user space may resize before load */
@@ -1210,15 +1228,9 @@ int ct_sys_exit(__u64 *ctx)
 		 * Its arguments are still in the registers. */
 		if (ret >= 0 || ret < -4095 || !is_traced(bpf_get_current_pid_tgid() >> 32))
 			return 0;
-		enter(sc, (struct pt_regs *)ctx[0]);
-		e = bpf_task_storage_get(&pending, bpf_get_current_task_btf(), 0, 0);
-		if (!e)
-			return 0;
-		if (e->kind == 0) {
-			e->no_entry = 0; /* not one to record; no later exit's business */
-			return 0;
-		}
-		e->no_entry = 1;
+		bpf_tail_call(ctx, &exit_tail, TAIL_UNENTERED);
+		count_drop(DROP_PENDING); /* not reached: user space fills the slots first */
+		return 0;
 	}
 	if (e->syscall != sc) {
 		/* Left by a call whose exit was not seen; not this one. */
@@ -1237,6 +1249,30 @@ int ct_sys_exit(__u64 *ctx)
 		e->matched = 1;
 	}
 	return finish(e, ret);
+}
+
+/* The exit of a failed call of a traced process whose entry no program
+ * saw (tail-called by ct_sys_exit, never attached): begin it from the
+ * registers, then let ct_sys_exit finish it. */
+SEC("tp_btf/sys_exit")
+int ct_sys_exit_unentered(__u64 *ctx)
+{
+	__u8 sc = traced_syscall(syscall_nr((struct pt_regs *)ctx[0]));
+	if (sc == SC_NONE)
+		return 0;
+	enter(sc, (struct pt_regs *)ctx[0]);
+	struct event *e = bpf_task_storage_get(&pending, bpf_get_current_task_btf(), 0, 0);
+	if (!e)
+		return 0;
+	if (e->kind == 0) {
+		e->no_entry = 0; /* not one to record; no later exit's business */
+		return 0;
+	}
+	e->no_entry = 1;
+	bpf_tail_call(ctx, &exit_tail, TAIL_EXIT);
+	discard(e); /* not reached: user space fills the slots first */
+	count_drop(DROP_PENDING);
+	return 0;
 }
 
 /* ---- process lifecycle ---- */

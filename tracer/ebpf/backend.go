@@ -334,6 +334,10 @@ func load(spec tracer.Spec, ringBytes int, phases *phaseLog) (*session, error) {
 		s.close()
 		return nil, err
 	}
+	if err := setExitTails(coll); err != nil {
+		s.close()
+		return nil, err
+	}
 	if s.rd, err = ringbuf.NewReader(coll.Maps[bpfMapEvents]); err != nil {
 		s.close()
 		return nil, fmt.Errorf("open ring buffer: %w", err)
@@ -405,6 +409,7 @@ func (s *session) close() {
 	if s.rd != nil {
 		_ = s.rd.Close() // best-effort cleanup: nothing to do if it fails
 	}
+	clearExitTails(s.coll)
 	s.coll.Close()
 }
 

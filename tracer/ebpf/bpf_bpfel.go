@@ -82,6 +82,14 @@ const (
 	bpfEventKindKIND_API     bpfEventKind = 12
 )
 
+type bpfExitTailSlot uint32
+
+const (
+	bpfExitTailSlotTAIL_UNENTERED bpfExitTailSlot = 0
+	bpfExitTailSlotTAIL_EXIT      bpfExitTailSlot = 1
+	bpfExitTailSlotTAIL_MAX       bpfExitTailSlot = 2
+)
+
 type bpfInbandWord struct {
 	_       structs.HostLayout
 	Off     uint32
@@ -164,49 +172,52 @@ const (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	bpfMapApiOutArg          = "api_out_arg"
-	bpfMapCallSites          = "call_sites"
-	bpfMapDrops              = "drops"
-	bpfMapEvents             = "events"
-	bpfMapInbandStatus       = "inband_status"
-	bpfMapIoctlSites         = "ioctl_sites"
-	bpfMapNvidiaMajors       = "nvidia_majors"
-	bpfMapPathDevs           = "path_devs"
-	bpfMapPending            = "pending"
-	bpfMapProbedLibs         = "probed_libs"
-	bpfMapTraced             = "traced"
-	bpfMapWatchScratch       = "watch_scratch"
-	bpfProgCtApiEnter        = "ct_api_enter"
-	bpfProgCtApiEnterMulti   = "ct_api_enter_multi"
-	bpfProgCtApiRet          = "ct_api_ret"
-	bpfProgCtApiRetMulti     = "ct_api_ret_multi"
-	bpfProgCtExit            = "ct_exit"
-	bpfProgCtFork            = "ct_fork"
-	bpfProgCtSysEnter        = "ct_sys_enter"
-	bpfProgCtSysExit         = "ct_sys_exit"
-	bpfVarCaptureIoctlArgs   = "capture_ioctl_args"
-	bpfVarExitTpHasGroupDead = "exit_tp_has_group_dead"
-	bpfVarFoldCallsAfter     = "fold_calls_after"
-	bpfVarFoldIoctlsAfter    = "fold_ioctls_after"
-	bpfVarFollowChildren     = "follow_children"
-	bpfVarHoldUnprobedLibs   = "hold_unprobed_libs"
-	bpfVarHostWide           = "host_wide"
-	bpfVarNrToSc             = "nr_to_sc"
-	bpfVarSelfTgid           = "self_tgid"
-	bpfVarStatModeOff        = "stat_mode_off"
-	bpfVarStatRdevOff        = "stat_rdev_off"
-	bpfVarUnusedCallSite     = "unused_call_site"
-	bpfVarUnusedDrop         = "unused_drop"
-	bpfVarUnusedInbandWord   = "unused_inband_word"
-	bpfVarUnusedIoctlSite    = "unused_ioctl_site"
-	bpfVarUnusedKind         = "unused_kind"
-	bpfVarUnusedLibId        = "unused_lib_id"
-	bpfVarUnusedLimits       = "unused_limits"
-	bpfVarUnusedOpenFlags    = "unused_open_flags"
-	bpfVarUnusedStatxLayout  = "unused_statx_layout"
-	bpfVarUnusedSyscall      = "unused_syscall"
-	bpfVarUseRdonlyCast      = "use_rdonly_cast"
-	bpfVarWakeupBytes        = "wakeup_bytes"
+	bpfMapApiOutArg           = "api_out_arg"
+	bpfMapCallSites           = "call_sites"
+	bpfMapDrops               = "drops"
+	bpfMapEvents              = "events"
+	bpfMapExitTail            = "exit_tail"
+	bpfMapInbandStatus        = "inband_status"
+	bpfMapIoctlSites          = "ioctl_sites"
+	bpfMapNvidiaMajors        = "nvidia_majors"
+	bpfMapPathDevs            = "path_devs"
+	bpfMapPending             = "pending"
+	bpfMapProbedLibs          = "probed_libs"
+	bpfMapTraced              = "traced"
+	bpfMapWatchScratch        = "watch_scratch"
+	bpfProgCtApiEnter         = "ct_api_enter"
+	bpfProgCtApiEnterMulti    = "ct_api_enter_multi"
+	bpfProgCtApiRet           = "ct_api_ret"
+	bpfProgCtApiRetMulti      = "ct_api_ret_multi"
+	bpfProgCtExit             = "ct_exit"
+	bpfProgCtFork             = "ct_fork"
+	bpfProgCtSysEnter         = "ct_sys_enter"
+	bpfProgCtSysExit          = "ct_sys_exit"
+	bpfProgCtSysExitUnentered = "ct_sys_exit_unentered"
+	bpfVarCaptureIoctlArgs    = "capture_ioctl_args"
+	bpfVarExitTpHasGroupDead  = "exit_tp_has_group_dead"
+	bpfVarFoldCallsAfter      = "fold_calls_after"
+	bpfVarFoldIoctlsAfter     = "fold_ioctls_after"
+	bpfVarFollowChildren      = "follow_children"
+	bpfVarHoldUnprobedLibs    = "hold_unprobed_libs"
+	bpfVarHostWide            = "host_wide"
+	bpfVarNrToSc              = "nr_to_sc"
+	bpfVarSelfTgid            = "self_tgid"
+	bpfVarStatModeOff         = "stat_mode_off"
+	bpfVarStatRdevOff         = "stat_rdev_off"
+	bpfVarUnusedCallSite      = "unused_call_site"
+	bpfVarUnusedDrop          = "unused_drop"
+	bpfVarUnusedExitTailSlot  = "unused_exit_tail_slot"
+	bpfVarUnusedInbandWord    = "unused_inband_word"
+	bpfVarUnusedIoctlSite     = "unused_ioctl_site"
+	bpfVarUnusedKind          = "unused_kind"
+	bpfVarUnusedLibId         = "unused_lib_id"
+	bpfVarUnusedLimits        = "unused_limits"
+	bpfVarUnusedOpenFlags     = "unused_open_flags"
+	bpfVarUnusedStatxLayout   = "unused_statx_layout"
+	bpfVarUnusedSyscall       = "unused_syscall"
+	bpfVarUseRdonlyCast       = "use_rdonly_cast"
+	bpfVarWakeupBytes         = "wakeup_bytes"
 )
 
 // loadBpf returns the embedded CollectionSpec for bpf.
@@ -251,14 +262,15 @@ type bpfSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type bpfProgramSpecs struct {
-	CtApiEnter      *ebpf.ProgramSpec `ebpf:"ct_api_enter"`
-	CtApiEnterMulti *ebpf.ProgramSpec `ebpf:"ct_api_enter_multi"`
-	CtApiRet        *ebpf.ProgramSpec `ebpf:"ct_api_ret"`
-	CtApiRetMulti   *ebpf.ProgramSpec `ebpf:"ct_api_ret_multi"`
-	CtExit          *ebpf.ProgramSpec `ebpf:"ct_exit"`
-	CtFork          *ebpf.ProgramSpec `ebpf:"ct_fork"`
-	CtSysEnter      *ebpf.ProgramSpec `ebpf:"ct_sys_enter"`
-	CtSysExit       *ebpf.ProgramSpec `ebpf:"ct_sys_exit"`
+	CtApiEnter         *ebpf.ProgramSpec `ebpf:"ct_api_enter"`
+	CtApiEnterMulti    *ebpf.ProgramSpec `ebpf:"ct_api_enter_multi"`
+	CtApiRet           *ebpf.ProgramSpec `ebpf:"ct_api_ret"`
+	CtApiRetMulti      *ebpf.ProgramSpec `ebpf:"ct_api_ret_multi"`
+	CtExit             *ebpf.ProgramSpec `ebpf:"ct_exit"`
+	CtFork             *ebpf.ProgramSpec `ebpf:"ct_fork"`
+	CtSysEnter         *ebpf.ProgramSpec `ebpf:"ct_sys_enter"`
+	CtSysExit          *ebpf.ProgramSpec `ebpf:"ct_sys_exit"`
+	CtSysExitUnentered *ebpf.ProgramSpec `ebpf:"ct_sys_exit_unentered"`
 }
 
 // bpfMapSpecs contains maps before they are loaded into the kernel.
@@ -269,6 +281,7 @@ type bpfMapSpecs struct {
 	CallSites    *ebpf.MapSpec `ebpf:"call_sites"`
 	Drops        *ebpf.MapSpec `ebpf:"drops"`
 	Events       *ebpf.MapSpec `ebpf:"events"`
+	ExitTail     *ebpf.MapSpec `ebpf:"exit_tail"`
 	InbandStatus *ebpf.MapSpec `ebpf:"inband_status"`
 	IoctlSites   *ebpf.MapSpec `ebpf:"ioctl_sites"`
 	NvidiaMajors *ebpf.MapSpec `ebpf:"nvidia_majors"`
@@ -296,6 +309,7 @@ type bpfVariableSpecs struct {
 	StatRdevOff        *ebpf.VariableSpec `ebpf:"stat_rdev_off"`
 	UnusedCallSite     *ebpf.VariableSpec `ebpf:"unused_call_site"`
 	UnusedDrop         *ebpf.VariableSpec `ebpf:"unused_drop"`
+	UnusedExitTailSlot *ebpf.VariableSpec `ebpf:"unused_exit_tail_slot"`
 	UnusedInbandWord   *ebpf.VariableSpec `ebpf:"unused_inband_word"`
 	UnusedIoctlSite    *ebpf.VariableSpec `ebpf:"unused_ioctl_site"`
 	UnusedKind         *ebpf.VariableSpec `ebpf:"unused_kind"`
@@ -332,6 +346,7 @@ type bpfMaps struct {
 	CallSites    *ebpf.Map `ebpf:"call_sites"`
 	Drops        *ebpf.Map `ebpf:"drops"`
 	Events       *ebpf.Map `ebpf:"events"`
+	ExitTail     *ebpf.Map `ebpf:"exit_tail"`
 	InbandStatus *ebpf.Map `ebpf:"inband_status"`
 	IoctlSites   *ebpf.Map `ebpf:"ioctl_sites"`
 	NvidiaMajors *ebpf.Map `ebpf:"nvidia_majors"`
@@ -348,6 +363,7 @@ func (m *bpfMaps) Close() error {
 		m.CallSites,
 		m.Drops,
 		m.Events,
+		m.ExitTail,
 		m.InbandStatus,
 		m.IoctlSites,
 		m.NvidiaMajors,
@@ -376,6 +392,7 @@ type bpfVariables struct {
 	StatRdevOff        *ebpf.Variable `ebpf:"stat_rdev_off"`
 	UnusedCallSite     *ebpf.Variable `ebpf:"unused_call_site"`
 	UnusedDrop         *ebpf.Variable `ebpf:"unused_drop"`
+	UnusedExitTailSlot *ebpf.Variable `ebpf:"unused_exit_tail_slot"`
 	UnusedInbandWord   *ebpf.Variable `ebpf:"unused_inband_word"`
 	UnusedIoctlSite    *ebpf.Variable `ebpf:"unused_ioctl_site"`
 	UnusedKind         *ebpf.Variable `ebpf:"unused_kind"`
@@ -392,14 +409,15 @@ type bpfVariables struct {
 //
 // It can be passed to loadBpfObjects or ebpf.CollectionSpec.LoadAndAssign.
 type bpfPrograms struct {
-	CtApiEnter      *ebpf.Program `ebpf:"ct_api_enter"`
-	CtApiEnterMulti *ebpf.Program `ebpf:"ct_api_enter_multi"`
-	CtApiRet        *ebpf.Program `ebpf:"ct_api_ret"`
-	CtApiRetMulti   *ebpf.Program `ebpf:"ct_api_ret_multi"`
-	CtExit          *ebpf.Program `ebpf:"ct_exit"`
-	CtFork          *ebpf.Program `ebpf:"ct_fork"`
-	CtSysEnter      *ebpf.Program `ebpf:"ct_sys_enter"`
-	CtSysExit       *ebpf.Program `ebpf:"ct_sys_exit"`
+	CtApiEnter         *ebpf.Program `ebpf:"ct_api_enter"`
+	CtApiEnterMulti    *ebpf.Program `ebpf:"ct_api_enter_multi"`
+	CtApiRet           *ebpf.Program `ebpf:"ct_api_ret"`
+	CtApiRetMulti      *ebpf.Program `ebpf:"ct_api_ret_multi"`
+	CtExit             *ebpf.Program `ebpf:"ct_exit"`
+	CtFork             *ebpf.Program `ebpf:"ct_fork"`
+	CtSysEnter         *ebpf.Program `ebpf:"ct_sys_enter"`
+	CtSysExit          *ebpf.Program `ebpf:"ct_sys_exit"`
+	CtSysExitUnentered *ebpf.Program `ebpf:"ct_sys_exit_unentered"`
 }
 
 func (p *bpfPrograms) Close() error {
@@ -412,6 +430,7 @@ func (p *bpfPrograms) Close() error {
 		p.CtFork,
 		p.CtSysEnter,
 		p.CtSysExit,
+		p.CtSysExitUnentered,
 	)
 }
 

@@ -228,6 +228,32 @@ func balance(spec *ebpf.CollectionSpec, n int) [][]string {
 	return parts
 }
 
+// exitTails are sys_exit's tail-call slots and their programs.
+var exitTails = map[bpfExitTailSlot]string{
+	bpfExitTailSlotTAIL_UNENTERED: bpfProgCtSysExitUnentered,
+	bpfExitTailSlotTAIL_EXIT:      bpfProgCtSysExit,
+}
+
+// setExitTails fills sys_exit's tail-call slots; before anything is
+// attached, so that no exit finds one empty.
+func setExitTails(coll *ebpf.Collection) error {
+	for slot, name := range exitTails {
+		if err := coll.Maps[bpfMapExitTail].Put(uint32(slot), coll.Programs[name]); err != nil {
+			return fmt.Errorf("tail call %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// clearExitTails empties the slots: ct_sys_exit and the map hold each other,
+// and the kernel would break that cycle only later, from a work queue, after
+// the map's last fd is closed.
+func clearExitTails(coll *ebpf.Collection) {
+	for slot := range exitTails {
+		_ = coll.Maps[bpfMapExitTail].Delete(uint32(slot)) // empty already is fine
+	}
+}
+
 // attachAll attaches every program; the caller closes the links, also on
 // error.
 func attachAll(coll *ebpf.Collection) (links []link.Link, err error) {
