@@ -59,6 +59,7 @@ type apiProbes struct {
 	closed   bool // close ran: nothing more is attached
 
 	background sync.WaitGroup // preProbe's goroutine
+	closing    chan struct{}  // closed by close: preProbe stops waiting
 	// preProbed says, for --debug, how the background probing ended.
 	preProbed string
 }
@@ -91,15 +92,42 @@ func (p *apiProbes) attachLibs(libs []*snapshot.LibFile) {
 // errNotWanted: the background probing found nobody left to probe for.
 var errNotWanted = errors.New("no traced process left")
 
+// preProbeAfter is how long a launched target runs before its libraries
+// are probed: one gone by then (a short command) costs no uprobe. On the
+// H200 a uprobe link took ~20 ms to make (a grace period) and ~95 ms to
+// close (an RCU tasks-trace grace period), so a 2 ms target paid 115 ms.
+const preProbeAfter = 25 * time.Millisecond
+
 // preProbe probes the libraries a launched target's loader would pick,
-// in the background while the target runs: off its start-up, and not at
-// all for a target gone before the links were made (each uprobe link's
-// close waits for a grace period, ~95 ms on the H200). An open that comes
-// first is held by the kernel until its library is probed (hold_unprobed_libs),
-// so no return is missed either way. wanted says whether anyone is left.
+// in the background once it has run for preProbeAfter: off its start-up,
+// and not at all for a target gone by then or before the links are made.
+// An open that comes first is held by the kernel until its library is
+// probed (hold_unprobed_libs), so no return is missed either way. wanted
+// says whether anyone is left to probe for.
 func (p *apiProbes) preProbe(libs []*snapshot.LibFile, wanted func() bool) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		for _, l := range libs {
+			_ = l.Close() // best-effort cleanup: nothing to do if it fails
+		}
+		return
+	}
+	if p.closing == nil {
+		p.closing = make(chan struct{})
+	}
+	closing := p.closing
+	p.mu.Unlock()
 	p.background.Go(func() {
 		start := time.Now()
+		wait := time.NewTimer(preProbeAfter)
+		defer wait.Stop()
+		ended := false
+		select {
+		case <-wait.C:
+		case <-closing:
+			ended = true
+		}
 		probed := 0
 		for _, l := range libs {
 			err := p.attachFile(l.File, l.Path, wanted)
@@ -113,7 +141,12 @@ func (p *apiProbes) preProbe(libs []*snapshot.LibFile, wanted func() bool) {
 		}
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		p.preProbed = fmt.Sprintf("%d of %d libraries probed in the background in %v", probed, len(libs), time.Since(start).Round(100*time.Microsecond))
+		took := time.Since(start).Round(100 * time.Microsecond)
+		if ended {
+			p.preProbed = fmt.Sprintf("none of %d libraries probed in the background: the trace ended first, after %v", len(libs), took)
+		} else {
+			p.preProbed = fmt.Sprintf("%d of %d libraries probed in the background, done %v after the target started", probed, len(libs), took)
+		}
 	})
 }
 
@@ -128,6 +161,9 @@ func (p *apiProbes) attachFile(f *os.File, name string, wanted func() bool) erro
 	id := [2]uint64{st.Dev, st.Ino}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.closed && wanted != nil {
+		return errNotWanted
+	}
 	if p.attached[id] || p.closed {
 		return nil
 	}
@@ -352,6 +388,10 @@ func (p *apiProbes) probedLibs() []string {
 func (p *apiProbes) close() {
 	p.mu.Lock()
 	p.closed = true // after a background attach in flight, which holds mu
+	if p.closing != nil {
+		close(p.closing)
+		p.closing = nil
+	}
 	links := p.links
 	p.links = nil
 	p.mu.Unlock()
