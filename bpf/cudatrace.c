@@ -337,6 +337,13 @@ struct {
 	__type(value, __u32);
 } exit_tail SEC(".maps");
 
+/* The slots' numbers, in .data rather than as constants: with a key the
+ * verifier knows, the JIT makes the tail call a direct jump and every
+ * update of its slot rewrites kernel text, synchronising every CPU. These
+ * tail calls are rare; an indirect one costs them nothing that matters. */
+volatile __u32 tail_unentered_key = TAIL_UNENTERED;
+volatile __u32 tail_exit_key = TAIL_EXIT;
+
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 8 << 20); /* user space may resize before load */
@@ -1228,7 +1235,7 @@ int ct_sys_exit(__u64 *ctx)
 		 * Its arguments are still in the registers. */
 		if (ret >= 0 || ret < -4095 || !is_traced(bpf_get_current_pid_tgid() >> 32))
 			return 0;
-		bpf_tail_call(ctx, &exit_tail, TAIL_UNENTERED);
+		bpf_tail_call(ctx, &exit_tail, tail_unentered_key);
 		count_drop(DROP_PENDING); /* not reached: user space fills the slots first */
 		return 0;
 	}
@@ -1269,7 +1276,7 @@ int ct_sys_exit_unentered(__u64 *ctx)
 		return 0;
 	}
 	e->no_entry = 1;
-	bpf_tail_call(ctx, &exit_tail, TAIL_EXIT);
+	bpf_tail_call(ctx, &exit_tail, tail_exit_key);
 	discard(e); /* not reached: user space fills the slots first */
 	count_drop(DROP_PENDING);
 	return 0;

@@ -205,6 +205,8 @@ const (
 	bpfVarSelfTgid            = "self_tgid"
 	bpfVarStatModeOff         = "stat_mode_off"
 	bpfVarStatRdevOff         = "stat_rdev_off"
+	bpfVarTailExitKey         = "tail_exit_key"
+	bpfVarTailUnenteredKey    = "tail_unentered_key"
 	bpfVarUnusedCallSite      = "unused_call_site"
 	bpfVarUnusedDrop          = "unused_drop"
 	bpfVarUnusedExitTailSlot  = "unused_exit_tail_slot"
@@ -307,6 +309,8 @@ type bpfVariableSpecs struct {
 	SelfTgid           *ebpf.VariableSpec `ebpf:"self_tgid"`
 	StatModeOff        *ebpf.VariableSpec `ebpf:"stat_mode_off"`
 	StatRdevOff        *ebpf.VariableSpec `ebpf:"stat_rdev_off"`
+	TailExitKey        *ebpf.VariableSpec `ebpf:"tail_exit_key"`
+	TailUnenteredKey   *ebpf.VariableSpec `ebpf:"tail_unentered_key"`
 	UnusedCallSite     *ebpf.VariableSpec `ebpf:"unused_call_site"`
 	UnusedDrop         *ebpf.VariableSpec `ebpf:"unused_drop"`
 	UnusedExitTailSlot *ebpf.VariableSpec `ebpf:"unused_exit_tail_slot"`
@@ -390,6 +394,8 @@ type bpfVariables struct {
 	SelfTgid           *ebpf.Variable `ebpf:"self_tgid"`
 	StatModeOff        *ebpf.Variable `ebpf:"stat_mode_off"`
 	StatRdevOff        *ebpf.Variable `ebpf:"stat_rdev_off"`
+	TailExitKey        *ebpf.Variable `ebpf:"tail_exit_key"`
+	TailUnenteredKey   *ebpf.Variable `ebpf:"tail_unentered_key"`
 	UnusedCallSite     *ebpf.Variable `ebpf:"unused_call_site"`
 	UnusedDrop         *ebpf.Variable `ebpf:"unused_drop"`
 	UnusedExitTailSlot *ebpf.Variable `ebpf:"unused_exit_tail_slot"`
