@@ -93,7 +93,9 @@ func (backend) Run(ctx context.Context, spec tracer.Spec, sink tracer.Sink) (res
 		}
 		phases.mark("loader")
 	}
+	resumeGC := pauseGC()
 	s, err = load(spec, ringBytes, phases)
+	resumeGC()
 	if err != nil {
 		if child != nil {
 			child.Abort()
