@@ -262,21 +262,41 @@ func (p *apiProbes) attachMulti(ex *link.Executable, f *os.File, base string, li
 	return len(rets), nil
 }
 
-// exportedFuncs are the functions a shared library exports (.dynsym), by
-// name, at the file offsets a uprobe takes: the symbol's address less its
-// executable segment's address, plus that segment's file offset.
-func exportedFuncs(f *os.File) (map[string]uint64, error) {
+// maxSymbolBytes bounds the symbol and string tables read from a library
+// (libcuda's are well under 1 MiB): the file is the target's to make.
+const maxSymbolBytes = 32 << 20
+
+// exportedFuncs are the entry points of apiFuncs a shared library exports
+// (.dynsym), at the file offsets a uprobe takes: the symbol's address less
+// its executable segment's address, plus that segment's file offset. The
+// library may be hostile: debug/elf is not hardened against crafted files,
+// so its panics are errors here, and oversized tables are refused.
+func exportedFuncs(f *os.File) (out map[string]uint64, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			out, err = nil, fmt.Errorf("malformed ELF file: %v", r)
+		}
+	}()
 	ef, err := elf.NewFile(f)
 	if err != nil {
 		return nil, err
+	}
+	for _, sec := range ef.Sections {
+		if (sec.Type == elf.SHT_DYNSYM || sec.Type == elf.SHT_STRTAB) && sec.Size > maxSymbolBytes {
+			return nil, fmt.Errorf("section %s is %d bytes, more than a library's symbols take", sec.Name, sec.Size)
+		}
 	}
 	syms, err := ef.DynamicSymbols()
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[string]uint64, len(apiFuncs))
+	probed := make(map[string]bool, len(apiFuncs))
+	for _, fn := range apiFuncs {
+		probed[fn.name] = true
+	}
+	out = make(map[string]uint64, len(apiFuncs))
 	for _, s := range syms {
-		if s.Section == elf.SHN_UNDEF || elf.ST_TYPE(s.Info) != elf.STT_FUNC {
+		if s.Section == elf.SHN_UNDEF || elf.ST_TYPE(s.Info) != elf.STT_FUNC || !probed[s.Name] {
 			continue
 		}
 		for _, seg := range ef.Progs {

@@ -112,3 +112,32 @@ func TestExportedFuncOffsets(t *testing.T) {
 		t.Fatalf("no entry point found in %s: %v", path, got)
 	}
 }
+
+// A library file the target made may be anything: a truncated or garbage
+// ELF is an error, never a panic or a huge allocation.
+func TestExportedFuncsHostileFile(t *testing.T) {
+	dir := fakelib.Build(t)
+	good, err := os.ReadFile(filepath.Join(dir, "libcuda.so.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string][]byte{
+		"empty":     nil,
+		"truncated": good[:len(good)/3],
+		"header":    good[:64],
+		"garbage":   append(append([]byte{}, good[:16]...), make([]byte, 4096)...),
+	} {
+		path := filepath.Join(t.TempDir(), name)
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := exportedFuncs(f); err == nil && len(got) > 0 {
+			t.Errorf("%s: found %v in a broken file", name, got)
+		}
+		_ = f.Close() // read-only
+	}
+}
