@@ -3,6 +3,7 @@ package ebpf
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/cudatrace/cudatrace/internal/fakelib"
 	"github.com/cudatrace/cudatrace/internal/privtest"
 	"github.com/cudatrace/cudatrace/snapshot"
+	"github.com/cudatrace/cudatrace/tracer"
 )
 
 // The background probing of a launched target's libraries makes no link
@@ -139,5 +141,32 @@ func TestExportedFuncsHostileFile(t *testing.T) {
 			t.Errorf("%s: found %v in a broken file", name, got)
 		}
 		_ = f.Close() // read-only
+	}
+}
+
+// A launched target's libcuda, on cudatrace's LD_LIBRARY_PATH as the
+// loader would find it, has cuInit's return recorded whether the target
+// opens it at once (held by the kernel until it is probed: the background
+// probing waits preProbeAfter) or after the background probing put the
+// probes on.
+func TestLaunchedTargetLibraryProbed(t *testing.T) {
+	dir := fakelib.Build(t)
+	t.Setenv("LD_LIBRARY_PATH", dir) // cudatrace's, where it looks for the loader's choice
+	app := "LD_LIBRARY_PATH=" + dir + " exec " + filepath.Join(dir, "app")
+	lib := filepath.Join(dir, "libcuda.so.1")
+	for _, tc := range []struct{ name, script string }{
+		{"opened at once", app},
+		{"opened after the probing", "sleep 0.2; " + app},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res, rec := traceCmd(t, tracer.Spec{}, tc.script)
+			inits := rec.find(func(e *tracer.Event) bool { return e.Kind == tracer.KindAPI && e.Func == "cuInit" })
+			if len(inits) != 1 || inits[0].Path != lib || inits[0].Comm != "app" {
+				t.Fatalf("cuInit returns %+v; events:\n%s", inits, rec.dump())
+			}
+			if !slices.Contains(res.APILibraries, lib) || res.Exit == nil || res.Exit.Code != 0 {
+				t.Errorf("result %+v", res)
+			}
+		})
 	}
 }
