@@ -58,7 +58,7 @@ func (o *apiObjects) close() {
 // APIProbes are the uretprobes on the CUDA and NVML entry points alone, for
 // a backend that sees the syscalls by other means (ptrace). Its user puts
 // the thread groups to watch in the filter (Trace, Untrace), attaches the
-// libraries (AttachLibs before the target runs, AttachOpened while an
+// libraries (AttachLibs for those already mapped, AttachOpened while an
 // opener is stopped: nothing is held by the kernel), and reads the api
 // events with Drain. Drain, AttachOpened and Close are meant for one
 // goroutine, the one that delivers events to the Sink.
