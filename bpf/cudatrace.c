@@ -294,6 +294,20 @@ struct {
 	__type(value, __u8);
 } probed_libs SEC(".maps");
 
+/* The files a launched target's loader would pick for libcuda and NVML,
+ * while user space has yet to probe them (awaiting_libs: how many, set
+ * before the target runs, 0 once the background probing is done): an open
+ * of one by any name (a symlink or hard link of another name) is held as
+ * an open of libcuda is. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16);
+	__type(key, struct lib_id);
+	__type(value, __u8);
+} awaited_libs SEC(".maps");
+
+volatile __u32 awaiting_libs = 0;
+
 /* cuDeviceGetCount's int *count, from its entry to its return. */
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
@@ -1105,6 +1119,13 @@ __attribute__((noinline)) int finish_open(struct event *e, long ret)
 	e->matched = known || lib;
 	if (ret >= 0)
 		have_inode = fd_inode((int)ret, &imode, &rdev) && is_dev_mode(imode);
+	if (!e->matched && hold_unprobed_libs && awaiting_libs && ret >= 0 && !have_inode) {
+		struct lib_id id;
+		if (fd_file_id((int)ret, &id) && bpf_map_lookup_elem(&awaited_libs, &id)) {
+			lib = true; /* the library, under another name */
+			e->matched = 1;
+		}
+	}
 	/* An unknown path counts only if it opened an NVIDIA node. */
 	if (!e->matched && !(have_inode && (imode & S_IFMT) == S_IFCHR && is_nvidia_major(rdev >> 20))) {
 		discard(e);

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path"
-	"strings"
 	"sync"
 	"time"
 
@@ -19,23 +17,24 @@ import (
 
 // The CUDA driver and NVML entry points whose return codes say whether, and
 // how, CUDA failed: the verdict the syscalls are then explained against.
-// countOut marks those returning a count through their first argument.
+// countOut marks those returning a count through their first argument. A
+// library is probed on those it exports, whatever its file is called (a
+// symlink of another name, a shim).
 type apiFunc struct {
-	lib      string // basename prefix of the library that exports it
 	name     string
 	countOut bool
 }
 
 var apiFuncs = []apiFunc{
-	{"libcuda.so", "cuInit", false},
-	{"libcuda.so", "cuDeviceGetCount", true},
-	{"libcuda.so", "cuDevicePrimaryCtxRetain", false},
-	{"libcuda.so", "cuCtxCreate_v2", false},
-	{"libcuda.so", "cuCtxCreate_v3", false},
-	{"libcuda.so", "cuCtxCreate_v4", false},
-	{"libnvidia-ml.so", "nvmlInit_v2", false},
-	{"libnvidia-ml.so", "nvmlInitWithFlags", false},
-	{"libnvidia-ml.so", "nvmlInit", false},
+	{"cuInit", false},
+	{"cuDeviceGetCount", true},
+	{"cuDevicePrimaryCtxRetain", false},
+	{"cuCtxCreate_v2", false},
+	{"cuCtxCreate_v3", false},
+	{"cuCtxCreate_v4", false},
+	{"nvmlInit_v2", false},
+	{"nvmlInitWithFlags", false},
+	{"nvmlInit", false},
 }
 
 // The attach cookie names the probe: library index << 16 | apiFuncs index.
@@ -57,6 +56,12 @@ type apiProbes struct {
 	links    []link.Link
 	notes    []string
 	closed   bool // close ran: nothing more is attached
+
+	// awaited (awaited_libs) and awaiting (awaiting_libs): the files
+	// preProbe will probe, whose opens by any name the kernel holds until
+	// then (nil: not launching, or ptrace).
+	awaited  *ebpf.Map
+	awaiting *ebpf.Variable
 
 	background sync.WaitGroup // preProbe's goroutine
 	closing    chan struct{}  // closed by close: preProbe stops waiting
@@ -101,10 +106,12 @@ const preProbeAfter = 25 * time.Millisecond
 // preProbe probes the libraries a launched target's loader would pick,
 // in the background once it has run for preProbeAfter: off its start-up,
 // and not at all for a target gone by then or before the links are made.
-// An open that comes first is held by the kernel until its library is
-// probed (hold_unprobed_libs), so no return is missed either way. wanted
+// Called before the target is released: an open that comes first, by any
+// name, is held by the kernel until its library is probed
+// (hold_unprobed_libs, await), so no return is missed either way. wanted
 // says whether anyone is left to probe for.
 func (p *apiProbes) preProbe(libs []*snapshot.LibFile, wanted func() bool) {
+	p.await(libs)
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -139,6 +146,7 @@ func (p *apiProbes) preProbe(libs []*snapshot.LibFile, wanted func() bool) {
 			}
 			_ = l.Close() // best-effort cleanup: nothing to do if it fails
 		}
+		p.awaitDone()
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		took := time.Since(start).Round(100 * time.Microsecond)
@@ -148,6 +156,45 @@ func (p *apiProbes) preProbe(libs []*snapshot.LibFile, wanted func() bool) {
 			p.preProbed = fmt.Sprintf("%d of %d libraries probed in the background, done %v after the target started", probed, len(libs), took)
 		}
 	})
+}
+
+// await tells the kernel which files preProbe will probe, before the
+// target runs: an open of one under another name than libcuda's or NVML's
+// (a symlink) is held as theirs are. Best effort: a file not awaited is
+// still held when opened by its own name.
+func (p *apiProbes) await(libs []*snapshot.LibFile) {
+	if p.awaited == nil || p.awaiting == nil {
+		return
+	}
+	n := 0
+	for _, l := range libs {
+		var st unix.Stat_t
+		if unix.Fstat(int(l.File.Fd()), &st) == nil && p.awaited.Put(libKey(&st), uint8(1)) == nil {
+			n++
+		}
+	}
+	if n > 0 {
+		_ = p.awaiting.Set(uint32(n)) // on failure the by-name hold still applies
+	}
+}
+
+// awaitDone ends await once the background probing is over.
+func (p *apiProbes) awaitDone() {
+	if p.awaited == nil || p.awaiting == nil {
+		return
+	}
+	_ = p.awaiting.Set(uint32(0)) // the map is emptied next; a stale entry only holds an open
+	var key bpfLibId
+	for p.awaited.NextKey(nil, &key) == nil {
+		if p.awaited.Delete(key) != nil {
+			break
+		}
+	}
+}
+
+// libKey is a file as the kernel names it: its superblock's dev_t and inode.
+func libKey(st *unix.Stat_t) bpfLibId {
+	return bpfLibId{Ino: st.Ino, Dev: uint32(unix.Major(st.Dev))<<20 | uint32(unix.Minor(st.Dev))}
 }
 
 // attachFile puts the entry points' probes on an opened library file
@@ -170,13 +217,12 @@ func (p *apiProbes) attachFile(f *os.File, name string, wanted func() bool) erro
 	if wanted != nil && !wanted() {
 		return errNotWanted
 	}
-	base := path.Base(name)
 	ex, err := link.OpenExecutable(fmt.Sprintf("/proc/self/fd/%d", f.Fd()))
 	if err != nil {
 		return err
 	}
 	li := len(p.libs)
-	found, err := p.attachMulti(ex, f, base, li, wanted)
+	found, err := p.attachMulti(ex, f, li, wanted)
 	if errors.Is(err, errNotWanted) {
 		return err
 	}
@@ -186,9 +232,6 @@ func (p *apiProbes) attachFile(f *os.File, name string, wanted func() bool) erro
 	for fi, fn := range apiFuncs {
 		if err == nil {
 			break // attached as one link per library (or nothing to attach)
-		}
-		if !strings.HasPrefix(base, fn.lib) {
-			continue
 		}
 		opts := &link.UprobeOptions{Cookie: apiCookie(li, fi)}
 		l, err := ex.Uretprobe(fn.name, p.ret, opts)
@@ -211,15 +254,13 @@ func (p *apiProbes) attachFile(f *os.File, name string, wanted func() bool) erro
 	if found == 0 {
 		p.notes = append(p.notes, fmt.Sprintf("%s exports none of the CUDA/NVML entry points cudatrace probes", name))
 	}
-	// The kernel knows the file by its superblock's dev_t and inode.
-	key := bpfLibId{Ino: st.Ino, Dev: uint32(unix.Major(st.Dev))<<20 | uint32(unix.Minor(st.Dev))}
-	return p.probed.Put(key, uint8(1))
+	return p.probed.Put(libKey(&st), uint8(1))
 }
 
 // attachMulti attaches the library's exported entry points with one
 // uretprobe_multi link (and one uprobe_multi for those with a count out),
 // returning how many it probes; an error leaves nothing attached.
-func (p *apiProbes) attachMulti(ex *link.Executable, f *os.File, base string, li int, wanted func() bool) (int, error) {
+func (p *apiProbes) attachMulti(ex *link.Executable, f *os.File, li int, wanted func() bool) (int, error) {
 	if p.enterMulti == nil || p.retMulti == nil {
 		return 0, errors.New("uprobe_multi not available")
 	}
@@ -233,7 +274,7 @@ func (p *apiProbes) attachMulti(ex *link.Executable, f *os.File, base string, li
 	var rets, enters, retCookies []uint64
 	for fi, fn := range apiFuncs {
 		off, ok := exported[fn.name]
-		if !strings.HasPrefix(base, fn.lib) || !ok {
+		if !ok {
 			continue
 		}
 		rets = append(rets, off)

@@ -321,6 +321,7 @@ func load(spec tracer.Spec, ringBytes int, phases *phaseLog) (*session, error) {
 	s := &session{coll: coll, hook: hook, debug: spec.Debug, fold: fold, exits: make(chan struct{}, 1),
 		api: newAPIProbes(coll.Programs[bpfProgCtApiEnter], coll.Programs[bpfProgCtApiRet], coll.Maps[bpfMapProbedLibs])}
 	s.api.enterMulti, s.api.retMulti = coll.Programs[bpfProgCtApiEnterMulti], coll.Programs[bpfProgCtApiRetMulti]
+	s.api.awaited, s.api.awaiting = coll.Maps[bpfMapAwaitedLibs], coll.Variables[bpfVarAwaitingLibs]
 	majors := coll.Maps[bpfMapNvidiaMajors]
 	if len(spec.DeviceMajors) > int(majors.MaxEntries()) {
 		s.close()
@@ -461,14 +462,13 @@ func (s *session) runLaunch(spec tracer.Spec, child *launch.Child, res *tracer.R
 	// The libraries the target's loader would pick, as its root shows them
 	// now, are probed while it runs; until then, and for one opened from
 	// anywhere else, its open is held (hold_unprobed_libs).
-	libs := snapshot.OpenCUDALibraries(fmt.Sprintf("/proc/%d/root", child.PID), os.Getenv("LD_LIBRARY_PATH"))
+	s.api.preProbe(snapshot.OpenCUDALibraries(fmt.Sprintf("/proc/%d/root", child.PID), os.Getenv("LD_LIBRARY_PATH")), s.tracing)
 	s.phases.mark("attached")
 	waitc := make(chan waitResult, 1)
 	if err := child.Release(); err != nil {
 		// The loader is gone already; Wait says how it ended.
 		res.Notes = append(res.Notes, fmt.Sprintf("releasing the target failed: %v", err))
 	}
-	s.api.preProbe(libs, s.tracing)
 	go func() {
 		st, err := child.Wait()
 		waitc <- waitResult{st, err}

@@ -173,6 +173,7 @@ const (
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	bpfMapApiOutArg           = "api_out_arg"
+	bpfMapAwaitedLibs         = "awaited_libs"
 	bpfMapCallSites           = "call_sites"
 	bpfMapDrops               = "drops"
 	bpfMapEvents              = "events"
@@ -194,6 +195,7 @@ const (
 	bpfProgCtSysEnter         = "ct_sys_enter"
 	bpfProgCtSysExit          = "ct_sys_exit"
 	bpfProgCtSysExitUnentered = "ct_sys_exit_unentered"
+	bpfVarAwaitingLibs        = "awaiting_libs"
 	bpfVarCaptureIoctlArgs    = "capture_ioctl_args"
 	bpfVarExitTpHasGroupDead  = "exit_tp_has_group_dead"
 	bpfVarFoldCallsAfter      = "fold_calls_after"
@@ -280,6 +282,7 @@ type bpfProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type bpfMapSpecs struct {
 	ApiOutArg    *ebpf.MapSpec `ebpf:"api_out_arg"`
+	AwaitedLibs  *ebpf.MapSpec `ebpf:"awaited_libs"`
 	CallSites    *ebpf.MapSpec `ebpf:"call_sites"`
 	Drops        *ebpf.MapSpec `ebpf:"drops"`
 	Events       *ebpf.MapSpec `ebpf:"events"`
@@ -298,6 +301,7 @@ type bpfMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type bpfVariableSpecs struct {
+	AwaitingLibs       *ebpf.VariableSpec `ebpf:"awaiting_libs"`
 	CaptureIoctlArgs   *ebpf.VariableSpec `ebpf:"capture_ioctl_args"`
 	ExitTpHasGroupDead *ebpf.VariableSpec `ebpf:"exit_tp_has_group_dead"`
 	FoldCallsAfter     *ebpf.VariableSpec `ebpf:"fold_calls_after"`
@@ -347,6 +351,7 @@ func (o *bpfObjects) Close() error {
 // It can be passed to loadBpfObjects or ebpf.CollectionSpec.LoadAndAssign.
 type bpfMaps struct {
 	ApiOutArg    *ebpf.Map `ebpf:"api_out_arg"`
+	AwaitedLibs  *ebpf.Map `ebpf:"awaited_libs"`
 	CallSites    *ebpf.Map `ebpf:"call_sites"`
 	Drops        *ebpf.Map `ebpf:"drops"`
 	Events       *ebpf.Map `ebpf:"events"`
@@ -364,6 +369,7 @@ type bpfMaps struct {
 func (m *bpfMaps) Close() error {
 	return _BpfClose(
 		m.ApiOutArg,
+		m.AwaitedLibs,
 		m.CallSites,
 		m.Drops,
 		m.Events,
@@ -383,6 +389,7 @@ func (m *bpfMaps) Close() error {
 //
 // It can be passed to loadBpfObjects or ebpf.CollectionSpec.LoadAndAssign.
 type bpfVariables struct {
+	AwaitingLibs       *ebpf.Variable `ebpf:"awaiting_libs"`
 	CaptureIoctlArgs   *ebpf.Variable `ebpf:"capture_ioctl_args"`
 	ExitTpHasGroupDead *ebpf.Variable `ebpf:"exit_tp_has_group_dead"`
 	FoldCallsAfter     *ebpf.Variable `ebpf:"fold_calls_after"`
