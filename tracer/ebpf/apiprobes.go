@@ -139,6 +139,14 @@ func (p *APIProbes) Untrace(tgid int) {
 // AttachLibs probes the libraries and closes their files.
 func (p *APIProbes) AttachLibs(libs []*snapshot.LibFile) { p.probes.attachLibs(libs) }
 
+// PreProbe probes a launched target's libraries in the background once it
+// has run for a while (preProbeAfter), unless the probes are closed first;
+// it closes their files. A library opened before then by its own name is
+// probed at that open's stop (AttachOpened).
+func (p *APIProbes) PreProbe(libs []*snapshot.LibFile) {
+	p.probes.preProbe(libs, func() bool { return true })
+}
+
 // AttachOpened probes the library that process (or thread) pid has just
 // opened as fd, named name, unless that file is probed already. The opener
 // must be stopped until it returns, so that no call into it is missed.

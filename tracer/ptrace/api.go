@@ -2,6 +2,7 @@ package ptrace
 
 import (
 	"fmt"
+	"os"
 
 	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/snapshot"
@@ -23,10 +24,11 @@ const apiUnknownNote = "CUDA's return code is unknown: "
 
 // startAPI loads the probes and, attaching, puts them on the libraries the
 // processes pids have loaded (their mappings, and the loader's choice for a
-// later dlopen). A launched target's libraries are probed at their opens'
-// exit stops, where it waits anyway: a target that never loads one costs
-// no uprobe (each link's close waits for a grace period). Without the
-// probes the trace goes on, with res saying why.
+// later dlopen). A launched target's libraries are probed in the background
+// once it has run for a while, and any opened before then at that open's
+// exit stop, where it waits anyway: a short target costs no uprobe (each
+// link's close waits for a grace period). Without the probes the trace goes
+// on, with res saying why.
 func (s *session) startAPI(res *tracer.Result, pids []int, launched bool) {
 	p, err := ebpf.StartAPIProbes(s.start)
 	if err != nil {
@@ -41,10 +43,13 @@ func (s *session) startAPI(res *tracer.Result, pids []int, launched bool) {
 		s.traceAPI(tgid)
 	}
 	for _, pid := range pids {
-		if !launched {
-			p.AttachLibs(snapshot.OpenMappedLibraries(pid))
-			p.AttachLibs(snapshot.OpenCUDALibraries(fmt.Sprintf("/proc/%d/root", pid), ebpf.TargetLibraryPath(pid)))
+		root := fmt.Sprintf("/proc/%d/root", pid)
+		if launched {
+			p.PreProbe(snapshot.OpenCUDALibraries(root, os.Getenv("LD_LIBRARY_PATH")))
+			continue
 		}
+		p.AttachLibs(snapshot.OpenMappedLibraries(pid))
+		p.AttachLibs(snapshot.OpenCUDALibraries(root, ebpf.TargetLibraryPath(pid)))
 	}
 	if onAPIStarted != nil {
 		onAPIStarted()

@@ -162,3 +162,24 @@ func waitMapped(t *testing.T, pid int, name string) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// A launched target's loader-path libcuda is probed in the background by
+// its inode, so it is probed however the target names it: here a symlink
+// whose name is not libcuda's, opened once the probing is done. Opened by
+// its own name, it is probed at the open's exit stop in any case.
+func TestLaunchLibraryProbedUnderAnotherName(t *testing.T) {
+	privtest.RequireRoot(t)
+	dir := fakelib.Build(t)
+	t.Setenv("LD_LIBRARY_PATH", dir) // cudatrace's, where it looks for the loader's choice
+	alias := filepath.Join(t.TempDir(), "libgpu-runtime.so")
+	if err := os.Symlink(filepath.Join(dir, "libcuda.so.1"), alias); err != nil {
+		t.Fatal(err)
+	}
+	script := "sleep 0.3; LD_LIBRARY_PATH=" + dir + " exec " + filepath.Join(dir, "app") + " " + alias
+	res, c, _ := runLaunch(t, []string{"/bin/sh", "-c", script}, []uint32{1})
+	inits := c.where(func(e *tracer.Event) bool { return e.Kind == tracer.KindAPI && e.Func == "cuInit" })
+	if len(inits) != 1 || res.Exit == nil || res.Exit.Code != 0 {
+		dump(t, c.all())
+		t.Fatalf("cuInit returns %+v, result %+v", inits, res)
+	}
+}

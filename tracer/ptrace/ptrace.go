@@ -199,8 +199,8 @@ func (b *Backend) launch(ctx context.Context, spec tracer.Spec, sink tracer.Sink
 	s.tasks[child.PID] = &task{tid: child.PID, tgid: child.PID, comm: readComm(child.PID), filtered: seccompFilters(child.PID) > 0}
 	s.start = time.Now()
 	res.Started = s.start
-	// The probes are loaded before the target runs; each library gets them
-	// at its open's exit stop.
+	// The probes are loaded before the target runs; its libraries get them
+	// in the background, or at an open's exit stop if it comes first.
 	s.startAPI(res, []int{child.PID}, true)
 	if err := child.Release(); err != nil {
 		// The loader sees EOF and exits; reap it through the loop.
