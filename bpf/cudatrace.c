@@ -1095,6 +1095,14 @@ static __always_inline bool fold(struct event *e, __u8 kind, long ret, bool held
 	return past_first(&call_sites, &k, fold_calls_after);
 }
 
+/* Whether fd is one of awaited_libs. A global function: its result is
+ * unknown to the verifier either way, so the paths after it merge. */
+__attribute__((noinline)) int is_awaited_lib(int fd)
+{
+	struct lib_id id;
+	return fd_file_id(fd, &id) && bpf_map_lookup_elem(&awaited_libs, &id);
+}
+
 /* An open's completion: its path read and matched, its node looked up,
  * its hold decided. OPEN_DISCARD: not one to record (discarded);
  * OPEN_HELD: its process is to be held. A global function: verified once,
@@ -1116,16 +1124,11 @@ __attribute__((noinline)) int finish_open(struct event *e, long ret)
 	 * (no library lives there). */
 	bool known = is_interesting_open(e->path);
 	bool lib = names_nvidia_lib(e, !known);
-	e->matched = known || lib;
 	if (ret >= 0)
 		have_inode = fd_inode((int)ret, &imode, &rdev) && is_dev_mode(imode);
-	if (!e->matched && hold_unprobed_libs && awaiting_libs && ret >= 0 && !have_inode) {
-		struct lib_id id;
-		if (fd_file_id((int)ret, &id) && bpf_map_lookup_elem(&awaited_libs, &id)) {
-			lib = true; /* the library, under another name */
-			e->matched = 1;
-		}
-	}
+	if (!known && !lib && hold_unprobed_libs && awaiting_libs && ret >= 0 && !have_inode)
+		lib = is_awaited_lib((int)ret); /* the library, under another name */
+	e->matched = known || lib;
 	/* An unknown path counts only if it opened an NVIDIA node. */
 	if (!e->matched && !(have_inode && (imode & S_IFMT) == S_IFCHR && is_nvidia_major(rdev >> 20))) {
 		discard(e);
