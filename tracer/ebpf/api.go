@@ -111,7 +111,6 @@ const preProbeAfter = 25 * time.Millisecond
 // (hold_unprobed_libs, await), so no return is missed either way. wanted
 // says whether anyone is left to probe for.
 func (p *apiProbes) preProbe(libs []*snapshot.LibFile, wanted func() bool) {
-	p.await(libs)
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -125,6 +124,7 @@ func (p *apiProbes) preProbe(libs []*snapshot.LibFile, wanted func() bool) {
 	}
 	closing := p.closing
 	p.mu.Unlock()
+	p.await(libs)
 	p.background.Go(func() {
 		start := time.Now()
 		wait := time.NewTimer(preProbeAfter)
