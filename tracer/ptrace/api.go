@@ -22,18 +22,83 @@ import (
 // apiUnknownNote starts the one line saying why the codes are missing.
 const apiUnknownNote = "CUDA's return code is unknown: "
 
-// startAPI loads the probes and, attaching, puts them on the libraries the
-// processes pids have loaded (their mappings, and the loader's choice for a
-// later dlopen). A launched target's libraries are probed in the background
-// once it has run for a while, and any opened before then at that open's
-// exit stop, where it waits anyway: a short target costs no uprobe (each
-// link's close waits for a grace period). Without the probes the trace goes
-// on, with res saying why.
-func (s *session) startAPI(res *tracer.Result, pids []int, launched bool) {
+// startAPI loads the probes and puts them on the libraries the processes
+// pids have loaded (their mappings, and the loader's choice for a later
+// dlopen). Without the probes the trace goes on, with res saying why.
+func (s *session) startAPI(res *tracer.Result, pids []int) {
 	p, err := ebpf.StartAPIProbes(s.start)
+	if !s.useAPI(res, p, err) {
+		return
+	}
+	for _, pid := range pids {
+		p.AttachLibs(snapshot.OpenMappedLibraries(pid))
+		p.AttachLibs(snapshot.OpenCUDALibraries(fmt.Sprintf("/proc/%d/root", pid), ebpf.TargetLibraryPath(pid)))
+	}
+}
+
+// apiLoad is the outcome of a background load of the probes.
+type apiLoad struct {
+	p   *ebpf.APIProbes
+	err error
+}
+
+// startAPILaunch loads the probes for a launched target in the background,
+// beside its start (the kernel BTF's parse and the loads were ~40 ms of its
+// start-up here), with the files its loader would pick, opened now in its
+// root. Once installed, those are probed in the background after a while,
+// and a library opened before that at its open's exit stop, where the
+// opener waits: a short target costs no uprobe (each link's close waits
+// for a grace period).
+func (s *session) startAPILaunch(res *tracer.Result, pid int) {
+	libs := snapshot.OpenCUDALibraries(fmt.Sprintf("/proc/%d/root", pid), os.Getenv("LD_LIBRARY_PATH"))
+	ch := make(chan apiLoad, 1)
+	s.apiLoading = ch
+	s.apiRes = res
+	start := s.start
+	go func() {
+		p, err := ebpf.StartAPIProbes(start)
+		if err != nil {
+			for _, f := range libs {
+				_ = f.Close() // best-effort cleanup: nothing to do if it fails
+			}
+		} else {
+			// From here, not at the loop's next stop: a target that is
+			// running then may stop next only at its open of the library
+			// under another name, too late to probe it. Its processes join
+			// the probes' filter at the loop's next stop, which comes before
+			// any open of it completes (every open stops at its entry).
+			p.PreProbe(libs)
+		}
+		ch <- apiLoad{p, err}
+	}()
+}
+
+// installAPI takes the probes loaded in the background, once they are
+// ready, or waiting for them.
+func (s *session) installAPI(wait bool) {
+	if s.apiLoading == nil {
+		return
+	}
+	var l apiLoad
+	if wait {
+		l = <-s.apiLoading
+	} else {
+		select {
+		case l = <-s.apiLoading:
+		default:
+			return
+		}
+	}
+	s.apiLoading = nil
+	s.useAPI(s.apiRes, l.p, l.err)
+}
+
+// useAPI makes p the session's probes, with every process traced so far in
+// their filter; false (res saying why) when they could not load.
+func (s *session) useAPI(res *tracer.Result, p *ebpf.APIProbes, err error) bool {
 	if err != nil {
 		res.Notes = append(res.Notes, apiUnknownNote+"its uprobes could not be loaded: "+err.Error())
-		return
+		return false
 	}
 	s.api = p
 	for _, t := range s.tasks {
@@ -42,18 +107,10 @@ func (s *session) startAPI(res *tracer.Result, pids []int, launched bool) {
 	for tgid := range s.zombieLeaders {
 		s.traceAPI(tgid)
 	}
-	for _, pid := range pids {
-		root := fmt.Sprintf("/proc/%d/root", pid)
-		if launched {
-			p.PreProbe(snapshot.OpenCUDALibraries(root, os.Getenv("LD_LIBRARY_PATH")))
-			continue
-		}
-		p.AttachLibs(snapshot.OpenMappedLibraries(pid))
-		p.AttachLibs(snapshot.OpenCUDALibraries(root, ebpf.TargetLibraryPath(pid)))
-	}
 	if onAPIStarted != nil {
 		onAPIStarted()
 	}
+	return true
 }
 
 // onAPIStarted lets tests know when the probes are on.
@@ -81,7 +138,11 @@ func (s *session) untraceAPI(tgid int) {
 // openedAPI probes a CUDA or NVML library the stopped task just opened,
 // unless that file is probed already.
 func (s *session) openedAPI(t *task, c *call, ret int64) {
-	if s.api == nil || ret < 0 || c.ev.Kind != tracer.KindOpen || !nvdev.IsLibrary(c.ev.Path) {
+	if ret < 0 || c.ev.Kind != tracer.KindOpen || !nvdev.IsLibrary(c.ev.Path) {
+		return
+	}
+	s.installAPI(true) // nothing can call into it until it is probed
+	if s.api == nil {
 		return
 	}
 	s.api.AttachOpened(t.tid, int(ret), c.ev.Path)
@@ -101,6 +162,7 @@ func (s *session) drainAPI() {
 
 // finishAPI delivers what is left, says what was probed and detaches.
 func (s *session) finishAPI(res *tracer.Result) {
+	s.installAPI(true)
 	if s.api == nil {
 		return
 	}

@@ -127,6 +127,11 @@ type session struct {
 	// load. apiErr is a failure to say in the result.
 	api    *ebpf.APIProbes
 	apiErr string
+	// apiLoading (launch): the probes loading in the background; the loop
+	// installs them at the first stop after they are ready, and waits for
+	// them only at a library's open (nothing can call into one before).
+	apiLoading chan apiLoad
+	apiRes     *tracer.Result // where a failed background load is said
 	// hold lets the sink read a failing process's view at the exit stop
 	// of its failed call, before it can exit (tracer.StopSink).
 	hold *tracer.StopHolder
@@ -203,6 +208,7 @@ func (s *session) loop(shouldStop func() bool) {
 		if s.waker != nil && s.waker.reaped(w.pid) {
 			continue
 		}
+		s.installAPI(false)
 		// What the probes recorded before this stop comes before it.
 		s.drainAPI()
 		s.current = w

@@ -199,9 +199,9 @@ func (b *Backend) launch(ctx context.Context, spec tracer.Spec, sink tracer.Sink
 	s.tasks[child.PID] = &task{tid: child.PID, tgid: child.PID, comm: readComm(child.PID), filtered: seccompFilters(child.PID) > 0}
 	s.start = time.Now()
 	res.Started = s.start
-	// The probes are loaded before the target runs; its libraries get them
-	// in the background, or at an open's exit stop if it comes first.
-	s.startAPI(res, []int{child.PID}, true)
+	// The probes load beside the target's start; its libraries get them in
+	// the background, or at an open's exit stop if it comes first.
+	s.startAPILaunch(res, child.PID)
 	if err := child.Release(); err != nil {
 		// The loader sees EOF and exits; reap it through the loop.
 		s.debugf("release: %v", err)
@@ -269,7 +269,7 @@ func (b *Backend) attach(ctx context.Context, spec tracer.Spec, sink tracer.Sink
 	for _, pid := range spec.PIDs {
 		res.Notes = append(res.Notes, s.heldDeviceNotes(pid)...)
 	}
-	s.startAPI(res, spec.PIDs, false)
+	s.startAPI(res, spec.PIDs)
 	stop := watch(ctx, spec.Duration, w)
 	defer stop()
 	s.loop(func() bool {
