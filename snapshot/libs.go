@@ -26,6 +26,13 @@ type LibFile struct {
 // Close closes the file.
 func (l *LibFile) Close() error { return l.File.Close() }
 
+// CloseAll closes files a caller will not probe after all.
+func CloseAll(libs []*LibFile) {
+	for _, l := range libs {
+		_ = l.Close() // read-only: a failed close loses nothing
+	}
+}
+
 // cudaLibNames are the names libcuda and NVML are loaded by: dlopen
 // ("libcuda.so.1") by the CUDA runtime and PyTorch, -lcuda links against
 // libcuda.so.1 too; a few tools dlopen the unversioned name.

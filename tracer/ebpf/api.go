@@ -114,9 +114,7 @@ func (p *apiProbes) preProbe(libs []*snapshot.LibFile, wanted func() bool) {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		for _, l := range libs {
-			_ = l.Close() // best-effort cleanup: nothing to do if it fails
-		}
+		snapshot.CloseAll(libs)
 		return
 	}
 	if p.closing == nil {
@@ -208,10 +206,13 @@ func (p *apiProbes) attachFile(f *os.File, name string, wanted func() bool) erro
 	id := [2]uint64{st.Dev, st.Ino}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed && wanted != nil {
-		return errNotWanted
+	if p.closed {
+		if wanted != nil {
+			return errNotWanted // the background probing, ended
+		}
+		return nil
 	}
-	if p.attached[id] || p.closed {
+	if p.attached[id] {
 		return nil
 	}
 	if wanted != nil && !wanted() {

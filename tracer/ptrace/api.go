@@ -58,9 +58,7 @@ func (s *session) startAPILaunch(res *tracer.Result, pid int) {
 	go func() {
 		p, err := ebpf.StartAPIProbes(start)
 		if err != nil {
-			for _, f := range libs {
-				_ = f.Close() // best-effort cleanup: nothing to do if it fails
-			}
+			snapshot.CloseAll(libs)
 		} else {
 			// From here, not at the loop's next stop: a target that is
 			// running then may stop next only at its open of the library
