@@ -95,7 +95,11 @@ func StartAPIProbes(start time.Time) (*APIProbes, error) {
 	if features.HaveBPFLinkUprobeMulti() != nil {
 		to = &p.objs.apiObjects // per-symbol links remain
 	}
-	if err := spec.LoadAndAssign(to, &ebpf.CollectionOptions{Cache: kernelBTF()}); err != nil {
+	opts, err := loadOptions(kernelBTF())
+	if err != nil {
+		return nil, unavailable("BPF not supported: no kernel BTF: %v", err)
+	}
+	if err := spec.LoadAndAssign(to, &opts); err != nil {
 		return nil, loadError(err, false)
 	}
 	if onLoadAPI != nil {

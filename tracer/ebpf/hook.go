@@ -46,7 +46,11 @@ func probeFentry(cache *btf.Cache) error {
 		License:      "GPL",
 		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()},
 	}}}
-	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{Cache: cache})
+	opts, err := loadOptions(cache)
+	if err != nil {
+		return err
+	}
+	coll, err := ebpf.NewCollectionWithOptions(spec, opts)
 	if err != nil {
 		return err
 	}

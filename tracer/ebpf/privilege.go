@@ -116,6 +116,7 @@ var warm struct {
 // parseKernelBTF returns a cache whose kernel types are being parsed in the
 // background; configure reports a failure to parse.
 func parseKernelBTF() *btf.Cache {
+	growFDTableAhead() // the load that follows needs it
 	c := btf.NewCache()
 	go func() { _, _ = c.Kernel() }() // configure reports the error, from the cache
 	return c

@@ -155,6 +155,23 @@ func closeMaps(maps map[string]*ebpf.Map) {
 	}
 }
 
+// loadOptions are the options of every load of ours: the kernel's BTF from
+// cache, and vmlinux's types as the only CO-RE target. With no target
+// named, cilium/ebpf also parses the BTF of every loaded module as one
+// (the H200 host has two, nvidia and nvidia_uvm; a host with mlx5, nvme,
+// ib_* and the like has dozens). Every type the programs read is
+// vmlinux's, and type-ID relocations resolve against vmlinux alone anyway.
+func loadOptions(cache *btf.Cache) (ebpf.CollectionOptions, error) {
+	kspec, err := cache.Kernel()
+	if err != nil {
+		return ebpf.CollectionOptions{}, err
+	}
+	return ebpf.CollectionOptions{
+		Cache:    cache,
+		Programs: ebpf.ProgramOptions{KernelTypes: kspec},
+	}, nil
+}
+
 // loadCollection makes the data sections, then loads the programs in parallel, one
 // group per CPU: each load is a verifier run, and privileged loads do not
 // serialise in the kernel. maps holds the other maps, made by createMaps.
@@ -162,6 +179,11 @@ func loadCollection(spec *ebpf.CollectionSpec, cache *btf.Cache, maps map[string
 	mapsOnly := &ebpf.CollectionSpec{Maps: spec.Maps, Variables: spec.Variables, Types: spec.Types, ByteOrder: spec.ByteOrder}
 	coll, err := ebpf.NewCollectionWithOptions(mapsOnly, ebpf.CollectionOptions{Cache: cache, MapReplacements: maps})
 	if err != nil {
+		return nil, err
+	}
+	opts, err := loadOptions(cache)
+	if err != nil {
+		coll.Close()
 		return nil, err
 	}
 	coll.Programs = make(map[string]*ebpf.Program, len(spec.Programs))
@@ -176,20 +198,10 @@ func loadCollection(spec *ebpf.CollectionSpec, cache *btf.Cache, maps map[string
 	errs := make([]error, groups)
 	var wg sync.WaitGroup
 	for g, progs := range parts {
-		// Only the group's programs, the rest shared: spec.Copy() copied
-		// every program and the object's BTF once per group, ~2.5 ms each
-		// here, one after another before the last group could start.
-		part := &ebpf.CollectionSpec{Maps: spec.Maps, Variables: spec.Variables, Types: spec.Types, ByteOrder: spec.ByteOrder,
-			Programs: make(map[string]*ebpf.ProgramSpec, len(progs))}
-		for _, name := range progs {
-			part.Programs[name] = spec.Programs[name]
-		}
-		wg.Go(func() {
-			loaded[g], errs[g] = ebpf.NewCollectionWithOptions(part, ebpf.CollectionOptions{
-				MapReplacements: coll.Maps,
-				Cache:           cache,
-			})
-		})
+		part, replace := groupSpec(spec, progs, coll.Maps)
+		opts := opts
+		opts.MapReplacements = replace
+		wg.Go(func() { loaded[g], errs[g] = ebpf.NewCollectionWithOptions(part, opts) })
 	}
 	wg.Wait()
 	for g, c := range loaded {
@@ -210,6 +222,33 @@ func loadCollection(spec *ebpf.CollectionSpec, cache *btf.Cache, maps map[string
 		}
 	}
 	return coll, err
+}
+
+// groupSpec is the part of spec that loads progs: their programs and only
+// the maps and variables they use, each map replaced by the one in made.
+// The rest is shared, not copied: spec.Copy() copied every program and the
+// object's BTF once per group, ~2.5 ms each here, one after another before
+// the last group could start; and every map in the part is a clone (an fd)
+// and every data section an mmap, in every group.
+func groupSpec(spec *ebpf.CollectionSpec, progs []string, made map[string]*ebpf.Map) (*ebpf.CollectionSpec, map[string]*ebpf.Map) {
+	part := &ebpf.CollectionSpec{Maps: map[string]*ebpf.MapSpec{}, Variables: map[string]*ebpf.VariableSpec{},
+		Types: spec.Types, ByteOrder: spec.ByteOrder, Programs: make(map[string]*ebpf.ProgramSpec, len(progs))}
+	replace := map[string]*ebpf.Map{}
+	for _, name := range progs {
+		p := spec.Programs[name]
+		part.Programs[name] = p
+		for _, ins := range p.Instructions {
+			if ref := ins.Reference(); ins.IsLoadFromMap() && ref != "" && spec.Maps[ref] != nil {
+				part.Maps[ref], replace[ref] = spec.Maps[ref], made[ref]
+			}
+		}
+	}
+	for name, v := range spec.Variables {
+		if part.Maps[v.SectionName] != nil {
+			part.Variables[name] = v
+		}
+	}
+	return part, replace
 }
 
 // balance splits the programs into n groups of about equal verifier time,
