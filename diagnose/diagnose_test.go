@@ -310,3 +310,60 @@ type reportAndRelease struct {
 	rep     *report.Report
 	release func() error
 }
+
+// The process whose cuInit failed exited before the failure's event came
+// (a return probe's event): its environment, read at its exec, still
+// reaches the snapshot, and CUDA_VISIBLE_DEVICES explains the 100. Found on
+// the H200: a ptrace run of an invalid GPU UUID called it unexplained.
+func TestEnvReadAtExecOutlivesTheTarget(t *testing.T) {
+	cvd := "GPU-00000000-0000-0000-0000-000000000000"
+	for _, tc := range []struct {
+		name   string
+		events []tracer.Event
+	}{
+		{"the launched process", []tracer.Event{
+			{PID: 30, Kind: tracer.KindExec, Syscall: "execve", Argv: []string{"python3"}},
+			{PID: 30, Kind: tracer.KindAPI, Func: "cuInit", Path: "/usr/lib/libcuda.so.1", Ret: 100},
+		}},
+		// A child of a shell that has no such variable.
+		{"a child", []tracer.Event{
+			{PID: 29, Kind: tracer.KindExec, Syscall: "execve", Argv: []string{"sh"}},
+			{PID: 30, Kind: tracer.KindExec, Syscall: "execve", Argv: []string{"python3"}},
+			{PID: 30, Kind: tracer.KindAPI, Func: "cuInit", Path: "/usr/lib/libcuda.so.1", Ret: 100},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sys := &fakeSystem{gone: map[int]bool{29: true, 30: true}} // no environ to read at the failure
+			d := sys.deps()
+			reaped := false
+			d.targetIdentity = func(pid int) (snapshot.Identity, error) {
+				if reaped {
+					return snapshot.Identity{UID: -1}, os.ErrNotExist
+				}
+				env := map[string]string{}
+				if pid == 30 {
+					env["CUDA_VISIBLE_DEVICES"] = cvd
+				}
+				return snapshot.Identity{PID: pid, UID: 0, Env: env}, nil
+			}
+			b := &fakeBackend{name: "ptrace", events: tc.events, res: tracer.Result{APIReturns: true, Exit: &tracer.ExitStatus{Code: 0}}}
+			b.before = func(i int) { reaped = i == len(tc.events)-1 } // gone before its failure is read
+			o, run := diagnoseWith(t, sys, b, tracer.Spec{Argv: []string{"python3"}})
+			o.deps = d
+			got, err := run()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v := got.rep.Snapshot.Env["CUDA_VISIBLE_DEVICES"]; v != cvd {
+				t.Errorf("env %v, want the failing process's, read at its exec", got.rep.Snapshot.Env)
+			}
+			found := false
+			for _, f := range got.rep.Analysis.Findings {
+				found = found || f.ID == "cuda-visible-devices-hides-all"
+			}
+			if !found {
+				t.Errorf("findings %+v: CUDA_VISIBLE_DEVICES not named", got.rep.Analysis.Findings)
+			}
+		})
+	}
+}

@@ -172,7 +172,7 @@ func (s *Session) Report(spec tracer.Spec, res *tracer.Result, started time.Time
 	snapOpts.ExtraPaths = touchedPaths(s.rec.Events())
 	if snap == nil {
 		snap = s.d.collect(snapOpts)
-		s.snapper.fillEnv(snap)
+		s.snapper.fillEnv(snap, snapOpts.PID)
 	}
 	fillCred(snap, spec.Cred)
 	return buildReport(spec, res, s.rec, snap, started, version, s.d.analyze)

@@ -31,6 +31,9 @@ type failureSnapshot struct {
 	// that exits right after CUDA fails outlives the first reads, not the
 	// whole snapshot, and CUDA_VISIBLE_DEVICES may be the cause.
 	env map[string]string
+	// pid is the process of the latest trigger, whose environment env
+	// holds when the read came in time.
+	pid int
 	// container is the failing process's container, read at once for the
 	// same reason: the fix is written in that runtime's syntax.
 	container snapshot.Container
@@ -102,6 +105,7 @@ func (f *failureSnapshot) triggerAs(e *tracer.Event, path string, strong bool) {
 	f.strong = strong
 	f.gen++
 	gen := f.gen
+	f.pid, f.env = pid, nil
 	if env, err := f.deps.targetEnv(pid); err == nil {
 		f.env = env
 	}
@@ -189,11 +193,23 @@ func (f *failureSnapshot) wait() *snapshot.Snapshot {
 	return f.snap
 }
 
-// fillEnv gives an exit snapshot, taken when the target was gone, the
-// environment read at the failure.
-func (f *failureSnapshot) fillEnv(s *snapshot.Snapshot) {
-	if s.Env == nil && f.env != nil {
-		s.Env = f.env
+// fillEnv gives an exit snapshot of process pid, taken when it was gone,
+// the environment read at the failure; or, where the failing process had
+// exited before that read (a CUDA call's failure arrives from its return
+// probe, often after the process printed it and exited), the one read at
+// its last exec, or at pid's.
+func (f *failureSnapshot) fillEnv(s *snapshot.Snapshot, pid int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if s.Env == nil {
+		switch {
+		case f.env != nil:
+			s.Env = f.env
+		case f.pid != 0 && f.ids[f.pid] != nil && f.ids[f.pid].Env != nil:
+			s.Env = f.ids[f.pid].Env
+		case f.ids[pid] != nil && f.ids[pid].Env != nil:
+			s.Env = f.ids[pid].Env
+		}
 	}
 	if s.Container.Runtime == "" && f.container.Runtime != "" {
 		s.Container = f.container

@@ -397,7 +397,10 @@ func TargetContainer(pid int) (Container, bool) {
 // keeps (DiagnosticEnv): one quick read, for a process that may exit any
 // moment (CUDA failed and it is on its way out).
 func TargetEnv(pid int) (map[string]string, error) {
-	g := &fsGuard{timeout: fsTimeout, what: "system files"}
+	return readDiagnosticEnv(&fsGuard{timeout: fsTimeout, what: "system files"}, pid)
+}
+
+func readDiagnosticEnv(g *fsGuard, pid int) (map[string]string, error) {
 	data, err := g.readFile(fmt.Sprintf("/proc/%d/environ", pid), maxFileSize)
 	if err != nil && !errors.Is(err, errTooLarge) {
 		return nil, err

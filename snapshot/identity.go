@@ -26,6 +26,11 @@ type Identity struct {
 	// RootKnown: SameRoot could be told (not for a zombie, whose
 	// namespaces are gone).
 	RootKnown bool
+	// Env is what a report keeps of its environment (DiagnosticEnv), as
+	// the image it runs set it: a process that exits right after CUDA
+	// fails may be gone before any later read (CUDA_VISIBLE_DEVICES may be
+	// the cause).
+	Env map[string]string
 	// cgroups is its /proc/PID/cgroup text: every hierarchy's path, so a
 	// snapshot reads the device policy as it would for the live process.
 	cgroups string
@@ -55,6 +60,9 @@ func TargetIdentity(pid int) (Identity, error) {
 		id.UID = effectiveUID(status)
 	}
 	id.SameRoot, id.RootKnown = sameRoot(g, "/proc", pid)
+	if env, err := readDiagnosticEnv(g, pid); err == nil {
+		id.Env = env
+	}
 	return id, nil
 }
 

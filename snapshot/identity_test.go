@@ -2,9 +2,13 @@ package snapshot
 
 import (
 	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/cudatrace/cudatrace/internal/privtest"
 )
 
 func TestContainerFromCgroupPath(t *testing.T) {
@@ -89,5 +93,37 @@ func TestTargetIdentitySelf(t *testing.T) {
 	}
 	if got := splitCmdline(long); len(strings.Join(got, "\x00")) > maxArgvBytes {
 		t.Errorf("argv kept %d bytes, want at most %d", len(strings.Join(got, "\x00")), maxArgvBytes)
+	}
+}
+
+// The identity carries what a report keeps of the process's environment,
+// as its exec set it: the variables that explain a CUDA failure, and
+// nothing else (no secrets).
+func TestTargetIdentityEnv(t *testing.T) {
+	privtest.Deadline(t)
+	cmd := exec.Command("sleep", "30")
+	cmd.Env = []string{"CUDA_VISIBLE_DEVICES=3", "HOME=/nowhere", "SOME_TOKEN=hunter2"}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	var id Identity
+	var err error
+	// Until the exec is done the environ is the test's.
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if id, err = TargetIdentity(cmd.Process.Pid); err == nil && id.Env["CUDA_VISIBLE_DEVICES"] != "" {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id.Env["CUDA_VISIBLE_DEVICES"] != "3" {
+		t.Errorf("env %v, want CUDA_VISIBLE_DEVICES=3", id.Env)
+	}
+	for _, k := range []string{"HOME", "SOME_TOKEN"} {
+		if _, ok := id.Env[k]; ok {
+			t.Errorf("env %v keeps %s, not a diagnostic variable", id.Env, k)
+		}
 	}
 }
