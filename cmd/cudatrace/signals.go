@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -104,22 +105,44 @@ func startSentinel() *sentinel {
 	return s
 }
 
-// stop stops the sentinel and waits until it is stopped.
+// sentinelStopWait bounds the wait for the sentinel's stop: one that never
+// comes (the sentinel traced by a debugger) must not stall the signals.
+const sentinelStopWait = 2 * time.Second
+
+// stop stops the sentinel and waits until it is stopped. A SIGCONT sent to
+// cudatrace alone (kill -CONT, a debugger letting go) leaves the sentinel
+// stopped: then there is no new stop to wait for, and waiting for one hung
+// cudatrace after its report.
 func (s *sentinel) stop() bool {
 	if s == nil {
 		return false
+	}
+	if s.stopped() {
+		return true
 	}
 	if syscall.Kill(s.child.PID, syscall.SIGSTOP) != nil {
 		return false
 	}
 	var ws unix.WaitStatus
-	for {
-		_, err := unix.Wait4(s.child.PID, &ws, unix.WUNTRACED, nil)
-		if err == unix.EINTR {
-			continue
+	for deadline := time.Now().Add(sentinelStopWait); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		pid, err := unix.Wait4(s.child.PID, &ws, unix.WUNTRACED|unix.WNOHANG, nil)
+		switch {
+		case err == unix.EINTR:
+		case err != nil:
+			return false
+		case pid == s.child.PID:
+			return ws.Stopped()
+		case s.stopped():
+			return true // stopped, and the stop reported to nobody else
 		}
-		return err == nil && ws.Stopped()
 	}
+	return false
+}
+
+// stopped reads the sentinel's state: T, stopped by a signal.
+func (s *sentinel) stopped() bool {
+	v, ok := statusField(s.proc, "State")
+	return ok && strings.HasPrefix(v, "T")
 }
 
 // got reports whether sig was sent to our whole process group.

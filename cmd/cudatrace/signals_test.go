@@ -126,3 +126,65 @@ func TestSignalsReachTargetOnce(t *testing.T) {
 		}
 	}
 }
+
+// tickTarget appends a line to its log every 20 ms, 60 times, then exits
+// with status 5.
+const tickTarget = `i=0; while [ $i -lt 60 ]; do echo tick >> "$1"; i=$((i+1)); sleep 0.02; done; exit 5`
+
+// SIGCONT sent to cudatrace alone (kill -CONT, a debugger detaching) finds
+// the sentinel still stopped: cudatrace waited for a stop that never came
+// and hung after its report. Job control (the group stopped and continued,
+// as by Ctrl-Z and fg) stops and continues the target, and the run ends
+// with its status.
+func TestContinueAndJobControl(t *testing.T) {
+	privtest.RequireRoot(t)
+	needBinaries(t)
+	for _, backend := range []string{"ebpf", "ptrace"} {
+		for _, jobControl := range []bool{false, true} {
+			name := backend + "/cont-to-cudatrace"
+			if jobControl {
+				name = backend + "/stop-and-continue-group"
+			}
+			t.Run(name, func(t *testing.T) {
+				log := filepath.Join(t.TempDir(), "log")
+				cmd := exec.Command(cudatraceBin, "--backend", backend, "-q", "--", "/bin/sh", "-c", tickTarget, "sh", log)
+				var out bytes.Buffer
+				cmd.Stdout, cmd.Stderr = &out, &out
+				cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				pid := cmd.Process.Pid
+				defer syscall.Kill(-pid, syscall.SIGKILL)
+				awaitLine(t, log, "tick")
+				if jobControl {
+					if err := syscall.Kill(-pid, syscall.SIGTSTP); err != nil {
+						t.Fatal(err)
+					}
+					time.Sleep(200 * time.Millisecond) // a tick in flight lands
+					before := countLine(log, "tick")
+					time.Sleep(300 * time.Millisecond)
+					if after := countLine(log, "tick"); after != before {
+						t.Errorf("the target ticked %d times while its group was stopped", after-before)
+					}
+					if err := syscall.Kill(-pid, syscall.SIGCONT); err != nil {
+						t.Fatal(err)
+					}
+				} else if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+					t.Fatal(err)
+				}
+				err, hung := waitGuarded(cmd)
+				if hung {
+					t.Fatalf("cudatrace did not exit after its target\n%s", out.String())
+				}
+				var ee *exec.ExitError
+				if !errors.As(err, &ee) || ee.ExitCode() != 5 {
+					t.Errorf("cudatrace exited with %v, want the target's 5\n%s", err, out.String())
+				}
+				if n := countLine(log, "tick"); n != 60 {
+					t.Errorf("the target ticked %d times, want 60", n)
+				}
+			})
+		}
+	}
+}
