@@ -107,7 +107,7 @@ func startSentinel() *sentinel {
 
 // sentinelStopWait bounds the wait for the sentinel's stop: one that never
 // comes (the sentinel traced by a debugger) must not stall the signals.
-const sentinelStopWait = 2 * time.Second
+const sentinelStopWait = 10 * time.Second
 
 // stop stops the sentinel and waits until it is stopped. A SIGCONT sent to
 // cudatrace alone (kill -CONT, a debugger letting go) leaves the sentinel
