@@ -78,11 +78,9 @@ type Options struct {
 // loaderConfig is what the loader reads from the pipe. Nothing in it comes
 // from the target's argv or environment.
 type loaderConfig struct {
-	Cred          *tracer.Cred
-	Seccomp       []unix.SockFilter
-	NoNewPrivs    bool
-	DieWithParent bool
-	Parent        int
+	Cred       *tracer.Cred
+	Seccomp    []unix.SockFilter
+	NoNewPrivs bool
 }
 
 // Child is a started loader, waiting for Release.
@@ -97,7 +95,7 @@ func Start(opts Options) (*Child, error) {
 	if len(opts.Argv) == 0 {
 		return nil, errors.New("no command to run")
 	}
-	cfg, err := json.Marshal(loaderConfig{opts.Cred, opts.Seccomp, opts.NoNewPrivs, opts.DieWithParent, os.Getpid()})
+	cfg, err := json.Marshal(loaderConfig{opts.Cred, opts.Seccomp, opts.NoNewPrivs})
 	if err != nil {
 		return nil, err
 	}
@@ -115,10 +113,15 @@ func Start(opts Options) (*Child, error) {
 	// /proc/self/exe rather than a path: it still runs if cudatrace's file
 	// was replaced meanwhile, and its name is short on the new stack.
 	// os.StartProcess, unlike exec.Cmd, passes env as is (no dedup).
-	proc, err := os.StartProcess("/proc/self/exe", append([]string{loaderArg0}, opts.Argv...), &os.ProcAttr{
-		Env:   env,
-		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr, r},
-	})
+	attr := &os.ProcAttr{Env: env, Files: []*os.File{os.Stdin, os.Stdout, os.Stderr, r}}
+	if opts.DieWithParent {
+		// Set in the child before it execs: set by the loader itself, a
+		// SIGSTOP sent right after Start (the signal sentinel's) stopped
+		// it before the prctl, and a killed cudatrace left it behind,
+		// stopped, for good.
+		attr.Sys = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	}
+	proc, err := os.StartProcess("/proc/self/exe", append([]string{loaderArg0}, opts.Argv...), attr)
 	_ = r.Close() // best-effort cleanup: nothing to do if it fails
 	if err != nil {
 		_ = w.Close() // best-effort cleanup: nothing to do if it fails
@@ -273,12 +276,6 @@ func runLoader(argv []string) int {
 	cfg, err := readConfig(release)
 	if err != nil {
 		return fail(1, "loader: %v", err)
-	}
-	if cfg.DieWithParent {
-		_ = unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0) // best effort: without it the loader outlives a killed tracer
-		if os.Getppid() != cfg.Parent {
-			return 1 // the parent died before the prctl
-		}
 	}
 	// Our own environment is the target's, as Start passed it.
 	env := startEnviron()

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -20,8 +21,27 @@ import (
 // FILE.environ: `TEST dumpArg FILE ARGS...`.
 const dumpArg = "launch-test-dump"
 
+// orphanArg makes the test binary a parent that starts a DieWithParent
+// loader, stops it at once (as the signal sentinel is), writes its PID to
+// FILE and waits to be killed: `TEST orphanArg FILE`.
+const orphanArg = "launch-test-orphan"
+
 func TestMain(m *testing.M) {
 	RunLoaderIfRequested()
+	if len(os.Args) > 2 && os.Args[1] == orphanArg {
+		c, err := Start(Options{Argv: []string{"never-released"}, DieWithParent: true})
+		if err == nil {
+			err = unix.Kill(c.PID, unix.SIGSTOP)
+		}
+		if err == nil {
+			err = os.WriteFile(os.Args[2], []byte(strconv.Itoa(c.PID)), 0o600)
+		}
+		if err != nil {
+			os.Stderr.WriteString(err.Error() + "\n")
+			os.Exit(3)
+		}
+		select {} // until killed
+	}
 	if len(os.Args) > 2 && os.Args[1] == dumpArg {
 		for _, what := range []string{"cmdline", "environ"} {
 			b, err := os.ReadFile("/proc/self/" + what)
@@ -100,6 +120,45 @@ func TestAbortBeforeRelease(t *testing.T) {
 	if err := c.proc.Signal(os.Signal(nil)); err == nil {
 		t.Fatal("loader still running after Abort")
 	}
+}
+
+// A loader started DieWithParent dies with its parent even when it was
+// stopped straight after Start, before it could run a line of its own:
+// set by the loader itself, the parent-death signal came too late for
+// the sentinel, which a killed cudatrace left behind, stopped.
+func TestDieWithParentWhenStoppedAtOnce(t *testing.T) {
+	privtest.Deadline(t)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	parent := exec.Command(self, orphanArg, pidFile)
+	parent.Stderr = os.Stderr
+	if err := parent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = parent.Process.Kill(); _ = parent.Wait() }()
+	var pid int
+	for pid == 0 {
+		if b, err := os.ReadFile(pidFile); err == nil && len(b) > 0 {
+			pid, _ = strconv.Atoi(string(b))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := parent.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = parent.Wait()
+	// Reparented and then killed: gone, or a zombie until init reaps it.
+	defer func() { _ = unix.Kill(pid, unix.SIGKILL) }() // a failed run's orphan
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		st, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil || strings.Contains(string(st), ") Z ") {
+			return
+		}
+	}
+	t.Fatalf("the loader (pid %d) outlived its killed parent", pid)
 }
 
 // launchDump launches argv (argv[2] is the dump file) and returns the
