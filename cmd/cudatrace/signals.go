@@ -75,6 +75,11 @@ func handleSignals(launched bool, cancel context.CancelFunc) func() {
 					}
 					_ = syscall.Kill(pid, s) // it may have exited already
 				}
+				// The trace goes on while the target runs; once it has
+				// exited, this ends the wait for descendants that outlive
+				// it (a daemon in a session of its own never gets the
+				// signal, and kept cudatrace waiting).
+				cancel()
 			}
 		}
 	}()

@@ -7,12 +7,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
 
 	"github.com/cudatrace/cudatrace/internal/privtest"
 )
@@ -186,5 +188,86 @@ func TestContinueAndJobControl(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// childTargets lists pid's children other than cudatrace's helpers.
+func childTargets(pid int) []int {
+	var out []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		if pp, ok := statusField("/proc/"+e.Name()+"/status", "PPid"); !ok || pp != strconv.Itoa(pid) {
+			continue
+		}
+		cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if strings.HasPrefix(string(cmdline), "cudatrace-loader") {
+			continue
+		}
+		n, _ := strconv.Atoi(e.Name())
+		out = append(out, n)
+	}
+	return out
+}
+
+// Once the target has exited, cudatrace follows the processes it left
+// (here a daemon in a session of its own, which no Ctrl-C reaches); a
+// signal to cudatrace then ends that wait instead of going to nobody, and
+// the run ends with the target's status.
+func TestSignalEndsTheWaitForDescendants(t *testing.T) {
+	privtest.RequireRoot(t)
+	needBinaries(t)
+	if _, err := exec.LookPath("setsid"); err != nil {
+		t.Skip("setsid (util-linux) not installed")
+	}
+	for backend, note := range map[string]string{
+		"ebpf":   "trace stopped by a signal; the target had exited, its descendants",
+		"ptrace": "were detached and run on under the seccomp filter",
+	} {
+		t.Run(backend, func(t *testing.T) {
+			pidFile := filepath.Join(t.TempDir(), "daemon")
+			cmd := exec.Command(cudatraceBin, "--backend", backend, "--", "/bin/sh", "-c",
+				// Its own stdio: holding cudatrace's output pipe, the
+				// daemon would keep Wait waiting for the pipe's end.
+				`setsid sleep 60 </dev/null >/dev/null 2>&1 & echo $! > "$1"; exit 4`, "sh", pidFile)
+			var out bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &out
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			pid := cmd.Process.Pid
+			defer syscall.Kill(-pid, syscall.SIGKILL)
+			var daemon int
+			for deadline := time.Now().Add(30 * time.Second); daemon == 0 || len(childTargets(pid)) > 0; time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("the target did not exit leaving its daemon\n%s", out.String())
+				}
+				if b, err := os.ReadFile(pidFile); err == nil {
+					daemon, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+				}
+			}
+			defer syscall.Kill(daemon, syscall.SIGKILL)
+			time.Sleep(200 * time.Millisecond) // cudatrace sees the exit
+			if err := syscall.Kill(pid, syscall.SIGINT); err != nil {
+				t.Fatal(err)
+			}
+			err, hung := waitGuarded(cmd)
+			if hung {
+				t.Fatalf("cudatrace still waited for the daemon after SIGINT\n%s", out.String())
+			}
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 4 {
+				t.Errorf("cudatrace exited with %v, want the target's 4\n%s", err, out.String())
+			}
+			if !strings.Contains(out.String(), note) {
+				t.Errorf("report does not say the daemon was left (%q)\n%s", note, out.String())
+			}
+			if unix.Kill(daemon, 0) != nil {
+				t.Errorf("the daemon (pid %d) did not survive the end of the trace", daemon)
+			}
+		})
 	}
 }

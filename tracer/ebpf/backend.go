@@ -128,7 +128,7 @@ func (backend) Run(ctx context.Context, spec tracer.Spec, sink tracer.Sink) (res
 
 	switch {
 	case launching:
-		err = s.runLaunch(spec, child, res)
+		err = s.runLaunch(ctx, spec, child, res)
 	case spec.HostWide:
 		err = s.runHostWide(ctx, spec, res, live)
 	default:
@@ -450,7 +450,7 @@ type waitResult struct {
 
 // runLaunch starts the target gated, so that it runs no instruction before
 // the programs are attached and its PID is in the filter.
-func (s *session) runLaunch(spec tracer.Spec, child *launch.Child, res *tracer.Result) error {
+func (s *session) runLaunch(ctx context.Context, spec tracer.Spec, child *launch.Child, res *tracer.Result) error {
 	if err := s.trace(child.PID); err != nil {
 		child.Abort()
 		return fmt.Errorf("trace PID %d: %w", child.PID, err)
@@ -473,8 +473,9 @@ func (s *session) runLaunch(spec tracer.Spec, child *launch.Child, res *tracer.R
 		st, err := child.Wait()
 		waitc <- waitResult{st, err}
 	}()
-	// ctx is not watched: the caller forwards signals to the target, and
-	// the trace ends when the target does.
+	// ctx does not end the trace while the target runs (the caller
+	// forwards its signals to it); once the target has exited, it stops
+	// the wait for descendants that outlive it.
 	var timeout <-chan time.Time
 	if spec.Duration > 0 {
 		t := time.NewTimer(spec.Duration)
@@ -487,7 +488,7 @@ func (s *session) runLaunch(spec tracer.Spec, child *launch.Child, res *tracer.R
 			return fmt.Errorf("wait for target: %w", w.err)
 		}
 		res.Exit = &w.st
-		s.followDescendants(timeout, spec.Duration, res)
+		s.followDescendants(ctx.Done(), timeout, spec.Duration, res)
 	case <-timeout:
 		res.Notes = append(res.Notes, fmt.Sprintf("trace stopped after %v; the target (PID %d) was still running", spec.Duration, child.PID))
 	}
@@ -496,9 +497,10 @@ func (s *session) runLaunch(spec tracer.Spec, child *launch.Child, res *tracer.R
 
 // followDescendants keeps tracing once the launched process has exited,
 // while processes it started (a daemon, workers that outlive it) are still
-// in the filter: until they exit too, or the duration ends. The ptrace
-// backend does the same.
-func (s *session) followDescendants(timeout <-chan time.Time, d time.Duration, res *tracer.Result) {
+// in the filter: until they exit too, the duration ends, or stop is closed
+// (cudatrace was signalled: a daemon in a session of its own would keep it
+// waiting, Ctrl-C reaching nobody). The ptrace backend does the same.
+func (s *session) followDescendants(stop <-chan struct{}, timeout <-chan time.Time, d time.Duration, res *tracer.Result) {
 	if !s.tracing() {
 		return
 	}
@@ -509,6 +511,9 @@ func (s *session) followDescendants(timeout <-chan time.Time, d time.Duration, r
 		select {
 		case <-timeout:
 			res.Notes = append(res.Notes, fmt.Sprintf("trace stopped after %v; the target had exited, its descendants %s were still running", d, describePIDs(s.tracedPIDs())))
+			return
+		case <-stop:
+			res.Notes = append(res.Notes, fmt.Sprintf("trace stopped by a signal; the target had exited, its descendants %s were still running", describePIDs(s.tracedPIDs())))
 			return
 		case <-s.exits:
 		case <-recheck.C:
