@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"runtime/debug"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -79,6 +81,12 @@ func main() {
 			fmt.Fprintf(os.Stderr, "cudatrace: cgroup paths are this container's own view: %v\n", err)
 		}
 	}
+	// A reader gone from the output pipe (`cudatrace -- job 2>&1 | head`)
+	// must not kill cudatrace with SIGPIPE and replace the target's exit
+	// status with 141: with SIGPIPE notified, a write there fails with
+	// EPIPE instead. Notified, not ignored: an ignored signal stays ignored
+	// across exec, in the target.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
@@ -100,9 +108,10 @@ func nodeAgent(args []string) bool {
 type exitError struct {
 	code int
 	msg  string
-	// saveFailed: the -o write failed after the report was printed; a
-	// launched command's own exit status still wins.
-	saveFailed bool
+	// saveFailed: the -o write failed after the report was printed;
+	// printFailed: the report could not be printed (its reader gone). A
+	// launched command's own exit status still wins either way.
+	saveFailed, printFailed bool
 }
 
 func (e *exitError) Error() string { return e.msg }

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -65,6 +67,12 @@ func emit(rep *report.Report, o *options, stdout, stderr io.Writer, launched boo
 	}
 	if !(f == report.FormatJSON && o.output == stdoutPath) {
 		if err := render(w, rep, f, o); err != nil {
+			if saveErr != nil {
+				fmt.Fprintf(stderr, "cudatrace: report not saved: %v\n", saveErr)
+			}
+			if ee, ok := err.(*exitError); ok {
+				ee.printFailed = true
+			}
 			return err
 		}
 	}
@@ -90,6 +98,10 @@ func render(w io.Writer, rep *report.Report, f report.Format, o *options) error 
 		ro.Color = ro.Width > 0 && wantColor(os.Getenv)
 	}
 	if err := report.Render(w, rep, f, ro); err != nil {
+		if errors.Is(err, syscall.EPIPE) {
+			// The reader left (`| head`): nobody to tell.
+			return &exitError{code: exitFailure, printFailed: true}
+		}
 		return fail(exitFailure, "print report: %v", err)
 	}
 	return nil

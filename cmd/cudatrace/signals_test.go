@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -270,4 +271,48 @@ func TestSignalEndsTheWaitForDescendants(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A reader gone from cudatrace's output pipe (`cudatrace -- job 2>&1 |
+// head`) does not kill it with SIGPIPE: the run ends with the target's
+// status. The target still gets SIGPIPE's default action (not ignored).
+func TestClosedOutputKeepsTargetStatus(t *testing.T) {
+	privtest.RequireRoot(t)
+	needBinaries(t)
+	status := filepath.Join(t.TempDir(), "status")
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	defer w.Close()
+	cmd := exec.Command(cudatraceBin, "--", "/bin/sh", "-c", `grep SigIgn /proc/self/status > "$1"; exit 3`, "sh", status)
+	cmd.Stdout, cmd.Stderr = w, w
+	err, hung := waitGuarded(startOrFail(t, cmd))
+	if hung {
+		t.Fatal("cudatrace hung with its output pipe closed")
+	}
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 3 {
+		t.Errorf("cudatrace ended with %v, want the target's status 3", err)
+	}
+	b, err := os.ReadFile(status)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mask uint64
+	if _, err := fmt.Sscanf(strings.TrimPrefix(string(b), "SigIgn:"), "%x", &mask); err != nil {
+		t.Fatalf("target's %q: %v", b, err)
+	}
+	if mask&(1<<(uint(syscall.SIGPIPE)-1)) != 0 {
+		t.Errorf("the target inherited SIGPIPE ignored (SigIgn %x)", mask)
+	}
+}
+
+func startOrFail(t *testing.T, cmd *exec.Cmd) *exec.Cmd {
+	t.Helper()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd
 }

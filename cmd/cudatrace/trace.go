@@ -114,7 +114,7 @@ func traceCommand(argv []string, o *options, stdout, stderr io.Writer) error {
 			ms(tracing.Sub(mainStarted)), ms(emitting.Sub(tracing)), ms(emitted.Sub(emitting)), ms(time.Since(emitted)))
 	}
 	var ee *exitError
-	if exit := rep.Target.Exit; exit != nil && (err == nil || errors.As(err, &ee) && (ee.code == exitFound || ee.saveFailed)) {
+	if exit := rep.Target.Exit; exit != nil && (err == nil || errors.As(err, &ee) && (ee.code == exitFound || ee.saveFailed || ee.printFailed)) {
 		// A launched command's own status wins, as with strace.
 		return &exitError{code: exit.ShellCode()}
 	}
