@@ -125,6 +125,10 @@ func createTemp(path string) (*os.File, error) {
 func dirError(path, dir string, err error) error {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
+		if st, serr := os.Stat(dir); serr == nil && st.IsDir() {
+			// /proc and /sys directories exist but take no new files.
+			return fmt.Errorf("%s: %s takes no new files (a kernel file system?)", path, dir)
+		}
 		return fmt.Errorf("%s: directory %s does not exist", path, dir)
 	case errors.Is(err, unix.EROFS):
 		return fmt.Errorf("%s: %s is on a read-only file system", path, dir)

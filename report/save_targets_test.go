@@ -125,6 +125,8 @@ func TestSaveRefuses(t *testing.T) {
 		{link, "is a symlink"},
 		{sock, "not a regular file, character device or FIFO"},
 		{filepath.Join(dir, "missing", "r.json"), "does not exist"},
+		// A directory that exists but takes no files: not "does not exist".
+		{"/proc/self/cudatrace-report.json", "/proc/self takes no new files"},
 		{filepath.Join(victim, "r.json"), "not a directory"},
 	} {
 		for name, f := range map[string]func() error{

@@ -54,6 +54,7 @@ func TestUsageErrors(t *testing.T) {
 		{"pid and command", []string{"-p", "1", "--", "true"}, exitUsage, "not both"},
 		{"bad backend", []string{"--backend", "dtrace", "--", "true"}, exitUsage, `unknown backend "dtrace"`},
 		{"pid zero", []string{"-p", "0"}, exitUsage, "invalid PID 0"},
+		{"negative duration", []string{"--duration", "-1s", "--", "true"}, exitUsage, "--duration -1s: give a positive duration"},
 		{"pid not a number", []string{"-p", "abc"}, exitUsage, "invalid argument"},
 		{"user with pid", []string{"-u", "nobody", "-p", "1"}, exitUsage, "-u applies to a launched command"},
 		{"unknown user", []string{"-u", "no-such-user-xyz", "--", "true"}, exitUsage, `unknown user "no-such-user-xyz"`},

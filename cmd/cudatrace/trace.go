@@ -27,6 +27,8 @@ func traceCommand(argv []string, o *options, stdout, stderr io.Writer) error {
 		return fail(exitUsage, "nothing to trace: give a command after '--', or -p PID\nRun 'cudatrace --help' for usage.")
 	case len(argv) > 0 && len(o.pids) > 0:
 		return fail(exitUsage, "give either a command or -p PID, not both")
+	case o.duration < 0:
+		return fail(exitUsage, "--duration %v: give a positive duration, e.g. 30s", o.duration)
 	}
 	spec := tracer.Spec{
 		PIDs:            o.pids,
