@@ -150,15 +150,8 @@ func TestContinueAndJobControl(t *testing.T) {
 			}
 			t.Run(name, func(t *testing.T) {
 				log := filepath.Join(t.TempDir(), "log")
-				cmd := exec.Command(cudatraceBin, "--backend", backend, "-q", "--", "/bin/sh", "-c", tickTarget, "sh", log)
-				var out bytes.Buffer
-				cmd.Stdout, cmd.Stderr = &out, &out
-				cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-				if err := cmd.Start(); err != nil {
-					t.Fatal(err)
-				}
+				cmd, out := startInGroup(t, "--backend", backend, "-q", "--", "/bin/sh", "-c", tickTarget, "sh", log)
 				pid := cmd.Process.Pid
-				defer syscall.Kill(-pid, syscall.SIGKILL)
 				awaitLine(t, log, "tick")
 				if jobControl {
 					if err := syscall.Kill(-pid, syscall.SIGTSTP); err != nil {
@@ -176,14 +169,7 @@ func TestContinueAndJobControl(t *testing.T) {
 				} else if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
 					t.Fatal(err)
 				}
-				err, hung := waitGuarded(cmd)
-				if hung {
-					t.Fatalf("cudatrace did not exit after its target\n%s", out.String())
-				}
-				var ee *exec.ExitError
-				if !errors.As(err, &ee) || ee.ExitCode() != 5 {
-					t.Errorf("cudatrace exited with %v, want the target's 5\n%s", err, out.String())
-				}
+				expectExit(t, cmd, out, 5)
 				if n := countLine(log, "tick"); n != 60 {
 					t.Errorf("the target ticked %d times, want 60", n)
 				}
@@ -229,18 +215,11 @@ func TestSignalEndsTheWaitForDescendants(t *testing.T) {
 	} {
 		t.Run(backend, func(t *testing.T) {
 			pidFile := filepath.Join(t.TempDir(), "daemon")
-			cmd := exec.Command(cudatraceBin, "--backend", backend, "--", "/bin/sh", "-c",
+			cmd, out := startInGroup(t, "--backend", backend, "--", "/bin/sh", "-c",
 				// Its own stdio: holding cudatrace's output pipe, the
 				// daemon would keep Wait waiting for the pipe's end.
 				`setsid sleep 60 </dev/null >/dev/null 2>&1 & echo $! > "$1"; exit 4`, "sh", pidFile)
-			var out bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &out, &out
-			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
 			pid := cmd.Process.Pid
-			defer syscall.Kill(-pid, syscall.SIGKILL)
 			var daemon int
 			for deadline := time.Now().Add(30 * time.Second); daemon == 0 || len(childTargets(pid)) > 0; time.Sleep(10 * time.Millisecond) {
 				if time.Now().After(deadline) {
@@ -255,14 +234,7 @@ func TestSignalEndsTheWaitForDescendants(t *testing.T) {
 			if err := syscall.Kill(pid, syscall.SIGINT); err != nil {
 				t.Fatal(err)
 			}
-			err, hung := waitGuarded(cmd)
-			if hung {
-				t.Fatalf("cudatrace still waited for the daemon after SIGINT\n%s", out.String())
-			}
-			var ee *exec.ExitError
-			if !errors.As(err, &ee) || ee.ExitCode() != 4 {
-				t.Errorf("cudatrace exited with %v, want the target's 4\n%s", err, out.String())
-			}
+			expectExit(t, cmd, out, 4)
 			if !strings.Contains(out.String(), note) {
 				t.Errorf("report does not say the daemon was left (%q)\n%s", note, out.String())
 			}
@@ -288,14 +260,10 @@ func TestClosedOutputKeepsTargetStatus(t *testing.T) {
 	defer w.Close()
 	cmd := exec.Command(cudatraceBin, "--", "/bin/sh", "-c", `grep SigIgn /proc/self/status > "$1"; exit 3`, "sh", status)
 	cmd.Stdout, cmd.Stderr = w, w
-	err, hung := waitGuarded(startOrFail(t, cmd))
-	if hung {
-		t.Fatal("cudatrace hung with its output pipe closed")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
 	}
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 3 {
-		t.Errorf("cudatrace ended with %v, want the target's status 3", err)
-	}
+	expectExit(t, cmd, &bytes.Buffer{}, 3)
 	b, err := os.ReadFile(status)
 	if err != nil {
 		t.Fatal(err)
@@ -309,10 +277,32 @@ func TestClosedOutputKeepsTargetStatus(t *testing.T) {
 	}
 }
 
-func startOrFail(t *testing.T, cmd *exec.Cmd) *exec.Cmd {
+// startInGroup starts cudatrace with args in a process group of its own,
+// its output collected; the group is killed when the test ends.
+func startInGroup(t *testing.T, args ...string) (*exec.Cmd, *bytes.Buffer) {
 	t.Helper()
+	cmd := exec.Command(cudatraceBin, args...)
+	out := &bytes.Buffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	return cmd
+	pid := cmd.Process.Pid
+	t.Cleanup(func() { _ = syscall.Kill(-pid, syscall.SIGKILL) })
+	return cmd, out
+}
+
+// expectExit waits (hang-guarded) for cudatrace and checks that it ended
+// with the target's status code.
+func expectExit(t *testing.T, cmd *exec.Cmd, out *bytes.Buffer, code int) {
+	t.Helper()
+	err, hung := waitGuarded(cmd)
+	if hung {
+		t.Fatalf("cudatrace did not exit\n%s", out.String())
+	}
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != code {
+		t.Errorf("cudatrace exited with %v, want the target's %d\n%s", err, code, out.String())
+	}
 }
