@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cudatrace/cudatrace/internal/procfs"
 	"github.com/cudatrace/cudatrace/tracer/launch"
 )
 
@@ -146,8 +147,8 @@ func (s *sentinel) stop() bool {
 
 // stopped reads the sentinel's state: T, stopped by a signal.
 func (s *sentinel) stopped() bool {
-	v, ok := statusField(s.proc, "State")
-	return ok && strings.HasPrefix(v, "T")
+	st, err := procfs.ReadStat(s.child.PID)
+	return err == nil && st.State == 'T'
 }
 
 // got reports whether sig was sent to our whole process group.

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cudatrace/cudatrace/internal/privtest"
+	"github.com/cudatrace/cudatrace/internal/procfs"
 	"github.com/cudatrace/cudatrace/tracer"
 )
 
@@ -153,8 +154,7 @@ func TestDieWithParentWhenStoppedAtOnce(t *testing.T) {
 	// Reparented and then killed: gone, or a zombie until init reaps it.
 	defer func() { _ = unix.Kill(pid, unix.SIGKILL) }() // a failed run's orphan
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		st, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-		if err != nil || strings.Contains(string(st), ") Z ") {
+		if st, err := procfs.ReadStat(pid); err != nil || st.Gone() {
 			return
 		}
 	}
