@@ -896,6 +896,30 @@ static __always_inline bool in_compat_syscall(void)
 	return t->thread_info.status & X86_TS_COMPAT;
 }
 
+/* struct event's no_entry. ROLLED_BACK: a seccomp KILL_PROCESS,
+ * KILL_THREAD or TRAP rolled the call back (syscall_rollback) before
+ * sending SIGSYS; it never returns to the program, and its "return value"
+ * is the register restored. */
+enum no_entry_mark {
+	NO_ENTRY_SEEN = 0,
+	NO_ENTRY_REFUSED = 1,    /* answered by a filter (RET_ERRNO, USER_NOTIF) */
+	NO_ENTRY_SKIPPED = 2,    /* entered, not one to record (skip()) */
+	NO_ENTRY_ROLLED_BACK = 3,
+};
+const enum no_entry_mark *unused_no_entry_mark __attribute__((unused));
+
+/* Whether an unentered call's exit value is the rollback's: x86 restores
+ * ax from orig_ax (the syscall number), arm64 x0 from orig_x0 (the first
+ * argument). A real result equal to it is a fd or ioctl value that a
+ * filtered call of a traced process did not produce: its entry would
+ * have been seen. */
+static __always_inline bool rolled_back(struct pt_regs *regs, long ret)
+{
+	if (is_arm64())
+		return ret == (long)((struct pt_regs___arm64 *)regs)->orig_x0;
+	return ret == syscall_nr(regs);
+}
+
 struct sys_args {
 	unsigned long a[6];
 };
@@ -1176,8 +1200,13 @@ __attribute__((noinline)) int finish(struct event *e, long ret)
 	bool held = false;
 	/* Read once, not reloaded after every helper that writes e. */
 	const __u8 kind = e->kind;
+	/* Rolled back for SIGSYS: the value is no result. Nothing of the call
+	 * is read back, no fd looked up, and it never folds (as a failure). */
+	const bool no_return = e->no_entry == NO_ENTRY_ROLLED_BACK;
+	if (no_return)
+		ret = -1;
 
-	e->ret = ret;
+	e->ret = no_return ? 0 : ret;
 	/* A non-leader thread that execs returns with the leader's pid. */
 	e->tid = (__u32)bpf_get_current_pid_tgid();
 
@@ -1194,7 +1223,7 @@ __attribute__((noinline)) int finish(struct event *e, long ret)
 	}
 	if (kind == KIND_IOCTL) {
 		e->arg_len = 0;
-		if (capture_ioctl_args && e->uptr >= 4096) {
+		if (capture_ioctl_args && e->uptr >= 4096 && !no_return) {
 			/* The params block after the call: its status field says why. */
 			if (!bpf_probe_read_user(e->arg, ARG_LEN, (const void *)e->uptr))
 				e->arg_len = ARG_LEN;
@@ -1269,9 +1298,12 @@ int ct_sys_exit(__u64 *ctx)
 	}
 	if (!e || e->kind == 0) {
 		/* A failed call whose entry no program saw: a seccomp filter
-		 * answered it (RET_ERRNO, USER_NOTIF) before the kernel ran it.
-		 * Its arguments are still in the registers. */
-		if (ret >= 0 || ret < -4095 || !is_traced(bpf_get_current_pid_tgid() >> 32))
+		 * answered it (RET_ERRNO, USER_NOTIF) before the kernel ran it,
+		 * or rolled it back for SIGSYS (KILL, TRAP: rolled_back). Its
+		 * arguments are still in the registers. */
+		if ((ret >= 0 || ret < -4095) && !rolled_back((struct pt_regs *)ctx[0], ret))
+			return 0;
+		if (!is_traced(bpf_get_current_pid_tgid() >> 32))
 			return 0;
 		bpf_tail_call(ctx, &exit_tail, tail_unentered_key);
 		count_drop(DROP_PENDING); /* not reached: user space fills the slots first */
@@ -1313,7 +1345,7 @@ int ct_sys_exit_unentered(__u64 *ctx)
 		e->no_entry = 0; /* not one to record; no later exit's business */
 		return 0;
 	}
-	e->no_entry = 1;
+	e->no_entry = rolled_back((struct pt_regs *)ctx[0], (long)ctx[1]) ? NO_ENTRY_ROLLED_BACK : 1;
 	bpf_tail_call(ctx, &exit_tail, tail_exit_key);
 	discard(e); /* not reached: user space fills the slots first */
 	count_drop(DROP_PENDING);

@@ -86,6 +86,11 @@ type Event struct {
 	// NoEntry: the call never reached the kernel's syscall code; something
 	// answered it first (a seccomp filter's RET_ERRNO or USER_NOTIF).
 	NoEntry bool `json:"no_entry,omitempty"`
+	// NoReturn: the call never returned to the program. A seccomp filter's
+	// KILL_PROCESS, KILL_THREAD or TRAP rolled it back and sent SIGSYS: the
+	// tracers see it come back holding its own syscall number, not a
+	// result, and so keep no Ret (0), Arg or Status for it.
+	NoReturn bool `json:"no_return,omitempty"`
 	// Unprobed (open of a CUDA/NVML library, host-wide traces): no
 	// uretprobe was on the file yet, and the process was not stopped
 	// while they were put on, so its first API returns may be missing.

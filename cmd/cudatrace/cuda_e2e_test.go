@@ -178,3 +178,51 @@ func TestFDLimitTooLow(t *testing.T) {
 	}
 	tr.requireFinding(t, "fd-limit", "error")
 }
+
+// A seccomp filter that kills on NVIDIA's ioctls: the process dies of
+// SIGSYS inside cuInit, in the ioctl, which never returns. Both backends
+// name that call (the thread's last, never returned), read no result from
+// it, and say it was the filter; for each action that kills.
+func TestSeccompKillsIoctl(t *testing.T) {
+	privtest.RequireRoot(t)
+	dir := fakeLib(t)
+	for _, action := range []string{"kill-process", "kill-thread", "trap"} {
+		for _, backend := range []string{"ebpf", "ptrace"} {
+			t.Run(action+"/"+backend, func(t *testing.T) {
+				env := standIn()
+				env.SeccompDeny = []string{"ioctl:nvidia"}
+				env.SeccompAction = action
+				env.FaultsOnTarget = true
+				tr := traceIn(t, env, backend, nil, append([]string{"env", "FAKELIB_IOCTL=1"}, libTarget(dir)...)...)
+				if x := tr.rep.Target.Exit; x == nil || x.Signal != int(unix.SIGSYS) {
+					t.Fatalf("target exit %+v, want SIGSYS; stdout %q stderr %s", x, tr.stdout, tr.stderr)
+				}
+				f := tr.rep.Analysis.Failing
+				if f == nil || f.Kind != tracer.KindIoctl || !f.NoReturn || f.Request != 0xc00846d6 {
+					for _, e := range tr.rep.Events {
+						if e.Kind == tracer.KindIoctl || e.Kind == tracer.KindExit {
+							t.Logf("event %+v", e)
+						}
+					}
+					t.Fatalf("failing %+v\nverdict %q", f, tr.rep.Analysis.Verdict)
+				}
+				if f.Ret != 0 || f.Arg != nil || f.Status != nil {
+					t.Errorf("a call that never returned carries a result: ret %d arg %x status %v", f.Ret, f.Arg, f.Status)
+				}
+				fd := tr.requireFinding(t, "seccomp-killed", "error")
+				text := tr.findingText("seccomp-killed")
+				for _, w := range []string{"SIGSYS", "never returned", "seccomp", "SystemCallFilter"} {
+					if !strings.Contains(text, w) {
+						t.Errorf("seccomp-killed lacks %q:\n%s", w, text)
+					}
+				}
+				_ = fd
+				v := tr.rep.Analysis.Verdict
+				if !strings.Contains(v, "SIGSYS") || !strings.Contains(v, "seccomp") ||
+					strings.Contains(v, "No NVIDIA device call failed") || strings.Contains(v, "→ 16") || strings.Contains(v, "NV_OK") {
+					t.Errorf("verdict %q", v)
+				}
+			})
+		}
+	}
+}

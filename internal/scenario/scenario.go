@@ -176,6 +176,9 @@ type Env struct {
 	// supervisor in this process answers each call with EPERM
 	// (SeccompNotified counts them).
 	SeccompNotify bool
+	// SeccompAction is what the filter does to the denied calls instead of
+	// EPERM: "kill-process", "kill-thread" or "trap" (faults.ParseAction).
+	SeccompAction string
 	// NoFile, when non-zero, is ARGV's RLIMIT_NOFILE (soft and hard).
 	NoFile uint64
 	// FaultsOnTarget moves the faults from ARGV to the command after ARGV's
@@ -252,6 +255,9 @@ func (e *Env) Prepare(t testing.TB) {
 	}
 	if _, err := faults.ParseDenies(e.SeccompDeny); err != nil {
 		t.Fatalf("scenario: %v", err)
+	}
+	if _, err := faults.ParseAction(e.SeccompAction); err != nil || (e.SeccompAction != "" && (e.SeccompNotify || len(e.SeccompDeny) == 0)) {
+		t.Fatalf("scenario: SeccompAction %q needs SeccompDeny, without SeccompNotify (%v)", e.SeccompAction, err)
 	}
 	if e.SeccompNotify && len(e.SeccompDeny) == 0 {
 		t.Fatal("scenario: SeccompNotify needs SeccompDeny")
@@ -396,7 +402,7 @@ func (e *Env) script() (string, error) {
 
 // faultPrefix is the helper's command line up to the "--" before ARGV.
 func (e *Env) faultPrefix() []string {
-	return slices.Concat(e.FaultHelper, faults.Args(e.SeccompDeny, e.notifySocket, e.NoFile))
+	return slices.Concat(e.FaultHelper, faults.Args(e.SeccompDeny, e.SeccompAction, e.notifySocket, e.NoFile))
 }
 
 func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }

@@ -46,6 +46,7 @@ func main() {
 		user        = pflag.String("user", "", "run COMMAND as this user (setpriv)")
 		printPath   = pflag.Bool("print-proc-devices", false, "print the fake /proc/devices path on stderr first")
 		deny        = pflag.StringArray("seccomp-deny", nil, "a seccomp filter refuses this syscall with EPERM (repeatable): "+strings.Join(faults.Specs(), ", "))
+		action      = pflag.String("seccomp-action", "", "what the filter does to --seccomp-deny calls instead of EPERM: kill-process, kill-thread, trap")
 		notify      = pflag.Bool("seccomp-notify", false, "refuse through SECCOMP_RET_USER_NOTIF, answered EPERM by this process")
 		nofile      = pflag.Uint64("nofile", 0, "RLIMIT_NOFILE of COMMAND (soft and hard)")
 		onTarget    = pflag.Bool("faults-on-target", false, "set --seccomp-deny/--nofile on the command after COMMAND's first -- (a tracer's target), not on COMMAND")
@@ -57,7 +58,7 @@ func main() {
 	}
 	t := &runner{}
 	defer t.cleanup()
-	env := &scenario.Env{NoDev: *noDev, User: *user, SeccompDeny: *deny, SeccompNotify: *notify, NoFile: *nofile, FaultsOnTarget: *onTarget}
+	env := &scenario.Env{NoDev: *noDev, User: *user, SeccompDeny: *deny, SeccompNotify: *notify, SeccompAction: *action, NoFile: *nofile, FaultsOnTarget: *onTarget}
 	if len(env.SeccompDeny) > 0 || env.NoFile > 0 {
 		self, err := os.Executable()
 		if err != nil {

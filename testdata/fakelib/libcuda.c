@@ -3,8 +3,12 @@
 // cuInit opens FAKELIB_CTL (default /dev/nvidiactl) and then FAKELIB_UVM
 // (default /dev/nvidia-uvm): a failed control node gives 100
 // (CUDA_ERROR_NO_DEVICE), a failed uvm 999 (CUDA_ERROR_UNKNOWN), as the
-// real library does. Built by the tests with gcc; never installed.
+// real library does. With FAKELIB_IOCTL set, cuInit first issues libcuda's
+// first ioctl on the control node (escape 0xd6, as recorded on the H200) and
+// ignores its result (the stand-in node answers ENOTTY): a seccomp filter on
+// NVIDIA ioctls then acts inside cuInit. Built by the tests with gcc; never installed.
 #include <fcntl.h>
+#include <sys/ioctl.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -23,6 +27,10 @@ int cuInit(unsigned int flags)
 	int ctl = open(env_or("FAKELIB_CTL", "/dev/nvidiactl"), O_RDWR | O_CLOEXEC);
 	if (ctl < 0)
 		return 100;
+	if (getenv("FAKELIB_IOCTL")) {
+		char params[8] = {0};
+		(void)ioctl(ctl, 0xC00846D6UL, params);
+	}
 	int uvm = open(env_or("FAKELIB_UVM", "/dev/nvidia-uvm"), O_RDWR | O_CLOEXEC);
 	if (uvm < 0) {
 		close(ctl);

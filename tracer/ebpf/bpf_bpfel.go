@@ -123,6 +123,15 @@ const (
 	bpfLimitsNR_TABLE  bpfLimits = 512
 )
 
+type bpfNoEntryMark uint32
+
+const (
+	bpfNoEntryMarkNO_ENTRY_SEEN        bpfNoEntryMark = 0
+	bpfNoEntryMarkNO_ENTRY_REFUSED     bpfNoEntryMark = 1
+	bpfNoEntryMarkNO_ENTRY_SKIPPED     bpfNoEntryMark = 2
+	bpfNoEntryMarkNO_ENTRY_ROLLED_BACK bpfNoEntryMark = 3
+)
+
 type bpfOpenFlags uint32
 
 const (
@@ -217,6 +226,7 @@ const (
 	bpfVarUnusedKind          = "unused_kind"
 	bpfVarUnusedLibId         = "unused_lib_id"
 	bpfVarUnusedLimits        = "unused_limits"
+	bpfVarUnusedNoEntryMark   = "unused_no_entry_mark"
 	bpfVarUnusedOpenFlags     = "unused_open_flags"
 	bpfVarUnusedStatxLayout   = "unused_statx_layout"
 	bpfVarUnusedSyscall       = "unused_syscall"
@@ -323,6 +333,7 @@ type bpfVariableSpecs struct {
 	UnusedKind         *ebpf.VariableSpec `ebpf:"unused_kind"`
 	UnusedLibId        *ebpf.VariableSpec `ebpf:"unused_lib_id"`
 	UnusedLimits       *ebpf.VariableSpec `ebpf:"unused_limits"`
+	UnusedNoEntryMark  *ebpf.VariableSpec `ebpf:"unused_no_entry_mark"`
 	UnusedOpenFlags    *ebpf.VariableSpec `ebpf:"unused_open_flags"`
 	UnusedStatxLayout  *ebpf.VariableSpec `ebpf:"unused_statx_layout"`
 	UnusedSyscall      *ebpf.VariableSpec `ebpf:"unused_syscall"`
@@ -411,6 +422,7 @@ type bpfVariables struct {
 	UnusedKind         *ebpf.Variable `ebpf:"unused_kind"`
 	UnusedLibId        *ebpf.Variable `ebpf:"unused_lib_id"`
 	UnusedLimits       *ebpf.Variable `ebpf:"unused_limits"`
+	UnusedNoEntryMark  *ebpf.Variable `ebpf:"unused_no_entry_mark"`
 	UnusedOpenFlags    *ebpf.Variable `ebpf:"unused_open_flags"`
 	UnusedStatxLayout  *ebpf.Variable `ebpf:"unused_statx_layout"`
 	UnusedSyscall      *ebpf.Variable `ebpf:"unused_syscall"`

@@ -132,7 +132,10 @@ func (d *decoder) decode(raw []byte) (*tracer.Event, error) {
 	ev.Path = d.internLast(cstr(e.Path[:]), &d.lastPath)
 	ev.Flags = e.Flags
 	ev.Mode = e.Mode
-	ev.NoEntry = e.NoEntry == 1
+	ev.NoEntry = e.NoEntry == uint8(bpfNoEntryMarkNO_ENTRY_REFUSED) || e.NoEntry == uint8(bpfNoEntryMarkNO_ENTRY_ROLLED_BACK)
+	// Rolled back for SIGSYS: the kernel sent neither a result nor the
+	// params (the program sends ret 0 and no arg).
+	ev.NoReturn = e.NoEntry == uint8(bpfNoEntryMarkNO_ENTRY_ROLLED_BACK)
 	if e.Held != 0 && ev.Kind == tracer.KindOpen {
 		d.held = heldOpen{pid: ev.PID, fd: int(e.Ret), path: ev.Path, dev: e.Request, ino: e.Uptr, stopped: e.Held == 1}
 		d.heldOK = true

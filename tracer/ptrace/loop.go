@@ -397,7 +397,13 @@ func (s *session) syscallStop(t *task) {
 			// Launched, a traced call always reaches our filter unless
 			// another filter answered it first.
 			refused := s.mode == stopSeccomp && t.filtered && !t.sawSeccomp
-			s.finishRefused(t, c, si.rval(), refused)
+			if s.rolledBack(t, c, si.rval(), refused) {
+				// Rolled back for SIGSYS: rval is a register restored,
+				// not a result.
+				s.finishUnreturned(t, c, true)
+			} else {
+				s.finishRefused(t, c, si.rval(), refused)
+			}
 		}
 	}
 	s.resume(t, 0)
@@ -417,6 +423,7 @@ func (s *session) enter(t *task, si *syscallInfo) {
 		return
 	}
 	t.call = &t.buf
+	t.call.nr = si.Nr
 	// The comm at entry; a successful execve's is replaced at its exit
 	// (execStop) by the new program's, as the eBPF backend reports it.
 	t.call.ev.Comm = t.comm
@@ -435,6 +442,31 @@ func (s *session) finishRefused(t *task, c *call, ret int64, refused bool) {
 		if !s.quiet {
 			s.hold.Hold(e) // t is stopped at the call's exit
 		}
+	}
+}
+
+// rolledBack is whether a call's exit stop shows a seccomp KILL or TRAP's
+// rollback: the value is the register syscall_rollback restores, and a
+// filter other than ours answered the call (launched), or the thread runs
+// under one (attached, where we have none).
+func (s *session) rolledBack(t *task, c *call, ret int64, refused bool) bool {
+	if ret != rollbackValue(c) {
+		return false
+	}
+	if s.mode == stopSeccomp {
+		return refused
+	}
+	v, ok := procStatusField(t.tid, "Seccomp")
+	return ok && v == "2"
+}
+
+// finishUnreturned reports a call that never returned to the program;
+// refused: a seccomp filter answered it before the kernel ran it.
+func (s *session) finishUnreturned(t *task, c *call, refused bool) {
+	s.noteStops(t)
+	if e := s.rules.unreturned(c); e != nil {
+		e.NoEntry = refused
+		s.emit(t, e)
 	}
 }
 
@@ -521,6 +553,13 @@ func (s *session) adopt(tid, event int, comm string) *task {
 // kernel reports a traced leader only after all its threads).
 func (s *session) reap(t *task, ws unix.WaitStatus) {
 	s.drop(t)
+	if c := t.call; c != nil && c.id != sysExecve && c.id != sysExecveat && ws.Signaled() && ws.Signal() == unix.SIGSYS {
+		// The thread died of SIGSYS inside a call it entered (seccomp
+		// KILL_THREAD ends a thread with do_exit, no exit stop): the
+		// call never returned.
+		t.call = nil
+		s.finishUnreturned(t, c, false)
+	}
 	if t.tid != t.tgid && !(s.zombieLeaders[t.tgid] && s.lastOf(t.tgid)) {
 		return
 	}

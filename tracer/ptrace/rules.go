@@ -39,6 +39,7 @@ const (
 // point into it.
 type call struct {
 	id   sysID
+	nr   uint64 // the syscall's number, as the entry stop gave it
 	args [6]uint64
 	ev   tracer.Event // filled at entry, completed at exit
 	// open: whether the path alone qualifies; otherwise the new fd must be
@@ -238,6 +239,24 @@ func (r *rules) exit(tid, fdDir int, c *call, ret int64) *tracer.Event {
 			}
 		}
 	}
+	return e
+}
+
+// unreturned completes a call that never returned to the program (rolled
+// back for SIGSYS by a seccomp filter, or its thread killed inside it):
+// no result and no params are read. An open is kept only when its path
+// alone qualifies; there is no fd to look at.
+func (r *rules) unreturned(c *call) *tracer.Event {
+	switch c.id {
+	case sysOpen, sysCreat, sysOpenat, sysOpenat2:
+		if !c.pathMatched {
+			return nil
+		}
+	case sysExecve, sysExecveat:
+		return nil // an exec that did not finish: reported by the exit
+	}
+	e := &c.ev
+	e.Ret, e.Arg, e.Status, e.NoReturn = 0, nil, nil, true
 	return e
 }
 

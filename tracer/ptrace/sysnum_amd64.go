@@ -20,3 +20,7 @@ var nativeSyscalls = map[uint64]sysID{
 	unix.SYS_MEMFD_CREATE: sysMemfdCreate,
 	unix.SYS_EXECVE:       sysExecve, unix.SYS_EXECVEAT: sysExecveat,
 }
+
+// rollbackValue is what a call rolled back by seccomp (KILL, TRAP) holds at
+// its exit stop: syscall_rollback restores ax from orig_ax, its number.
+func rollbackValue(c *call) int64 { return int64(c.nr) }

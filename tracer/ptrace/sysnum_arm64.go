@@ -19,3 +19,8 @@ var nativeSyscalls = map[uint64]sysID{
 	unix.SYS_MEMFD_CREATE: sysMemfdCreate,
 	unix.SYS_EXECVE:       sysExecve, unix.SYS_EXECVEAT: sysExecveat,
 }
+
+// rollbackValue is what a call rolled back by seccomp (KILL, TRAP) holds at
+// its exit stop: syscall_rollback restores x0 from orig_x0, its first
+// argument.
+func rollbackValue(c *call) int64 { return int64(c.args[0]) }

@@ -27,6 +27,9 @@ type Spec struct {
 	// SECCOMP_MODE_FILTER), as older libseccomp and some sandboxes do, rather
 	// than seccomp(2). It cannot make a USER_NOTIF listener.
 	ViaPrctl bool
+	// Action names what the filter does to a denied call (ParseAction; ""
+	// is EPERM). NotifySocket excludes it.
+	Action string
 }
 
 // Exec applies spec to this process and execs argv[0] (looked up in PATH)
@@ -59,17 +62,20 @@ func Exec(spec Spec, argv []string) error {
 }
 
 func install(spec Spec) error {
-	action := uint32(unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM))
+	// SECCOMP_RET_KILL_THREAD is 0: the name, not the value, says "unset".
+	action, err := ParseAction(spec.Action)
+	if err != nil {
+		return err
+	}
 	var flags uintptr
 	var sock int = -1
-	if spec.NotifySocket != "" && spec.ViaPrctl {
-		return errors.New("a USER_NOTIF listener needs seccomp(2), not prctl")
+	if spec.NotifySocket != "" && (spec.ViaPrctl || spec.Action != "") {
+		return errors.New("a USER_NOTIF listener needs seccomp(2), not prctl, and no other action")
 	}
 	if spec.NotifySocket != "" {
 		action, flags = unix.SECCOMP_RET_USER_NOTIF, unix.SECCOMP_FILTER_FLAG_NEW_LISTENER
 		// Connect before the filter exists: the filter may refuse what
 		// connecting needs.
-		var err error
 		if sock, err = connect(spec.NotifySocket); err != nil {
 			return err
 		}

@@ -69,6 +69,35 @@ func ParseDenies(specs []string) ([]Deny, error) {
 	return out, nil
 }
 
+// Actions a filter can take on a denied call, as written in
+// Env.SeccompAction and faultexec --seccomp-action. "errno" (the default)
+// refuses with EPERM; the others never let the call return: the kernel rolls
+// it back and sends SIGSYS (kill-process, trap; kill-thread too when the
+// thread is its process's last), or ends the thread (kill-thread).
+var actions = map[string]uint32{
+	"errno":        unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM),
+	"kill-process": unix.SECCOMP_RET_KILL_PROCESS,
+	"kill-thread":  unix.SECCOMP_RET_KILL_THREAD,
+	"trap":         unix.SECCOMP_RET_TRAP,
+}
+
+// ParseAction reads one of the actions; "" is "errno".
+func ParseAction(s string) (uint32, error) {
+	if s == "" {
+		s = "errno"
+	}
+	a, ok := actions[s]
+	if !ok {
+		names := make([]string, 0, len(actions))
+		for n := range actions {
+			names = append(names, n)
+		}
+		slices.Sort(names)
+		return 0, fmt.Errorf("seccomp action %q: want one of %s", s, strings.Join(names, ", "))
+	}
+	return a, nil
+}
+
 // seccomp_data layout (linux/seccomp.h): nr, arch, instruction_pointer,
 // then six 64-bit args.
 const (

@@ -13,7 +13,7 @@ import (
 const SetupFailed = 125
 
 // Usage is Main's command line.
-const Usage = "[--seccomp-deny SYSCALL]... [--seccomp-notify SOCKET | --seccomp-prctl] [--nofile N] -- COMMAND [ARGS...]"
+const Usage = "[--seccomp-deny SYSCALL]... [--seccomp-action ACTION] [--seccomp-notify SOCKET | --seccomp-prctl] [--nofile N] -- COMMAND [ARGS...]"
 
 type list []string
 
@@ -29,6 +29,7 @@ func Main(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("faultexec", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Var(&deny, "seccomp-deny", "refuse this syscall with EPERM (repeatable): "+strings.Join(Specs(), ", "))
+	actionName := fs.String("seccomp-action", "", "what the filter does to a denied call: errno (EPERM, the default), kill-process, kill-thread, trap")
 	notify := fs.String("seccomp-notify", "", "refuse through SECCOMP_RET_USER_NOTIF, answered by the supervisor at this socket")
 	nofile := fs.Uint64("nofile", 0, "RLIMIT_NOFILE (soft and hard)")
 	viaPrctl := fs.Bool("seccomp-prctl", false, "install the filter with prctl(PR_SET_SECCOMP) instead of seccomp(2)")
@@ -46,7 +47,13 @@ func Main(args []string, stderr io.Writer) int {
 		if *notify != "" && len(denies) == 0 {
 			return errors.New("--seccomp-notify needs --seccomp-deny")
 		}
-		return Exec(Spec{Deny: denies, NotifySocket: *notify, NoFile: *nofile, ViaPrctl: *viaPrctl}, fs.Args())
+		if *notify != "" && *actionName != "" {
+			return errors.New("--seccomp-notify and --seccomp-action exclude each other")
+		}
+		if _, err := ParseAction(*actionName); err != nil {
+			return err
+		}
+		return Exec(Spec{Deny: denies, NotifySocket: *notify, NoFile: *nofile, ViaPrctl: *viaPrctl, Action: *actionName}, fs.Args())
 	}()
 	fmt.Fprintf(stderr, "scenario setup: %v\n", err)
 	return SetupFailed
@@ -54,10 +61,13 @@ func Main(args []string, stderr io.Writer) int {
 
 // Args is the helper's arguments for spec's settings, up to and including
 // the "--" before the command.
-func Args(deny []string, notifySocket string, nofile uint64) []string {
+func Args(deny []string, action, notifySocket string, nofile uint64) []string {
 	var out []string
 	for _, d := range deny {
 		out = append(out, "--seccomp-deny", d)
+	}
+	if action != "" {
+		out = append(out, "--seccomp-action", action)
 	}
 	if notifySocket != "" {
 		out = append(out, "--seccomp-notify", notifySocket)
