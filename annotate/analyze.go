@@ -138,6 +138,12 @@ var fatalOpenErrnos = map[syscall.Errno]bool{
 // unlink of a device node; an ioctl the driver refused; memfd_create refused
 // by seccomp; and finally a stub libcuda that was loaded.
 func (a *analyzer) pinpoint() {
+	// A call that never returned ended the process (or thread) there:
+	// whatever failed before it, the program got past.
+	if i := a.killedCall(); i >= 0 {
+		a.fail = i
+		return
+	}
 	// MIG capability nodes matter less than the core nodes: try those last.
 	for pass := 0; pass < 2; pass++ {
 		for i := range a.ev {
@@ -299,6 +305,10 @@ func (a *analyzer) headLines(i int, f nodeFacts) []string {
 
 func (a *analyzer) explainFailing() {
 	e := &a.ev[a.fail]
+	if e.NoReturn {
+		a.seccompKilled(a.fail)
+		return
+	}
 	if e.NoEntry {
 		a.seccompDenied(a.fail, false)
 	}

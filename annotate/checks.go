@@ -464,7 +464,9 @@ func (a *analyzer) verdict() string {
 			head = "nvidia-smi (NVML) cannot initialise: "
 		}
 		s := head + FormatCall(e) + " by " + who(e)
-		if e.Failed() {
+		if e.NoReturn {
+			s += " never returned"
+		} else if e.Failed() {
 			s += " → " + e.ErrnoName()
 		} else if st := a.inbandText(e); st != "" {
 			s += " → " + st

@@ -232,7 +232,9 @@ func (a *analyzer) cudaVerdict() (string, bool) {
 		if a.fail >= 0 {
 			c := &a.ev[a.fail]
 			s := head + ": " + FormatCall(c) + " by " + who(c)
-			if c.Failed() {
+			if c.NoReturn {
+				s += " never returned"
+			} else if c.Failed() {
 				s += " → " + c.ErrnoName()
 			} else if st := a.inbandText(c); st != "" {
 				s += " → " + st
@@ -259,7 +261,9 @@ func (a *analyzer) cudaVerdict() (string, bool) {
 		if a.fail >= 0 {
 			c := &a.ev[a.fail]
 			s += ", but " + FormatCall(c) + " by " + who(c)
-			if c.Failed() {
+			if c.NoReturn {
+				s += " never returned"
+			} else if c.Failed() {
 				s += " → " + c.ErrnoName()
 			}
 			if a.cause != "" {

@@ -24,6 +24,22 @@ func (a *analyzer) targetFilters() (int, bool) {
 	return n, true
 }
 
+// filterInstalled names the traced seccomp call that installed a filter
+// call i runs under ("A seccomp filter was installed by ..."), and returns
+// it; nil when the trace did not see one.
+func (a *analyzer) filterInstalled(i int) (string, *tracer.Event) {
+	j, same := SeccompFilterBefore(a.ev, i)
+	if j < 0 {
+		return "", nil
+	}
+	f := &a.ev[j]
+	by := "by " + who(f)
+	if !same {
+		by += ", a process before it in the traced tree"
+	}
+	return fmt.Sprintf("A seccomp filter was installed %s at +%.3fs: `%s`.", by, f.Time.Seconds(), seccompCallString(f.Syscall, f)), f
+}
+
 // seccompFix says where a seccomp rule lives for the runtime in use.
 func (a *analyzer) seccompFix(syscall string) string {
 	switch runtimeKind(a.s) {
@@ -48,13 +64,8 @@ func (a *analyzer) seccompDenied(i int, inferred bool) {
 		d = append(d, "The call never reached the kernel's syscall code: a seccomp filter answered it with "+e.ErrnoName()+".")
 	}
 	cause := fmt.Sprintf("a seccomp filter refused it (%s)", e.ErrnoName())
-	if j, same := SeccompFilterBefore(a.ev, i); j >= 0 {
-		f := &a.ev[j]
-		by := "by " + who(f)
-		if !same {
-			by += ", a process before it in the traced tree"
-		}
-		d = append(d, fmt.Sprintf("A seccomp filter was installed %s at +%.3fs: `%s`.", by, f.Time.Seconds(), seccompCallString(f.Syscall, f)))
+	if line, f := a.filterInstalled(i); f != nil {
+		d = append(d, line)
 		cause = fmt.Sprintf("refused by the seccomp filter %s[%d] installed at +%.3fs", f.Comm, f.PID, f.Time.Seconds())
 		if f.Flags&seccompFlagNewListener != 0 {
 			d = append(d, "The filter has a listener (SECCOMP_RET_USER_NOTIF): a user-space supervisor answered the call.")

@@ -304,6 +304,9 @@ func FormatResult(e *tracer.Event) string {
 	if e.Kind == tracer.KindAPI {
 		return "→ " + APIResult(e)
 	}
+	if e.NoReturn {
+		return "never returned (SIGSYS)"
+	}
 	if e.Failed() {
 		return "→ " + e.ErrnoName()
 	}

@@ -155,7 +155,7 @@ func controlName(c uint32) string {
 // calls that carry none (not an NVIDIA ioctl, a failed ioctl: the errno is
 // the result, or an escape without a status field).
 func decodeInband(e *tracer.Event, ver drvVersion, haveVer bool) (r inband, ok bool) {
-	if e.Kind != tracer.KindIoctl || e.Failed() {
+	if e.Kind != tracer.KindIoctl || e.Failed() || e.NoReturn {
 		return r, false
 	}
 	name := IoctlName(e.Request, e.Dev)

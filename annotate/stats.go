@@ -51,7 +51,9 @@ func Summarize(events []tracer.Event, unstored []Unstored) Stats {
 	}
 	for i := range events {
 		e := &events[i]
-		if e.Failed() {
+		// A call that never returned (seccomp KILL/TRAP) did not work.
+		failed := e.Failed() || e.NoReturn
+		if failed {
 			st.Failures++
 		}
 		switch e.Kind {
@@ -64,7 +66,7 @@ func Summarize(events []tracer.Event, unstored []Unstored) Stats {
 				n.Stats++
 				continue
 			}
-			if e.Failed() {
+			if failed {
 				n.OpenFailures++
 				continue
 			}
@@ -80,7 +82,7 @@ func Summarize(events []tracer.Event, unstored []Unstored) Stats {
 			}
 			if j, ok := byDev[*e.Dev]; ok {
 				st.Nodes[j].Ioctls++
-				if e.Failed() {
+				if failed {
 					st.Nodes[j].IoctlFailures++
 				}
 			}

@@ -197,6 +197,9 @@ func inbandResult(rep *Report, e *tracer.Event) string {
 // FormatErrno renders a result for the failing-call line: "= -1 EPERM
 // (Operation not permitted)".
 func FormatErrno(e *tracer.Event) string {
+	if e.NoReturn {
+		return "never returned (SIGSYS)"
+	}
 	if !e.Failed() {
 		return fmt.Sprintf("= %d", e.Ret)
 	}
@@ -474,6 +477,8 @@ func resultCell(rep *Report, e *tracer.Event) string {
 	switch {
 	case e.Kind == tracer.KindExit:
 		return ""
+	case e.NoReturn:
+		return "never returned"
 	case e.Kind == tracer.KindAPI:
 		return annotate.APIResult(e)
 	case e.Failed():

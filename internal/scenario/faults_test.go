@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 	"unsafe"
@@ -16,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cudatrace/cudatrace/internal/privtest"
+	"github.com/cudatrace/cudatrace/internal/scenario/faults"
 )
 
 // probeEnv makes the test binary, re-executed, a probe target: it reports
@@ -269,5 +271,33 @@ func TestFaultsBadInput(t *testing.T) {
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || exit.ExitCode() != SetupFailed || !strings.HasPrefix(stderr, "scenario setup: ") || strings.Count(stderr, "\n") != 1 {
 		t.Errorf("got %v, stderr %q; want exit %d and one \"scenario setup:\" line", err, stderr, SetupFailed)
+	}
+}
+
+// SeccompAction kill-process kills the target at its first denied call,
+// with SIGSYS, after the calls before it ran; a bad action is refused.
+func TestSeccompActionKills(t *testing.T) {
+	privtest.RequireRoot(t)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := &Env{SeccompDeny: []string{"ioctl:nvidia"}, SeccompAction: "kill-process"}
+	cmd := env.Command(t, self)
+	cmd.Env = append(os.Environ(), probeEnv+"=1")
+	out, stderr, err := runDeadline(t, cmd)
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) {
+		t.Fatalf("probe: %v, want death by SIGSYS\nstdout:\n%s\nstderr:\n%s", err, out, stderr)
+	}
+	if ws, ok := exit.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != unix.SIGSYS {
+		t.Errorf("probe ended %v, want SIGSYS\nstdout:\n%s", exit, out)
+	}
+	wantLines(t, out, "Seccomp: 2", "ioctl 0x5401 ENOTTY")
+	if strings.Contains(out, "ioctl 0xc020462a") {
+		t.Errorf("the denied ioctl returned:\n%s", out)
+	}
+	if _, err := faults.ParseAction("kill"); err == nil {
+		t.Error(`ParseAction("kill") accepted`)
 	}
 }
