@@ -31,6 +31,7 @@ func (a *analyzer) checkAll() {
 	if l := a.kernelLines(isXidLost); len(l) > 0 {
 		a.gpuLost(-1, SeverityError)
 	}
+	a.checkForkAfterInit()
 	a.checkNodevNodes()
 	a.checkNotCharDevice()
 	a.checkLibcuda()

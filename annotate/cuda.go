@@ -143,7 +143,7 @@ func codeMeaning(fn string, code int64) string {
 	case 100:
 		return "no usable GPU: CUDA_VISIBLE_DEVICES hides them all, no /dev/nvidiaN could be opened, or the driver sees no GPU"
 	case 3:
-		return "the driver failed to initialise: GPU firmware (GSP) not loaded, RmInitAdapter failed, or HMM in nvidia_uvm; the kernel log has the reason"
+		return "CUDA was not initialised in this process: most often it was forked after its parent initialised CUDA (use the spawn start method); otherwise the driver failed to initialise (GSP firmware, RmInitAdapter, HMM in nvidia_uvm; the kernel log has the reason)"
 	case 304:
 		return "an OS call libcuda needs was refused: a seccomp filter (memfd_create, ioctl), a resource limit such as RLIMIT_NOFILE, or shared memory"
 	case 803:
@@ -274,6 +274,13 @@ func (a *analyzer) cudaVerdict() (string, bool) {
 				s += "; CUDA runs without that GPU"
 			}
 			return s + ".", true
+		}
+		for _, f := range a.out {
+			if f.Severity == SeverityError {
+				// The job failed elsewhere (a forked child, a node no
+				// call reached): never "nothing failed".
+				return s + ", but " + f.Summary + ".", true
+			}
 		}
 		s += "; no NVIDIA device call failed."
 		if a.byID["node-repaired"] {

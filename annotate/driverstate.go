@@ -34,6 +34,9 @@ func (a *analyzer) checkDriverState() {
 	}
 	switch f.Ret {
 	case cudaNotInitialized:
+		if a.byID["cuda-fork-after-init"] {
+			break // a forked child: the driver is not the question
+		}
 		if !a.gspFirmwareMissing(f, ds) {
 			a.hmmSuspect(f, ds)
 		}

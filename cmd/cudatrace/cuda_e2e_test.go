@@ -226,3 +226,37 @@ func TestSeccompKillsIoctl(t *testing.T) {
 		}
 	}
 }
+
+// A child forked after its parent initialised CUDA gets 3
+// (CUDA_ERROR_NOT_INITIALIZED) without touching a device: both backends
+// name the parent that initialised CUDA and the fix, and no GSP hint.
+func TestForkAfterCUDAInit(t *testing.T) {
+	privtest.RequireRoot(t)
+	dir := fakeLib(t)
+	for _, backend := range []string{"ebpf", "ptrace"} {
+		t.Run(backend, func(t *testing.T) {
+			tr := traceIn(t, standIn(), backend, nil, append([]string{"env", "FAKELIB_FORK=1"}, libTarget(dir)...)...)
+			if !strings.Contains(tr.stdout, "cuInit 0") || !strings.Contains(tr.stdout, "child cuDeviceGetCount 3") {
+				t.Fatalf("target printed %q, stderr %s", tr.stdout, tr.stderr)
+			}
+			c := tr.rep.Analysis.CUDA
+			if c == nil || c.Status != "failed" || c.Code != 3 || c.Func != "cuDeviceGetCount" {
+				t.Fatalf("analysis.cuda %+v", c)
+			}
+			tr.requireFinding(t, "cuda-fork-after-init", "error")
+			text := tr.findingText("cuda-fork-after-init")
+			for _, w := range []string{"fork", "spawn", "forkserver", "cuInit returned 0"} {
+				if !strings.Contains(text, w) {
+					t.Errorf("finding lacks %q:\n%s", w, text)
+				}
+			}
+			v := tr.rep.Analysis.Verdict
+			if !strings.Contains(v, "returned 3 (CUDA_ERROR_NOT_INITIALIZED)") || !strings.Contains(v, "fork") {
+				t.Errorf("verdict %q", v)
+			}
+			if all := tr.stderr; strings.Contains(all, "GSP") || strings.Contains(all, "RmInitAdapter") {
+				t.Errorf("report gives the GSP hint for a fork:\n%s", all)
+			}
+		})
+	}
+}

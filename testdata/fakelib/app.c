@@ -4,10 +4,15 @@
 // "cuInit N" and "count N" like the python one-liners of the GPU runs.
 // With FAKELIB_WAIT set it reads a line from stdin before cuInit (attach
 // tests attach meanwhile); with FAKELIB_NVML set it also calls nvmlInit_v2
-// from libnvidia-ml.so.1.
+// from libnvidia-ml.so.1. With FAKELIB_FORK set it forks after a successful
+// cuInit and the child calls cuDeviceGetCount, as a multiprocessing worker
+// started with fork does; the app exits with the child's status (1 when
+// CUDA failed there).
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 int main(int argc, char **argv)
 {
@@ -36,6 +41,21 @@ int main(int argc, char **argv)
 	}
 	int rc = cu_init(0);
 	printf("cuInit %d\n", rc);
+	if (rc == 0 && getenv("FAKELIB_FORK")) {
+		fflush(stdout);
+		pid_t child = fork();
+		if (child == 0) {
+			int n = -1;
+			int crc = get_count(&n);
+			printf("child cuDeviceGetCount %d\n", crc);
+			fflush(stdout);
+			_exit(crc == 0 ? 0 : 1);
+		}
+		int st = 0;
+		if (child < 0 || waitpid(child, &st, 0) < 0)
+			return 1;
+		return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+	}
 	if (rc == 0) {
 		int n = -1;
 		int crc = get_count(&n);

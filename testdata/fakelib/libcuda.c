@@ -13,7 +13,15 @@
 #include <unistd.h>
 
 static int initialized;
+static pid_t init_pid; /* CUDA's state belongs to the process that made it */
 static int devices;
+
+/* Initialised in this process: a fork's child inherits the flag but not
+ * the driver's state, and gets CUDA_ERROR_NOT_INITIALIZED as with CUDA. */
+static int ready(void)
+{
+	return initialized && getpid() == init_pid;
+}
 
 static const char *env_or(const char *name, const char *def)
 {
@@ -24,6 +32,8 @@ static const char *env_or(const char *name, const char *def)
 int cuInit(unsigned int flags)
 {
 	(void)flags;
+	if (initialized && !ready())
+		return 3; /* CUDA_ERROR_NOT_INITIALIZED: a forked child */
 	int ctl = open(env_or("FAKELIB_CTL", "/dev/nvidiactl"), O_RDWR | O_CLOEXEC);
 	if (ctl < 0)
 		return 100;
@@ -37,13 +47,14 @@ int cuInit(unsigned int flags)
 		return 999;
 	}
 	initialized = 1;
+	init_pid = getpid();
 	devices = atoi(env_or("FAKELIB_DEVICES", "1"));
 	return 0;
 }
 
 int cuDeviceGetCount(int *count)
 {
-	if (!initialized)
+	if (!ready())
 		return 3; /* CUDA_ERROR_NOT_INITIALIZED */
 	*count = devices;
 	return 0;
@@ -51,7 +62,7 @@ int cuDeviceGetCount(int *count)
 
 int cuDevicePrimaryCtxRetain(void **ctx, int dev)
 {
-	if (!initialized)
+	if (!ready())
 		return 3;
 	if (dev < 0 || dev >= devices)
 		return 101; /* CUDA_ERROR_INVALID_DEVICE */
