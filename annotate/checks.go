@@ -35,6 +35,7 @@ func (a *analyzer) checkAll() {
 	a.checkNodevNodes()
 	a.checkNotCharDevice()
 	a.checkLibcuda()
+	a.checkLibcudaLoaded()
 	a.checkVisibleDevices()
 	a.checkStaleNodes()
 	a.checkRepaired()
@@ -492,6 +493,9 @@ func (a *analyzer) verdict() string {
 			}
 			return "cuInit cannot succeed: " + f.Summary + "."
 		}
+	}
+	if v := a.failedUnseen(); v != "" {
+		return v
 	}
 	s := "No NVIDIA device call failed."
 	if why := a.inbandVerdict(); why != "" {

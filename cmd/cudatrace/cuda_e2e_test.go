@@ -260,3 +260,34 @@ func TestForkAfterCUDAInit(t *testing.T) {
 		})
 	}
 }
+
+// libcuda was loaded, no probed entry point returned, and the program
+// failed: the headline says what is known (which libcuda, the exit) and
+// what is not (CUDA's result), never that nothing failed; the report says
+// which LD_LIBRARY_PATH entry chose the library.
+func TestLibcudaLoadedResultUnknown(t *testing.T) {
+	privtest.RequireRoot(t)
+	dir := fakeLib(t)
+	for _, backend := range []string{"ebpf", "ptrace"} {
+		t.Run(backend, func(t *testing.T) {
+			tr := traceIn(t, standIn(), backend, nil, append([]string{"env", "FAKELIB_UNPROBED=1", "FAKELIB_DRIVER_RC=34"}, libTarget(dir)...)...)
+			if !strings.Contains(tr.stdout, "cuDriverGetVersion 34") {
+				t.Fatalf("target printed %q, stderr %s", tr.stdout, tr.stderr)
+			}
+			v := tr.rep.Analysis.Verdict
+			lib := filepath.Join(dir, "libcuda.so.1")
+			for _, w := range []string{"exited 1", lib, "not known"} {
+				if !strings.Contains(v, w) {
+					t.Errorf("verdict lacks %q: %q", w, v)
+				}
+			}
+			if strings.Contains(v, "No NVIDIA device call failed") {
+				t.Errorf("verdict %q", v)
+			}
+			tr.requireFinding(t, "libcuda-loaded", "info")
+			if text := tr.findingText("libcuda-loaded"); !strings.Contains(text, "LD_LIBRARY_PATH, entry 1 ("+dir+")") {
+				t.Errorf("libcuda-loaded:\n%s", text)
+			}
+		})
+	}
+}

@@ -7,7 +7,9 @@
 // from libnvidia-ml.so.1. With FAKELIB_FORK set it forks after a successful
 // cuInit and the child calls cuDeviceGetCount, as a multiprocessing worker
 // started with fork does; the app exits with the child's status (1 when
-// CUDA failed there).
+// CUDA failed there). With FAKELIB_UNPROBED set it calls only
+// cuDriverGetVersion (an entry point cudatrace does not probe) and exits 1
+// when that fails.
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +32,12 @@ int main(int argc, char **argv)
 	if (!h) {
 		fprintf(stderr, "%s\n", dlerror());
 		return 1;
+	}
+	if (getenv("FAKELIB_UNPROBED")) {
+		int (*get_version)(int *) = (int (*)(int *))dlsym(h, "cuDriverGetVersion");
+		int v = 0, rc = get_version(&v);
+		printf("cuDriverGetVersion %d\n", rc);
+		return rc == 0 ? 0 : 1;
 	}
 	int (*cu_init)(unsigned) = (int (*)(unsigned))dlsym(h, "cuInit");
 	int (*get_count)(int *) = (int (*)(int *))dlsym(h, "cuDeviceGetCount");

@@ -69,3 +69,12 @@ int cuDevicePrimaryCtxRetain(void **ctx, int dev)
 	*ctx = (void *)1;
 	return 0;
 }
+
+/* Not probed by cudatrace: the shape of a program that reaches libcuda
+ * only through entry points it does not watch. Returns
+ * FAKELIB_DRIVER_RC (default 0), e.g. 34 as a stub library does. */
+int cuDriverGetVersion(int *version)
+{
+	*version = 13000;
+	return atoi(env_or("FAKELIB_DRIVER_RC", "0"));
+}
