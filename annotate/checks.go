@@ -44,6 +44,7 @@ func (a *analyzer) checkAll() {
 	a.checkUVMInit()
 	a.checkInband()
 	a.checkDriverState()
+	a.checkLimits()
 	a.checkCallsOK()
 }
 

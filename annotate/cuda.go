@@ -159,7 +159,7 @@ func codeMeaning(fn string, code int64) string {
 	case 802:
 		return "the system is not ready: NVSwitch systems need nvidia-fabricmanager running"
 	case 2:
-		return "the driver could not allocate memory"
+		return "the driver could not allocate memory: most often RLIMIT_AS (`ulimit -v`) is too low for CUDA's virtual address reservations"
 	case 101:
 		return "the device ordinal does not exist among the visible GPUs"
 	}

@@ -7,13 +7,20 @@ import (
 	"strings"
 )
 
-// collectLimits reads the target's RLIMIT_NOFILE and counts its open fds:
-// an EMFILE on a device node is explained by the two.
+// collectLimits reads the target's RLIMIT_NOFILE, RLIMIT_AS and
+// RLIMIT_MEMLOCK and counts its open fds: an EMFILE on a device node is
+// explained by the first and the count, cuInit's 2 by the second.
 func (c *collector) collectLimits(pidDir string) {
 	text, err := c.fs.readString(filepath.Join(pidDir, "limits"), maxFileSize)
 	if err == nil {
-		if soft, hard, ok := parseNoFile(text); ok {
-			c.snap.Process.NoFile = &[2]uint64{soft, hard}
+		p := &c.snap.Process
+		for _, l := range []struct {
+			name string
+			to   **[2]uint64
+		}{{"Max open files", &p.NoFile}, {"Max address space", &p.AS}, {"Max locked memory", &p.MemLock}} {
+			if soft, hard, ok := parseLimit(text, l.name); ok {
+				*l.to = &[2]uint64{soft, hard}
+			}
 		}
 	}
 	d, err := os.Open(filepath.Join(pidDir, "fd"))
@@ -32,10 +39,11 @@ func (c *collector) collectLimits(pidDir string) {
 	}
 }
 
-// parseNoFile reads "Max open files  SOFT  HARD  files" from /proc/PID/limits.
-func parseNoFile(text string) (soft, hard uint64, ok bool) {
+// parseLimit reads one limit's line of /proc/PID/limits ("Max address
+// space  SOFT  HARD  bytes").
+func parseLimit(text, name string) (soft, hard uint64, ok bool) {
 	for _, line := range strings.Split(text, "\n") {
-		rest, found := strings.CutPrefix(line, "Max open files")
+		rest, found := strings.CutPrefix(line, name+" ")
 		if !found {
 			continue
 		}

@@ -84,6 +84,11 @@ type Process struct {
 	// NoFile is RLIMIT_NOFILE (soft, hard) and OpenFDs the fds in use, when read.
 	NoFile  *[2]uint64 `json:"nofile,omitempty"`
 	OpenFDs int        `json:"open_fds,omitempty"`
+	// AS is RLIMIT_AS (ulimit -v) and MemLock RLIMIT_MEMLOCK, in bytes
+	// (soft, hard; ^0 is unlimited), when read: CUDA reserves large
+	// virtual ranges, and pins memory.
+	AS      *[2]uint64 `json:"rlimit_as,omitempty"`
+	MemLock *[2]uint64 `json:"rlimit_memlock,omitempty"`
 	// UserNS is true when the target runs in a user namespace other than the
 	// initial one (mknod and many device operations are then refused).
 	UserNS bool `json:"user_ns"`
