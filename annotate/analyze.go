@@ -585,14 +585,15 @@ func nvStatusShort(code uint32) string {
 func (a *analyzer) seccompMemfd(i int) {
 	e := &a.ev[i]
 	d := []string{callLine(e)}
-	inferred := a.s.Process.Seccomp != 2
+	n, known := a.targetFilters()
+	inferred := n == 0
 	switch {
-	case inferred && processKnown(a.s):
-		d = append(d, fmt.Sprintf("The snapshot shows Seccomp: %d for the target, but memfd_create has no other common reason to return EPERM, so a seccomp filter (perhaps in a parent sandbox) is still the likely cause.", a.s.Process.Seccomp))
+	case inferred && known:
+		d = append(d, "The snapshot shows no seccomp filter of the target's own (cudatrace's ptrace filter does not count), but memfd_create has no other common reason to return EPERM, so a seccomp filter (perhaps in a parent sandbox) is still the likely cause.")
 	case inferred:
 		d = append(d, "The target's seccomp state is unknown; memfd_create has no other common reason to return EPERM.")
 	default:
-		d = append(d, "The target runs under a seccomp filter (Seccomp: 2) that refuses memfd_create.")
+		d = append(d, fmt.Sprintf("The target runs under %d seccomp filter(s) of its own (Seccomp: 2); one refuses memfd_create.", n))
 	}
 	d = append(d, "libcuda needs memfd_create; without it CUDA reports 304 (CUDA_ERROR_OPERATING_SYSTEM) while NVML still works.")
 	a.add(Finding{ID: "seccomp-memfd", Severity: SeverityError,

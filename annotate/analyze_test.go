@@ -882,3 +882,34 @@ func TestDriverNamePrefersNVIDIA(t *testing.T) {
 		t.Fatalf("driverName = %q, want tty/ttyS", got)
 	}
 }
+
+// Under ptrace the target's only filter is cudatrace's own: never reported
+// as the target's, in any finding.
+func TestOwnSeccompFilterNotTargets(t *testing.T) {
+	s := h200()
+	s.CgroupV2 = &snapshot.CgroupV2{Path: "/user.slice"}
+	s.Process.Seccomp, s.Process.SeccompFilters = 2, 1
+	own := Facts{OwnSeccompFilters: 1}
+	check := func(a Analysis) {
+		t.Helper()
+		for _, f := range a.Findings {
+			if text := detail(f); strings.Contains(text, "runs under") || strings.Contains(text, "Seccomp: 2") {
+				t.Errorf("%s reports cudatrace's filter as the target's:\n%s", f.ID, text)
+			}
+		}
+	}
+	a := AnalyzeFacts(denyUVMEvents(), s, own)
+	mustContain(t, "detail", detail(find(t, a, "eperm-unexplained")), "cudatrace's own")
+	check(a)
+	b := newEvents(3, "python3")
+	b.open("/dev/nvidiactl", unix.O_RDWR, 3, dev(195, 255))
+	b.add(tracer.Event{Kind: tracer.KindMemfd, Path: "cuda", Flags: 1, Ret: errno(unix.EPERM)})
+	a = AnalyzeFacts(b.evs, s, own)
+	if f := find(t, a, "seccomp-memfd"); !f.Inferred {
+		t.Error("seccomp-memfd with only cudatrace's filter: not inferred")
+	}
+	check(a)
+	// And a filter of the target's own beside cudatrace's is reported.
+	s.Process.SeccompFilters = 2
+	mustContain(t, "detail", detail(find(t, AnalyzeFacts(denyUVMEvents(), s, own), "eperm-unexplained")), "1 seccomp filter(s) of its own")
+}

@@ -316,10 +316,12 @@ func (a *analyzer) epermAlternatives(e *tracer.Event) []string {
 		}
 		d = append(d, fmt.Sprintf("The NVIDIA driver refuses opens of an excluded GPU with EPERM (NVreg_ExcludedGpus; ExcludedGpus in /proc/driver/nvidia/params: %s).", ex))
 	}
-	switch {
-	case p.Seccomp == 2:
-		d = append(d, "The target runs under a seccomp filter (Seccomp: 2); a filter that answers open with EPERM looks the same.")
-	case processKnown(a.s):
+	switch n, known := a.targetFilters(); {
+	case known && n > 0:
+		d = append(d, fmt.Sprintf("The target runs under %d seccomp filter(s) of its own (Seccomp: 2); a filter that answers open with EPERM looks the same.", n))
+	case known && p.Seccomp == 2:
+		d = append(d, "A seccomp filter answering open with EPERM would look the same, but the target's only filter is cudatrace's own (ptrace), which refuses nothing.")
+	case known:
 		d = append(d, fmt.Sprintf("A seccomp filter answering open with EPERM would look the same, but the target has none (Seccomp: %d).", p.Seccomp))
 	default:
 		d = append(d, "A seccomp filter answering open with EPERM would look the same.")

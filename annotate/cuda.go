@@ -213,8 +213,8 @@ func (a *analyzer) ruledOut(e *tracer.Event) []string {
 	if refused == 0 && a.facts.APIReturns {
 		d = append(d, "Ruled out: no traced call was refused by a seccomp filter.")
 	}
-	if processKnown(a.s) {
-		d = append(d, fmt.Sprintf("The target ran as uid %d with Seccomp: %d.", a.s.Process.UID, a.s.Process.Seccomp))
+	if n, known := a.targetFilters(); known {
+		d = append(d, fmt.Sprintf("The target ran as uid %d with %d seccomp filter(s) of its own (cudatrace's ptrace filter not counted).", a.s.Process.UID, n))
 	}
 	if len(a.s.KernelLog) == 0 {
 		d = append(d, "The kernel log showed no NVIDIA messages during the trace (or could not be read).")
