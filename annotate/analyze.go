@@ -553,6 +553,8 @@ func (a *analyzer) explainRepairFailed(i int) {
 func (a *analyzer) explainIoctl(i int) {
 	e := &a.ev[i]
 	switch {
+	case e.Errno() == unix.ENOTTY && a.foreignNode(e):
+		a.explainOtherErrno(i) // another driver's node: its major is the cause
 	case isRMRequest(e, escCheckVersionStr) && e.Errno() == unix.EINVAL:
 		a.versionMismatch(i)
 	case e.Errno() == unix.EIO:

@@ -1,6 +1,7 @@
 package annotate
 
 import (
+	"fmt"
 	"reflect"
 
 	"github.com/cilium/ebpf/asm"
@@ -912,4 +913,42 @@ func TestOwnSeccompFilterNotTargets(t *testing.T) {
 	// And a filter of the target's own beside cudatrace's is reported.
 	s.Process.SeccompFilters = 2
 	mustContain(t, "detail", detail(find(t, AnalyzeFacts(denyUVMEvents(), s, own), "eperm-unexplained")), "1 seccomp filter(s) of its own")
+}
+
+// Another driver's node at an NVIDIA path (a bind mount of /dev/null over
+// /dev/nvidia-uvm): the open works, UVM_INITIALIZE gets ENOTTY. The node's
+// major is the headline and the error; no HMM hint outranks or joins it.
+func TestForeignNodeAtNVIDIAPath(t *testing.T) {
+	for _, c := range []struct {
+		path string
+		req  uint32
+		d    *tracer.Dev
+	}{
+		{"/dev/nvidia-uvm", uvmInitialize, dev(1, 3)},
+		{"/dev/nvidiactl", 0xc00846d6, dev(1, 5)},
+	} {
+		t.Run(c.path, func(t *testing.T) {
+			b := newEvents(8, "python3")
+			if c.path != "/dev/nvidiactl" {
+				b.open("/dev/nvidiactl", unix.O_RDWR, 3, dev(195, 255))
+			}
+			b.open(c.path, unix.O_RDWR|unix.O_CLOEXEC, 4, c.d)
+			b.ioctl(4, c.req, errno(unix.ENOTTY), c.d)
+			b.add(tracer.Event{Kind: tracer.KindAPI, Func: "cuInit", Ret: 999})
+			a := AnalyzeFacts(b.evs, h200(), Facts{APIReturns: true})
+			if a.Failing == nil || a.Failing.Kind != tracer.KindIoctl {
+				t.Fatalf("failing %+v", a.Failing)
+			}
+			if a.Findings[0].ID != "wrong-driver" || a.Findings[0].Severity != SeverityError {
+				t.Errorf("findings %v", ids(a))
+			}
+			f := find(t, a, "wrong-driver")
+			mustContain(t, "summary", f.Summary, c.path, fmt.Sprintf("c %d:%d", c.d.Major, c.d.Minor), "mem")
+			mustContain(t, "fix", f.Fix, "findmnt "+c.path)
+			mustContain(t, "verdict", a.Verdict, c.path+" is a node of mem (major 1)")
+			if has(a, "uvm-hmm") {
+				t.Errorf("HMM hint for another driver's node: %v", ids(a))
+			}
+		})
+	}
 }

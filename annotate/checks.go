@@ -381,6 +381,9 @@ func (a *analyzer) checkUVMInit() {
 		if !e.Failed() && !(ok && st != 0) {
 			continue
 		}
+		if e.Errno() == unix.ENOTTY && a.foreignNode(e) {
+			return // not UVM's answer: another driver's node (wrong-driver)
+		}
 		d := []string{callLine(e)}
 		if ok && st != 0 {
 			d = append(d, "rmStatus: "+StatusName(st)+".")

@@ -2,6 +2,7 @@ package annotate
 
 import (
 	"fmt"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -117,14 +118,26 @@ func (a *analyzer) explainOtherErrno(i int) {
 	case unix.ENOTTY:
 		id, cause = "wrong-driver", "the node belongs to another driver"
 		summary = fmt.Sprintf("the driver behind fd %d does not know NVIDIA's ioctls (ENOTTY)", e.FD)
+		fix = "Recreate the node with the NVIDIA driver's current major (`nvidia-modprobe -c=0 -u`), or bind-mount the host's node."
 		if e.Dev != nil {
 			owner := a.s.MajorName(e.Dev.Major)
 			if owner == "" {
 				owner = "no driver"
 			}
-			d = append(d, fmt.Sprintf("The fd is c %d:%d, owned by %s (/proc/devices): the node's major is stale or wrong.", e.Dev.Major, e.Dev.Minor, owner))
+			node := a.pathOfFD(i)
+			if node == "" {
+				node = fmt.Sprintf("fd %d", e.FD)
+			}
+			d = append(d, fmt.Sprintf("%s is c %d:%d, a node of %s (/proc/devices), not of an NVIDIA driver: its open succeeded, but that driver does not know NVIDIA's ioctls.", node, e.Dev.Major, e.Dev.Minor, owner))
+			if a.foreignNode(e) {
+				summary = fmt.Sprintf("%s is c %d:%d, a node of %s, not NVIDIA's", node, e.Dev.Major, e.Dev.Minor, owner)
+				cause = fmt.Sprintf("%s is a node of %s (major %d), not NVIDIA's", node, owner, e.Dev.Major)
+				if want := nvidiaNodeMajor(a, node); want != "" {
+					d = append(d, want)
+				}
+				fix = fmt.Sprintf("Put the real node at %s: find what is mounted there (`findmnt %s`; a bind mount of another device) and remove it, then bind-mount the host's %s or create it (`nvidia-modprobe -c=0 -u`).", node, node, node)
+			}
 		}
-		fix = "Recreate the node with the NVIDIA driver's current major (`nvidia-modprobe -c=0 -u`), or bind-mount the host's node."
 	case unix.EPERM, unix.EACCES:
 		if e.Kind == tracer.KindIoctl {
 			if n, known := a.targetFilters(); !known || n > 0 {
@@ -163,4 +176,42 @@ func limitText(v uint64) string {
 		return "unlimited"
 	}
 	return fmt.Sprint(v)
+}
+
+// pathOfFD is the path the process of ioctl i opened its fd from (the last
+// successful open that returned it before i), or "".
+func (a *analyzer) pathOfFD(i int) string {
+	e := &a.ev[i]
+	for j := i - 1; j >= 0; j-- {
+		o := &a.ev[j]
+		if o.PID == e.PID && o.Kind == tracer.KindOpen && !o.Failed() && o.Ret == int64(e.FD) {
+			return o.Path
+		}
+	}
+	return ""
+}
+
+// foreignNode is whether ioctl e's fd is a character device whose major no
+// NVIDIA driver holds (/proc/devices read): another driver's node at an
+// NVIDIA path, whose ENOTTY is the cause, not a UVM or HMM problem.
+func (a *analyzer) foreignNode(e *tracer.Event) bool {
+	if e.Dev == nil || len(a.s.ProcDevices) == 0 {
+		return false
+	}
+	for _, m := range a.s.ProcDevices {
+		if m.Major == e.Dev.Major && strings.HasPrefix(m.Name, "nvidia") {
+			return false
+		}
+	}
+	return true
+}
+
+// nvidiaNodeMajor says which major the node at path should have, "" when
+// unknown.
+func nvidiaNodeMajor(a *analyzer, path string) string {
+	f := factsFor(a.s, nil, 0, nil, path)
+	if !f.expOK || !f.regOK {
+		return ""
+	}
+	return fmt.Sprintf("%s should be a node of %s, major %d (/proc/devices).", path, f.regName, f.regMajor)
 }

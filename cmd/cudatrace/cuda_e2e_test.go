@@ -10,6 +10,7 @@ import (
 
 	"github.com/cudatrace/cudatrace/internal/fakelib"
 	"github.com/cudatrace/cudatrace/internal/privtest"
+	"github.com/cudatrace/cudatrace/internal/scenario"
 	"github.com/cudatrace/cudatrace/tracer"
 )
 
@@ -287,6 +288,36 @@ func TestLibcudaLoadedResultUnknown(t *testing.T) {
 			tr.requireFinding(t, "libcuda-loaded", "info")
 			if text := tr.findingText("libcuda-loaded"); !strings.Contains(text, "LD_LIBRARY_PATH, entry 1 ("+dir+")") {
 				t.Errorf("libcuda-loaded:\n%s", text)
+			}
+		})
+	}
+}
+
+// Another driver's node at /dev/nvidia-uvm (c 1:3, /dev/null's, as a bind
+// mount leaves it) while /proc/devices gives major 1 to no NVIDIA driver:
+// under both backends the node's major is the error and the headline, and
+// the HMM hint does not appear.
+func TestForeignNodeAtUVMPath(t *testing.T) {
+	privtest.RequireRoot(t)
+	for _, backend := range []string{"ebpf", "ptrace"} {
+		t.Run(backend, func(t *testing.T) {
+			env := &scenario.Env{
+				Nodes:       withNode(scenario.StandInNodes(), scenario.Node{Path: "nvidia-uvm", Major: 1, Minor: 3}),
+				ProcDevices: strings.NewReplacer("  1 nvidia\n", "", "  1 nvidiactl\n", "").Replace(scenario.StandInProcDevices),
+			}
+			tr := traceIn(t, env, backend, nil, fakecuda(env)...)
+			f := tr.rep.Analysis.Failing
+			if f == nil || f.Kind != tracer.KindIoctl || f.Errno() != unix.ENOTTY {
+				t.Fatalf("failing %+v\nverdict %q\nstdout %q", f, tr.rep.Analysis.Verdict, tr.stdout)
+			}
+			if got := tr.rep.Analysis.Findings[0]; got.ID != "wrong-driver" || got.Severity != "error" {
+				t.Errorf("first finding %s (%s); findings %v", got.ID, got.Severity, findingIDs(tr.rep))
+			}
+			if v := tr.rep.Analysis.Verdict; !strings.Contains(v, "is a node of") || !strings.Contains(v, "major 1") {
+				t.Errorf("verdict %q", v)
+			}
+			if finding(tr.rep, "uvm-hmm") != nil {
+				t.Errorf("HMM hint for another driver's node: %v", findingIDs(tr.rep))
 			}
 		})
 	}
