@@ -145,6 +145,39 @@ for be in ebpf ptrace; do
   traced 11-cvd-none-cuinit$sfx none -- --backend $be -- env CUDA_VISIBLE_DEVICES=-1 python3 -c "$CUINIT"
 done
 
+# Issue 27: causes that leave no failing device call, under both backends.
+# 13 a seccomp filter that kills (SIGSYS) on NVIDIA's ioctls; 14 RLIMIT_AS
+# (cuInit 2) and an fd limit reached by fds that are not NVIDIA opens;
+# 15 fork after cuInit (the child gets 3; torch refuses in the child);
+# 16 another device bind-mounted over /dev/nvidia-uvm; 17 a stand-in stub
+# libcuda first on LD_LIBRARY_PATH (when gcc is there to build it).
+FORK_CUINIT=$'import ctypes, os\nc = ctypes.CDLL("libcuda.so.1")\nprint("cuInit", c.cuInit(0))\npid = os.fork()\nif pid == 0:\n    n = ctypes.c_int(-1)\n    print("child cuDeviceGetCount", c.cuDeviceGetCount(ctypes.byref(n)), flush=True)\n    os._exit(1)\nos.waitpid(pid, 0)'
+FORK_TORCH=$'import torch, multiprocessing as mp\ndef f():\n    torch.zeros(1).cuda()\nif __name__ == "__main__":\n    torch.zeros(1).cuda()\n    p = mp.get_context("fork").Process(target=f)\n    p.start(); p.join()\n    print("child exit", p.exitcode)\n    raise SystemExit(p.exitcode)'
+stubdir=
+if command -v gcc >/dev/null; then
+  stubdir=$(mktemp -d)/lib64/stubs
+  mkdir -p "$stubdir"
+  printf 'int cuInit(unsigned f){return 34;}\nint cuDriverGetVersion(int *v){*v=0;return 34;}\nint cuGetProcAddress_v2(const char *s, void **p, int v, unsigned long long f, int *st){return 34;}\n' |
+    gcc -shared -fPIC -x c -o "$stubdir/libcuda.so.1" - && chmod -R a+rX "$(dirname "$(dirname "$stubdir")")"
+fi
+for be in ebpf ptrace; do
+  sfx=; [ $be = ptrace ] && sfx=-ptrace
+  for act in kill-process kill-thread trap; do
+    traced 13-seccomp-$act-cuinit$sfx --seccomp-deny ioctl:nvidia --seccomp-action $act -- --backend $be -- python3 -c "$CUINIT"
+  done
+  traced 13-seccomp-kill-process-torch$sfx --seccomp-deny ioctl:nvidia --seccomp-action kill-process -- --backend $be -- python3 -c "$TORCH"
+  traced 14-rlimit-as-cuinit$sfx none -- --backend $be -- sh -c 'ulimit -v 4000000; exec python3 -c "$0"' "$CUINIT"
+  traced 14-rlimit-as-torch$sfx  none -- --backend $be -- sh -c 'ulimit -v 4000000; exec python3 -c "$0"' "$TORCH"
+  traced 14-nofile-48-torch$sfx --nofile 48 -- --backend $be -- python3 -c "$TORCH"
+  traced 15-fork-after-init-cuinit$sfx none -- --backend $be -- python3 -c "$FORK_CUINIT"
+  traced 15-fork-after-init-torch$sfx  none -- --backend $be -- python3 -c "$FORK_TORCH"
+  traced 16-foreign-uvm-node-cuinit$sfx none -- --backend $be -- unshare -m sh -c 'mount --bind /dev/null /dev/nvidia-uvm && exec python3 -c "$0"' "$CUINIT"
+  if [ -n "$stubdir" ]; then
+    traced 17-stub-first-cuinit$sfx none -- --backend $be -- env LD_LIBRARY_PATH="$stubdir" python3 -c "$CUINIT"
+    traced 17-stub-first-torch$sfx  none -- --backend $be -- env LD_LIBRARY_PATH="$stubdir" python3 -c "$TORCH"
+  fi
+done
+
 echo "== leftovers"
 {
   echo "--- mounts after (tracefs/debugfs/cgroup)"
