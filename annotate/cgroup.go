@@ -272,6 +272,13 @@ func (a *analyzer) explainEPERM(i int) {
 		a.gpuExcluded(e, f, head, events, excluded, v2.state != cgUnknown && v1.state != cgUnknown)
 		return
 	}
+	if j, _ := SeccompFilterBefore(a.ev, i); !denied && j >= 0 && (v2.state == cgUnknown || v1.state == cgUnknown) {
+		// The trace saw a filter installed over this call (a log of a
+		// supervisor: seccomp(..., NEW_LISTENER)), and no device policy
+		// is known to deny it: the filter is the evidence.
+		a.seccompDenied(i, false)
+		return
+	}
 	if !denied && (v2.state == cgUnknown || v1.state == cgUnknown) {
 		denied = true
 		a.cgroupInferred(e, f, req, reqOK, v2, v1, head, events, major, name)
