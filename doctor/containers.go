@@ -175,6 +175,9 @@ func checkContainer(h *host, cc snapshot.ContainerConfig) Check {
 	if m, ok := h.b.MajorOf("nvidia-caps"); ok && mountsCaps(v) {
 		needs = append(needs, majorNeed{m, -1, "nvidia-caps", "/dev/nvidia-caps"})
 	}
+	// Each stale line is one need's: with both dynamic majors moved, two
+	// lines to change, each with its own replacement.
+	usedStale := map[int]bool{}
 	for _, n := range needs {
 		if passed[n.node] || (n.name == "nvidia" && passedGPU(passed)) {
 			continue
@@ -198,7 +201,7 @@ func checkContainer(h *host, cc snapshot.ContainerConfig) Check {
 				fmt.Sprintf("In %s change line %d `%s` to `%s`, then restart the container.", cc.Path, r.line.N, r.line.Raw, want))
 			continue
 		}
-		if s := staleLine(h, v, useV2); s != nil {
+		if s := staleLine(h, v, useV2, usedStale); s != nil {
 			problem(Fail, fmt.Sprintf("line %d `%s` allows major %d, which no driver holds now; %s is major %d", s.line.N, s.line.Raw, s.rule.Major, n.name, n.major),
 				fmt.Sprintf("In %s change line %d `%s` to `%s`, then restart the container (%s).", cc.Path, s.line.N, s.line.Raw, want, restartCmd(cc))+dynamicNote(n))
 			continue
@@ -249,11 +252,13 @@ func checkContainer(h *host, cc snapshot.ContainerConfig) Check {
 }
 
 // staleLine is the config's first allow line for a major no driver holds
-// now, with the key the host honours: the line to change.
-func staleLine(h *host, v containerView, v2 bool) *lxcRule {
+// now, with the key the host honours, not yet in used (by line number): the
+// line to change. It marks the line used.
+func staleLine(h *host, v containerView, v2 bool, used map[int]bool) *lxcRule {
 	for i := range v.rules {
 		r := &v.rules[i]
-		if r.allow && !r.all && r.v2 == v2 && r.rule.Major >= 0 && !h.registered(uint32(r.rule.Major)) {
+		if r.allow && !r.all && r.v2 == v2 && r.rule.Major >= 0 && !h.registered(uint32(r.rule.Major)) && !used[r.line.N] {
+			used[r.line.N] = true
 			return r
 		}
 	}

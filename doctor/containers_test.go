@@ -176,3 +176,25 @@ func TestCDISpecs(t *testing.T) {
 	mustCheck(t, res, "cdi-spec", "CDI /var/run/cdi/nvidia.yaml", Pass)
 	mustCheck(t, res, "cdi-spec", "CDI /etc/cdi/broken.yaml", Warn)
 }
+
+// Both dynamic majors moved (uvm 504 → 509, caps 507 → 237) and the config
+// still allows both old ones: each stale line is named with its own
+// replacement, not the first line twice.
+func TestProxmoxEveryStaleLine(t *testing.T) {
+	sv := fieldHost("509", "237", false)
+	conf := strings.Replace(proxmoxStale, "lxc.mount.entry: /dev/nvidia0 ", "lxc.mount.entry: /dev/nvidia-caps dev/nvidia-caps none bind,optional,create=dir\nlxc.mount.entry: /dev/nvidia0 ", 1)
+	sv.Containers = []snapshot.ContainerConfig{container("proxmox", "101", "/etc/pve/lxc/101.conf", conf)}
+	c := mustCheck(t, Run(sv), "container", "proxmox container 101", Fail)
+	all := c.Summary + "\n" + strings.Join(c.Detail, "\n")
+	for _, w := range []string{"line 10 `lxc.cgroup2.devices.allow: c 504:* rwm`", "line 11 `lxc.cgroup2.devices.allow: c 507:* rwm`"} {
+		if !strings.Contains(all, w) {
+			t.Errorf("lacks %q:\n%s", w, all)
+		}
+	}
+	for _, w := range []string{"change line 10 `lxc.cgroup2.devices.allow: c 504:* rwm` to `lxc.cgroup2.devices.allow: c 509:* rwm`",
+		"change line 11 `lxc.cgroup2.devices.allow: c 507:* rwm` to `lxc.cgroup2.devices.allow: c 237:* rwm`"} {
+		if !strings.Contains(c.Fix, w) {
+			t.Errorf("fix lacks %q:\n%s", w, c.Fix)
+		}
+	}
+}
