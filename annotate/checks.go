@@ -501,6 +501,15 @@ func (a *analyzer) verdict() string {
 	if v := a.failedUnseen(); v != "" {
 		return v
 	}
+	if a.facts.Attached && len(a.facts.HeldAtAttach) > 0 {
+		// Initialised before the attach: say what was seen then, and that
+		// nothing failed since.
+		head := "Nothing failed while attached."
+		if why := a.inbandVerdict(); why != "" {
+			head = why
+		}
+		return fmt.Sprintf("%s The target already held %d NVIDIA device fd(s) when cudatrace attached (%s), so CUDA was initialised before the trace began; how that went is not in it.", head, len(a.facts.HeldAtAttach), strings.Join(a.facts.HeldAtAttach, "; "))
+	}
 	s := "No NVIDIA device call failed."
 	if why := a.inbandVerdict(); why != "" {
 		s = why

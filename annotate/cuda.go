@@ -34,6 +34,11 @@ type Facts struct {
 	// OwnSeccompFilters are the tracer's own filters on the target (the
 	// ptrace backend's one), not to be reported as the target's.
 	OwnSeccompFilters int
+	// Attached: the trace began by attaching to running processes, and
+	// HeldAtAttach are the NVIDIA device fds they held then ("fd 3 →
+	// /dev/nvidiactl (c 195:255)"): CUDA was initialised before the trace.
+	Attached     bool
+	HeldAtAttach []string
 	// Unstored are the calls a recorder counted without storing them in
 	// the events, so that counts in findings are true counts.
 	Unstored []Unstored

@@ -40,3 +40,21 @@ func TestLibcudaLoaded(t *testing.T) {
 	}
 	mustContain(t, "detail", detail(f), "is the kernel module's", "No LD_LIBRARY_PATH entry")
 }
+
+// Attached to a process that initialised CUDA before the attach: the
+// headline says what was held then and that nothing failed while
+// attached, never that libcuda was not loaded or CUDA not initialised.
+func TestAttachedAfterInit(t *testing.T) {
+	b := newEvents(30, "python3")
+	b.ioctl(3, 0xc020462a, 0, dev(195, 255))
+	facts := Facts{APIReturns: true, Attached: true, HeldAtAttach: []string{"fd 3 → /dev/nvidiactl (c 195:255)", "fd 4 → /dev/nvidia-uvm (c 238:0)"}}
+	for _, evs := range [][]tracer.Event{b.evs, nil} {
+		a := AnalyzeFacts(evs, h200(), facts)
+		mustContain(t, "verdict", a.Verdict, "Nothing failed while attached", "held 2 NVIDIA device fd(s)", "/dev/nvidia-uvm", "initialised before the trace")
+		for _, bad := range []string{"did not load libcuda", "was not initialised", "touched no"} {
+			if strings.Contains(a.Verdict, bad) {
+				t.Errorf("verdict %q says %q", a.Verdict, bad)
+			}
+		}
+	}
+}

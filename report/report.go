@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/cudatrace/cudatrace/annotate"
@@ -206,6 +207,12 @@ func jsonKind(tok json.Token) string {
 func (r *Report) Facts() annotate.Facts {
 	f := r.Trace.Facts()
 	f.Unstored = r.Unstored()
+	f.Attached = r.Target.Attached
+	for _, n := range r.Trace.Notes {
+		if strings.HasSuffix(n, tracer.HeldNoteSuffix) {
+			f.HeldAtAttach = append(f.HeldAtAttach, strings.TrimSuffix(n, tracer.HeldNoteSuffix))
+		}
+	}
 	return f
 }
 

@@ -12,6 +12,10 @@ import (
 	"github.com/cudatrace/cudatrace/nvdev"
 )
 
+// HeldNoteSuffix ends each of HeldDeviceNotes' notes: the analysis finds
+// them in a report's notes by it.
+const HeldNoteSuffix = ", held before the attach"
+
 // HeldDeviceNotes lists the NVIDIA device fds in an fd directory
 // (/proc/PID/fd, or a live thread's /proc/PID/task/TID/fd when the leader is
 // a zombie) when an attach begins: their opens are not in the trace, yet
@@ -44,7 +48,7 @@ func HeldDeviceNotes(fdDir string, majors []uint32) []string {
 		if !slices.Contains(majors, major) && !nvdev.IsNodePath(path) {
 			continue
 		}
-		notes = append(notes, fmt.Sprintf("fd %d → %s (c %d:%d), held before the attach", fd, path, major, minor))
+		notes = append(notes, fmt.Sprintf("fd %d → %s (c %d:%d)%s", fd, path, major, minor, HeldNoteSuffix))
 	}
 	return notes
 }
