@@ -16,7 +16,7 @@ VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -s -w -X main.version=$(VERSION)
 BIN      := bin
 
-.PHONY: all build bpf fakecuda generate check-generated test test-short demo bench image clean
+.PHONY: all build bpf fakecuda generate check-generated test test-short test-kernels demo bench image clean
 
 all: build
 
@@ -59,6 +59,13 @@ test:
 
 test-short:
 	$(GO) test -short ./...
+
+# The kernel matrix: the e2e scenarios of both backends and watch, in
+# Debian's stock 5.10, 6.1 and 6.12 kernels booted in qemu (TCG). Needs root,
+# qemu-system-x86, cpio, busybox-static and gcc; fetches the kernels once
+# into .cache/kernels (CUDATRACE_KERNEL_CACHE). docs/kernels.md.
+test-kernels:
+	GO=$(GO) ./scripts/test-kernels.sh
 
 # Build, then diagnose the bundled fake CUDA target in a private /dev whose
 # nvidia-uvm node a cgroup v2 device program denies. Needs root.

@@ -1048,7 +1048,11 @@ static __always_inline bool past_first(void *sites, void *key, __u32 after)
  * listed request is read, sent or folded: the word may lie past ARG_LEN. */
 static __always_inline bool inband_failed(struct event *e)
 {
-	struct inband_word *w = bpf_map_lookup_elem(&inband_status, &e->request);
+	/* The key is copied to the stack: in a global function e is plain
+	 * memory to the verifier, which before 6.x (6.1 refuses it: "R2
+	 * type=mem expected=fp, ...") takes no such pointer as a map key. */
+	__u32 request = e->request;
+	struct inband_word *w = bpf_map_lookup_elem(&inband_status, &request);
 	if (!w)
 		return false;
 	if (e->uptr >= 4096 &&

@@ -6,11 +6,33 @@ package privtest
 
 import (
 	"os"
+	"path/filepath"
 	"testing"
 )
 
 // EnvRequire is the variable CI sets to turn privileged skips into failures.
 const EnvRequire = "CUDATRACE_REQUIRE_PRIVILEGED"
+
+// EnvPrebuilt names a directory of binaries built beforehand (cudatrace,
+// fakecuda, faultexec, and fakelib/ with testdata/fakelib's libraries and
+// app): the kernel matrix (scripts/test-kernels.sh) runs the test binaries
+// in a guest that has no Go or gcc to build them with.
+const EnvPrebuilt = "CUDATRACE_TEST_BINARIES"
+
+// Prebuilt is name in EnvPrebuilt's directory, when it is set; one missing
+// there fails the test.
+func Prebuilt(t testing.TB, name string) (string, bool) {
+	t.Helper()
+	dir := os.Getenv(EnvPrebuilt)
+	if dir == "" {
+		return "", false
+	}
+	p := filepath.Join(dir, name)
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("%s=%s: %v", EnvPrebuilt, dir, err)
+	}
+	return p, true
+}
 
 // Required reports whether privileged tests must run.
 func Required() bool { return os.Getenv(EnvRequire) == "1" }

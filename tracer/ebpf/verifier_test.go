@@ -41,7 +41,7 @@ func loadEach(t *testing.T, spec *ebpf.CollectionSpec) {
 			start := time.Now()
 			coll, err := ebpf.NewCollectionWithOptions(one, ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{LogLevel: ebpf.LogLevelStats}})
 			if err != nil {
-				t.Fatalf("%s: %v", name, err)
+				t.Fatalf("%s: %+v", name, err) // the whole log: the line that fails is rarely the last
 			}
 			took := time.Since(start) // maps and BTF included; a log, not an assertion
 			info, _ := coll.Programs[name].Info()

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# The kernel matrix (make test-kernels): boots Debian's stock cloud kernels
+# (bullseye 5.10, bookworm 6.1, trixie 6.12) in qemu under TCG, from an
+# initramfs holding busybox, the project's static test binaries and the
+# scenario tools, and runs the e2e scenarios of both backends in each:
+# cgroup v2 device programs, fake nodes, seccomp, attach, CUDA's return
+# codes (uprobes) and watch. A failure names the kernel. The host's own
+# kernel is the normal suite's (make test).
+#   usage: scripts/test-kernels.sh [SUITE...]      (default: all three)
+# CUDATRACE_KERNEL_CACHE: where the kernels are kept (CI caches it);
+#   default $XDG_CACHE_HOME/cudatrace/kernels, else .cache/kernels here.
+# KTEST_PLAN: a file of "PKG REGEX" lines to run instead of the default.
+# Needs qemu-system-x86, cpio, busybox-static, gcc and Go.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+GO=${GO:-go}
+suites=("$@")
+[ ${#suites[@]} -gt 0 ] || suites=(bullseye bookworm trixie)
+if [ -n "${CUDATRACE_KERNEL_CACHE:-}" ]; then cache=$CUDATRACE_KERNEL_CACHE
+elif [ -n "${XDG_CACHE_HOME:-}" ]; then cache=$XDG_CACHE_HOME/cudatrace/kernels
+else cache=$root/.cache/kernels; fi
+for tool in qemu-system-x86_64 cpio busybox gcc; do
+  command -v "$tool" >/dev/null || { echo "test-kernels: needs $tool (apt-get install qemu-system-x86 cpio busybox-static gcc)" >&2; exit 2; }
+done
+start=$SECONDS
+scripts/kernels/fetch.sh "$cache" "${suites[@]}"
+
+work=$(mktemp -d /tmp/cudatrace-kernels.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+ir=$work/root
+mkdir -p "$ir"/{bin,sbin,usr/bin,usr/sbin,etc,proc,sys,dev,tmp,run,root,t/bin,t/bin/fakelib}
+
+# The plan: test binary (package) and -test.run filter. Each e2e scenario
+# runs under both backends (bothBackends, or a subtest per backend).
+plan=$work/plan
+if [ -n "${KTEST_PLAN:-}" ]; then cp "$KTEST_PLAN" "$plan"; else cat >"$plan" <<'PLAN'
+tracer/ebpf ^(TestEveryProgramLoads|TestProbe|TestFentryProbe|TestOpenIoctlAndFailures|TestFdWalkWithoutRdonlyCast|TestHostWideFollowsNVIDIAOpeners)$
+tracer/ptrace ^(TestLaunchDeviceCalls|TestSeccompFilter|TestLaunchAPIReturns)$
+cmd/cudatrace ^(TestCgroup2DeniesUVM|TestNodeStaleMajor|TestNodeMissingUnprivileged|TestSeccompRefusedIoctl|TestCUDAReturnCodeDenyUVM|TestAttach|TestWatchScenarios|TestWatchCgroupFilter)$
+PLAN
+fi
+cp "$plan" "$ir/t/plan"
+
+# Static binaries: the tools the scenarios run, and the test binaries.
+export CGO_ENABLED=0
+"$GO" build -trimpath -o "$ir/t/bin/cudatrace" ./cmd/cudatrace
+"$GO" build -trimpath -o "$ir/t/bin/fakecuda" ./testdata/fakecuda
+"$GO" build -trimpath -o "$ir/t/bin/faultexec" ./internal/scenario/faults/faultexec
+while read -r pkg _; do
+  [ -n "$pkg" ] || continue
+  mkdir -p "$ir/t/$pkg"
+  "$GO" test -c -trimpath -o "$ir/t/$pkg/test" "./$pkg"
+  [ -d "$pkg/testdata" ] && cp -a "$pkg/testdata" "$ir/t/$pkg/"
+done <"$plan"
+cp -a testdata "$ir/t/"
+# testdata/fakelib: the stand-in libcuda and NVML, and the app that dlopens them.
+fl=$ir/t/bin/fakelib
+gcc -shared -fPIC -O1 -o "$fl/libcuda.so.1" testdata/fakelib/libcuda.c
+gcc -shared -fPIC -O1 -o "$fl/libnvidia-ml.so.1" testdata/fakelib/libnvidia-ml.c
+gcc -O1 -o "$fl/app" testdata/fakelib/app.c -ldl
+
+# busybox for the shell and most tools; util-linux's own unshare, setpriv
+# and mount (the scenarios use their long options), with their libraries.
+# busybox-static's; the dynamic busybox package's would need its libc.
+bb=$(command -v busybox)
+ldd "$bb" >/dev/null 2>&1 && { echo "test-kernels: $bb is dynamic: needs busybox-static" >&2; exit 2; }
+cp "$bb" "$ir/bin/busybox"
+for app in $("$ir/bin/busybox" --list); do
+  [ -e "$ir/bin/$app" ] || ln -s busybox "$ir/bin/$app"
+done
+copy_dynamic() {
+  local f=$1
+  mkdir -p "$ir$(dirname "$f")"
+  cp -L "$f" "$ir$f"
+  ldd "$f" 2>/dev/null | grep -o '/[^ ]*' | while read -r lib; do
+    [ -e "$ir$lib" ] && continue
+    mkdir -p "$ir$(dirname "$lib")"
+    cp -L "$lib" "$ir$lib"
+  done
+}
+for tool in unshare setpriv mount umount mknod; do
+  p=$(command -v "$tool") || { echo "test-kernels: needs $tool (util-linux, coreutils)" >&2; exit 2; }
+  rm -f "$ir/bin/$tool"
+  copy_dynamic "$p"
+  [ "$p" = "/bin/$tool" ] || [ -e "$ir/bin/$tool" ] || ln -s "$p" "$ir/bin/$tool"
+done
+# The app's loader and libc.
+for lib in $(ldd "$fl/app" | grep -o '/[^ ]*'); do
+  [ -e "$ir$lib" ] || { mkdir -p "$ir$(dirname "$lib")"; cp -L "$lib" "$ir$lib"; }
+done
+printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' >"$ir/etc/passwd"
+printf 'root:x:0:\nnogroup:x:65534:\n' >"$ir/etc/group"
+cp scripts/kernels/init "$ir/init"
+(cd "$ir" && find . | cpio -o -H newc --quiet) >"$work/initramfs.cpio"
+echo "initramfs: $(du -h "$work/initramfs.cpio" | cut -f1), built in $((SECONDS - start)) s"
+
+# One boot per kernel. -smp 1: with multi-threaded TCG (-smp 2) one boot
+# panicked in the kernel's text patching as programs attached.
+failed=()
+for suite in "${suites[@]}"; do
+  log=$cache/$suite.log
+  t0=$SECONDS
+  timeout 900 qemu-system-x86_64 -accel tcg -smp 1 -cpu max -m 2048 -nographic -no-reboot \
+    -kernel "$cache/$suite/vmlinuz" -initrd "$work/initramfs.cpio" \
+    -append "console=ttyS0 panic=-1 quiet" </dev/null >"$log" 2>&1 || true
+  kernel=$(sed -n 's/^KTEST-KERNEL \([^[:space:]]*\).*/\1/p' "$log" | head -1)
+  kernel=${kernel:-$(cat "$cache/$suite/version")}
+  echo "== $suite ($kernel): $((SECONDS - t0)) s; log $log"
+  scripts/kernels/table.sh "$log" "$plan" || failed+=("$suite ($kernel)")
+done
+echo "kernel matrix: $((SECONDS - start)) s"
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "kernel matrix FAILED on: ${failed[*]}" >&2
+  exit 1
+fi
