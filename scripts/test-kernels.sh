@@ -29,7 +29,7 @@ scripts/kernels/fetch.sh "$cache" "${suites[@]}"
 work=$(mktemp -d /tmp/cudatrace-kernels.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 ir=$work/root
-mkdir -p "$ir"/{bin,sbin,usr/bin,usr/sbin,etc,proc,sys,dev,tmp,run,root,t/bin,t/bin/fakelib}
+mkdir -p "$ir"/{etc,proc,sys,dev,tmp,run,root,t/bin/fakelib}
 
 # The plan: test binary (package) and -test.run filter. Each e2e scenario
 # runs under both backends (bothBackends, or a subtest per backend).
@@ -50,7 +50,8 @@ export CGO_ENABLED=0
 while read -r pkg _; do
   [ -n "$pkg" ] || continue
   mkdir -p "$ir/t/$pkg"
-  "$GO" test -c -trimpath -o "$ir/t/$pkg/test" "./$pkg"
+  # Named as go test names it: tests check their own comm.
+  "$GO" test -c -trimpath -o "$ir/t/$pkg/$(basename "$pkg").test" "./$pkg"
   [ -d "$pkg/testdata" ] && cp -a "$pkg/testdata" "$ir/t/$pkg/"
 done <"$plan"
 cp -a testdata "$ir/t/"
@@ -60,35 +61,40 @@ gcc -shared -fPIC -O1 -o "$fl/libcuda.so.1" testdata/fakelib/libcuda.c
 gcc -shared -fPIC -O1 -o "$fl/libnvidia-ml.so.1" testdata/fakelib/libnvidia-ml.c
 gcc -O1 -o "$fl/app" testdata/fakelib/app.c -ldl
 
-# busybox for the shell and most tools; util-linux's own unshare, setpriv
-# and mount (the scenarios use their long options), with their libraries.
+# The host's own tools where the tests name them (coreutils, dash, bash,
+# util-linux's unshare, setpriv and mount with their long options), with
+# their libraries, in a merged /usr as Debian has it; busybox-static for the
+# rest (poweroff, ip, hostname).
+mkdir -p "$ir/usr/bin" "$ir/usr/sbin" "$ir/usr/lib" "$ir/usr/lib64"
+for d in bin sbin lib lib64; do rmdir "$ir/$d" 2>/dev/null || true; ln -s "usr/$d" "$ir/$d"; done
+copy_dynamic() {
+  local f=$1 lib
+  mkdir -p "$ir$(dirname "$f")"
+  cp -L "$f" "$ir$f"
+  for lib in $(ldd "$f" 2>/dev/null | grep -o '/[^ ]*'); do
+    [ -e "$ir$lib" ] || { mkdir -p "$ir$(dirname "$lib")"; cp -L "$lib" "$ir$lib"; }
+  done
+}
+for tool in $(dpkg -L coreutils | grep -E '^/(usr/)?bin/') /usr/bin/dash /usr/bin/bash \
+            unshare setpriv mount umount grep sed; do
+  case $tool in /*) p=$tool ;; *) p=$(command -v "$tool") || { echo "test-kernels: needs $tool" >&2; exit 2; } ;; esac
+  [ -f "$p" ] || continue
+  p=/usr/bin/$(basename "$p")
+  [ -e "$ir$p" ] || copy_dynamic "$p"
+done
+ln -sf dash "$ir/usr/bin/sh"
 # busybox-static's; the dynamic busybox package's would need its libc.
 bb=$(command -v busybox)
 ldd "$bb" >/dev/null 2>&1 && { echo "test-kernels: $bb is dynamic: needs busybox-static" >&2; exit 2; }
-cp "$bb" "$ir/bin/busybox"
-for app in $("$ir/bin/busybox" --list); do
-  [ -e "$ir/bin/$app" ] || ln -s busybox "$ir/bin/$app"
-done
-copy_dynamic() {
-  local f=$1
-  mkdir -p "$ir$(dirname "$f")"
-  cp -L "$f" "$ir$f"
-  ldd "$f" 2>/dev/null | grep -o '/[^ ]*' | while read -r lib; do
-    [ -e "$ir$lib" ] && continue
-    mkdir -p "$ir$(dirname "$lib")"
-    cp -L "$lib" "$ir$lib"
-  done
-}
-for tool in unshare setpriv mount umount mknod; do
-  p=$(command -v "$tool") || { echo "test-kernels: needs $tool (util-linux, coreutils)" >&2; exit 2; }
-  rm -f "$ir/bin/$tool"
-  copy_dynamic "$p"
-  [ "$p" = "/bin/$tool" ] || [ -e "$ir/bin/$tool" ] || ln -s "$p" "$ir/bin/$tool"
+cp "$bb" "$ir/usr/bin/busybox"
+for app in $("$bb" --list); do
+  [ -e "$ir/usr/bin/$app" ] || ln -s busybox "$ir/usr/bin/$app"
 done
 # The app's loader and libc.
 for lib in $(ldd "$fl/app" | grep -o '/[^ ]*'); do
   [ -e "$ir$lib" ] || { mkdir -p "$ir$(dirname "$lib")"; cp -L "$lib" "$ir$lib"; }
 done
+echo ktest >"$ir/etc/hostname"
 printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' >"$ir/etc/passwd"
 printf 'root:x:0:\nnogroup:x:65534:\n' >"$ir/etc/group"
 cp scripts/kernels/init "$ir/init"
