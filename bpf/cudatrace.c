@@ -615,7 +615,11 @@ static __always_inline bool match_at(const char *buf, int off, const char *lit, 
 /* The scans below run as bpf_loop() callbacks: the verifier checks a
  * callback once, where it walks a bounded loop iteration by iteration (in
  * every program that inlines it, which made loading take most of a second).
- * The index is masked, so any i is a safe offset. */
+ * The index is masked, so any i is a safe offset. Before 5.17 there is no
+ * bpf_loop: user space clears use_bpf_loop and the same steps run as
+ * bounded loops (slower to verify, the same result); the branch not taken
+ * is pruned unverified. */
+const volatile bool use_bpf_loop = true;
 
 struct scan {
 	const char *p;
@@ -652,7 +656,13 @@ static __always_inline bool names_nvidia_lib(const struct event *e, bool scan)
 	/* One call site whether or not it scans: a branch around it doubled
 	 * the verifier's walk of everything after. */
 	__u32 steps = scan && e->path_len >= 2 ? PATH_LEN : 0;
-	bpf_loop(steps, lib_step, &s, 0);
+	if (use_bpf_loop) {
+		bpf_loop(steps, lib_step, &s, 0);
+	} else {
+		for (__u32 i = 0; i < steps && i < PATH_LEN; i++)
+			if (lib_step(i, &s))
+				break;
+	}
 	return s.found;
 }
 
@@ -673,7 +683,13 @@ static long modprobe_step(__u32 i, struct scan *s)
 static __always_inline bool mentions_modprobe(const char *p)
 {
 	struct scan s = {.p = p};
-	bpf_loop(PATH_LEN - 16, modprobe_step, &s, 0);
+	if (use_bpf_loop) {
+		bpf_loop(PATH_LEN - 16, modprobe_step, &s, 0);
+	} else {
+		for (__u32 i = 0; i < PATH_LEN - 16; i++)
+			if (modprobe_step(i, &s))
+				break;
+	}
 	return s.found;
 }
 

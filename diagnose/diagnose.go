@@ -178,6 +178,7 @@ func buildReport(spec tracer.Spec, res *tracer.Result, rec *record.Recorder, sna
 			Source:      "live",
 			Backend:     res.Backend,
 			SyscallHook: res.SyscallHook,
+			Variants:    res.KernelVariants,
 			Started:     res.Started,
 			Duration:    res.Ended.Sub(res.Started),
 			Events:      rec.Seen,

@@ -58,9 +58,12 @@ type Trace struct {
 	Source  string `json:"source"` // "live" or "strace-log"
 	Backend string `json:"backend,omitempty"`
 	// SyscallHook: where eBPF's syscall programs ran (tracer.Result).
-	SyscallHook string        `json:"syscall_hook,omitempty"`
-	Started     time.Time     `json:"started"`
-	Duration    time.Duration `json:"duration_ns"`
+	SyscallHook string `json:"syscall_hook,omitempty"`
+	// Variants: the eBPF programs' variants chosen for the kernel
+	// (tracer.Result.KernelVariants; docs/kernels.md).
+	Variants []string      `json:"kernel_variants,omitempty"`
+	Started  time.Time     `json:"started"`
+	Duration time.Duration `json:"duration_ns"`
 	// Events counts every event the tracer delivered; Stored those kept in
 	// Events (repeats of a call site beyond its first and last few are
 	// counted in Ioctls and Folded instead).

@@ -683,6 +683,15 @@ func TestFdWalkWithoutRdonlyCast(t *testing.T) {
 	wantDev(t, ioctl, 1, 3)
 }
 
+// Before 5.17 (no bpf_loop) the path scans run as bounded loops: the
+// library's name and nvidia-modprobe's are found as with bpf_loop.
+func TestScansWithoutBpfLoop(t *testing.T) {
+	boundedLoops = true
+	t.Cleanup(func() { boundedLoops = false })
+	t.Run("library", TestLibraryAndProcOpens)
+	t.Run("node-repair", TestNodeRepairCalls)
+}
+
 // A node under /dev/nvidia* whose major is another driver's (a stale
 // node): its ioctls are recorded, so the ENOTTY they get is seen; the same
 // device opened elsewhere by a process that never used the NVIDIA path

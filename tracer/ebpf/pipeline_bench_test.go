@@ -92,7 +92,7 @@ func BenchmarkLoad(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if err := configure(spec, btf.NewCache(), foldAfter{}, false); err != nil {
+			if err := configure(spec, btf.NewCache(), foldAfter{}, false, kernelSupport()); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -114,7 +114,7 @@ func BenchmarkLoad(b *testing.B) {
 		b.Fatal(err)
 	}
 	cache := btf.NewCache()
-	if err := configure(spec, cache, foldAfter{}, false); err != nil {
+	if err := configure(spec, cache, foldAfter{}, false, kernelSupport()); err != nil {
 		b.Fatal(err)
 	}
 	made, err := createMaps(spec)
@@ -158,7 +158,7 @@ func BenchmarkLoad(b *testing.B) {
 				b.Fatal(err)
 			}
 			cache := btf.NewCache()
-			if err := configure(spec, cache, foldAfter{}, false); err != nil {
+			if err := configure(spec, cache, foldAfter{}, false, kernelSupport()); err != nil {
 				b.Fatal(err)
 			}
 			for b.Loop() {
