@@ -6,6 +6,7 @@
 #   usage: table.sh LOG PLAN SUITE
 set -uo pipefail
 log=$1 plan=$2 suite=$3
+tr -d '\r' <"$log" | sed -n 's/^KTEST-VARIANTS cudatrace: \(ebpf: \)*/   /p'
 tr -d '\r' <"$log" | grep -E '^ *--- (PASS|FAIL|SKIP):' | sed -E 's/^( *)--- ([A-Z]+): ([^ ]+).*/\1\2 \3/' | sed 's/^/   /'
 ok=0
 while read -r suites pkg _; do

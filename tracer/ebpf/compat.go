@@ -119,5 +119,5 @@ func haveKfunc(cache *btf.Cache, name string) bool {
 
 // missingFeature is the one line saying the kernel lacks a required feature.
 func missingFeature(name, since string) error {
-	return unavailable("the eBPF backend needs %s (Linux %s or newer; cudatrace's minimum is %s): this kernel has none", name, since, MinimumKernel)
+	return unavailable("cudatrace's eBPF programs need %s (Linux %s or newer; the eBPF backend's minimum is %s): this kernel has none", name, since, MinimumKernel)
 }
