@@ -18,15 +18,19 @@ import (
 // It is stated, never checked: each feature is probed.
 const MinimumKernel = "5.15"
 
+// feature is one the programs need: its name, the Linux release that
+// brought it, and its probe (ebpf.ErrNotSupported: missing).
+type feature struct {
+	name, since string
+	probe       func() error
+}
+
 // requiredFeatures are what the programs cannot do without, oldest first.
 // BTF tracepoints (5.5) are older than all of them; cilium/ebpf's probe
 // for that program type loads an fentry program, which lockdown refuses.
 // The first one missing is the one line saying why the eBPF backend cannot
 // run here (--backend auto then takes ptrace).
-var requiredFeatures = []struct {
-	name, since string
-	probe       func() error
-}{
+var requiredFeatures = []feature{
 	{"the BPF ring buffer", "5.8", func() error { return features.HaveMapType(ebpf.RingBuf) }},
 	{"task storage maps", "5.11", func() error { return features.HaveMapType(ebpf.TaskStorage) }},
 	{"bpf_get_current_task_btf", "5.11", func() error { return features.HaveProgramHelper(ebpf.Kprobe, asm.FnGetCurrentTaskBtf) }},
