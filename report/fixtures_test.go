@@ -14,7 +14,6 @@ import (
 	"github.com/cudatrace/cudatrace/annotate"
 	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/snapshot"
-	"github.com/cudatrace/cudatrace/tracer"
 	"github.com/cudatrace/cudatrace/tracer/record"
 	"github.com/cudatrace/cudatrace/tracer/stracelog"
 )
@@ -268,7 +267,3 @@ func runcShaped(t testing.TB, rules []devRule, defaultAllow bool) []byte {
 	return buf.Bytes()
 }
 
-// ev is a shorthand for tests that need a handful of events.
-func ev(seq uint64, kind tracer.Kind, path string, ret int64) tracer.Event {
-	return tracer.Event{Seq: seq, PID: 100, TID: 100, Comm: "t", Kind: kind, Syscall: string(kind), Path: path, Ret: ret}
-}
