@@ -266,4 +266,3 @@ func runcShaped(t testing.TB, rules []devRule, defaultAllow bool) []byte {
 	}
 	return buf.Bytes()
 }
-
