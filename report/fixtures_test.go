@@ -12,9 +12,9 @@ import (
 	"github.com/cilium/ebpf/asm"
 
 	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/diagnose/record"
 	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/snapshot"
-	"github.com/cudatrace/cudatrace/tracer/record"
 	"github.com/cudatrace/cudatrace/tracer/stracelog"
 )
 
