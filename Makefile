@@ -16,7 +16,7 @@ VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -s -w -X main.version=$(VERSION)
 BIN      := bin
 
-.PHONY: all build bpf fakecuda generate check-generated test test-short test-kernels demo bench image clean
+.PHONY: all build bpf fakecuda generate check-generated test test-short test-kernels lint demo bench image clean
 
 all: build
 
@@ -57,6 +57,7 @@ test:
 	else echo "check-generated skipped: no clang-19 (make check-generated)"; fi
 	$(GO) test $(RACE) -p 1 -count=1 -timeout 40m ./...
 
+# The pure tier: no root, no BPF; privileged tests skip under -short.
 test-short:
 	$(GO) test -short ./...
 
@@ -66,6 +67,15 @@ test-short:
 # into .cache/kernels (CUDATRACE_KERNEL_CACHE). docs/kernels.md.
 test-kernels:
 	GO=$(GO) ./scripts/test-kernels.sh
+
+# For developers (CI runs errcheck alone: building golangci-lint takes longer
+# on its two cores than the suite). Pinned; the first run builds them.
+GOLANGCI_LINT ?= github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
+STATICCHECK   ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+lint:
+	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
+	$(GO) run $(GOLANGCI_LINT) run ./...
 
 # Build, then diagnose the bundled fake CUDA target in a private /dev whose
 # nvidia-uvm node a cgroup v2 device program denies. Needs root.

@@ -14,6 +14,7 @@ import (
 	"github.com/olekukonko/tablewriter/tw"
 
 	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/diagnose/record"
 	"github.com/cudatrace/cudatrace/tracer"
 )
 
@@ -42,6 +43,8 @@ func Render(w io.Writer, rep *Report, f Format, o RenderOptions) error {
 		return WriteJSON(w, rep)
 	case FormatMarkdown:
 		return renderMarkdown(w, rep, o)
+	case FormatHTML:
+		return renderHTML(w, rep, o)
 	default:
 		return renderText(w, rep, o)
 	}
@@ -260,11 +263,11 @@ func timelineRows(rep *Report, all bool) []timelineRow {
 	if f := rep.Analysis.Failing; f != nil {
 		failSeq = f.Seq
 	}
-	folded := make(map[Site]uint64, len(rep.Folded))
+	folded := make(map[record.Site]uint64, len(rep.Folded))
 	for i := range rep.Folded {
-		folded[rep.Folded[i].site()] = rep.Folded[i].Calls
+		folded[rep.Folded[i].Site()] = rep.Folded[i].Calls
 	}
-	shown := map[Site]bool{}
+	shown := map[record.Site]bool{}
 	row := func(e *tracer.Event) timelineRow {
 		r := timelineRow{time: "+" + fmtDur(e.Time), proc: esc(proc(e)), call: esc(timelineCall(e)), result: esc(resultCell(rep, e)), dev: esc(devCell(rep, e))}
 		if failSeq != 0 && e.Seq == failSeq {
@@ -282,7 +285,7 @@ func timelineRows(rep *Report, all bool) []timelineRow {
 			rows = append(rows, r)
 			continue
 		}
-		if k, ok := SiteOf(e); ok && folded[k] > 0 {
+		if k, ok := record.SiteOf(e); ok && folded[k] > 0 {
 			if !shown[k] {
 				shown[k] = true
 				r.repeat = folded[k]
