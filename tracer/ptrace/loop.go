@@ -131,7 +131,11 @@ type session struct {
 	// installs them at the first stop after they are ready, and waits for
 	// them only at a library's open (nothing can call into one before).
 	apiLoading chan apiLoad
-	apiRes     *tracer.Result // where a failed background load is said
+	apiRes     *tracer.Result
+	// awaited (launch): the files the background probing is for, by
+	// st_dev and st_ino; each is probed at the exit of its first open,
+	// whatever its name, if that comes first (openedAPI).
+	awaited map[[2]uint64]bool // where a failed background load is said
 	// hold lets the sink read a failing process's view at the exit stop
 	// of its failed call, before it can exit (tracer.StopSink).
 	hold *tracer.StopHolder
@@ -428,8 +432,9 @@ func (s *session) finish(t *task, c *call, ret int64) { s.finishRefused(t, c, re
 // answered before the kernel ran it.
 func (s *session) finishRefused(t *task, c *call, ret int64, refused bool) {
 	s.noteStops(t)
-	s.openedAPI(t, c, ret)
-	if e := s.rules.exit(t.tid, t.fds(), c, ret); e != nil {
+	e := s.rules.exit(t.tid, t.fds(), c, ret)
+	s.openedAPI(t, c, ret) // after exit, which reads the opened file's id
+	if e != nil {
 		e.NoEntry = refused && e.Failed()
 		s.emit(t, e)
 		if !s.quiet {
