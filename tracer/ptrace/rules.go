@@ -48,8 +48,8 @@ type call struct {
 	file   [2]uint64
 	fileOK bool
 	dev    tracer.Dev
-	arg         [64]byte
-	status      tracer.ParamWord
+	arg    [64]byte
+	status tracer.ParamWord
 }
 
 // setDev points the event at d, kept in c.
