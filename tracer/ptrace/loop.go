@@ -220,6 +220,35 @@ func (s *session) loop(shouldStop func() bool) {
 	}
 }
 
+// The stop-handling invariants. The loop ends only when every task it
+// tracks is gone, so each one below is what keeps it from waiting forever
+// (or from running a tracee past a stop it never saw):
+//
+//   - Every stop wait4 reports ends in exactly one request: a resume
+//     (PTRACE_CONT or PTRACE_SYSCALL, with the signal a signal-delivery
+//     stop was to deliver), PTRACE_LISTEN for a group-stop, or
+//     PTRACE_DETACH; or it is dropped, unanswered, because it went stale
+//     while queued (below). A handler that returns without one of these
+//     leaves its tracee in ptrace_stop for good.
+//   - A killed thread's late stops are dropped: SIGKILL (exit_group, an
+//     exec's de_thread) wakes a thread out of a stop whose report is still
+//     queued, and it stops again at PTRACE_EVENT_EXIT, reported apart. Its
+//     queued stop is checked before any request acts on it (the syscall
+//     info's op, stillAt for event stops): a request would act on the exit
+//     stop, and a stale fork event's message (the exit code) would name a
+//     task that never exits. The exit stop itself is always resumed.
+//   - Group-stops are parked with PTRACE_LISTEN, not resumed (the process
+//     stays stopped, as without a tracer) and not counted as stale; a new
+//     task's first stop, PTRACE_EVENT_STOP, is resumed whatever its signal.
+//   - An exec from a thread other than the leader changes that thread's
+//     tid to the leader's: the old leader vanishes unreported, and the
+//     exec stop comes from the leader's tid with the old tid as its event
+//     message (execStop moves the record). While it is under way no stop
+//     of its process may wait in the queue, since a request meant for the
+//     old leader would reach the new program (deferExec, queue.go).
+//   - A tid met before its creator's fork/clone event (wait4 reports the
+//     newest tracee first) is adopted at once; the event later finds it
+//     known, or gone, and registers nothing twice (announce).
 func (s *session) handle(pid int, ws unix.WaitStatus) {
 	t := s.tasks[pid]
 	if t == nil {
@@ -462,6 +491,10 @@ func (s *session) execStop(t *task) {
 			t = ex
 		}
 	}
+	// de_thread waits until the other threads are reaped (the old leader
+	// released unreported) before the exec stop: t is its process's only
+	// thread now, and any other record of it is one that never reports.
+	s.forgetOthers(t.tgid, t)
 	t.comm = readComm(t.tid)
 	if c := t.call; c != nil && (c.id == sysExecve || c.id == sysExecveat) {
 		// Named after the program it started, not cudatrace's own loader.
@@ -529,6 +562,11 @@ func (s *session) reap(t *task, ws unix.WaitStatus) {
 	if t.tid != t.tgid && !(s.zombieLeaders[t.tgid] && s.lastOf(t.tgid)) {
 		return
 	}
+	// A traced leader is reported once its threads are all gone, their
+	// exits taken: a record of its process still here is one whose tid
+	// will never report (a thread that exec'd and died before its exec
+	// stop took the leader's tid, and this exit is its own).
+	s.forgetOthers(t.tgid, nil)
 	e := &tracer.Event{Kind: tracer.KindExit, Syscall: "exit"}
 	if ws.Signaled() {
 		e.Signal = int(ws.Signal())
@@ -543,6 +581,17 @@ func (s *session) reap(t *task, ws unix.WaitStatus) {
 	s.untraceAPI(t.tgid)
 	if t.tid == s.root {
 		s.rootSt = &tracer.ExitStatus{Code: e.ExitCode, Signal: e.Signal}
+	}
+}
+
+// forgetOthers drops every record of process tgid but keep: it has no
+// other thread left (an exec stop, its exit), so they cannot report again.
+func (s *session) forgetOthers(tgid int, keep *task) {
+	for _, o := range s.tasks {
+		if o.tgid == tgid && o != keep {
+			s.debugf("tid %d of process %d gone unreported; forgotten", o.tid, tgid)
+			s.drop(o)
+		}
 	}
 }
 

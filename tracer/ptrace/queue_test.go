@@ -294,3 +294,28 @@ func TestExecWaitsForItsProcessStops(t *testing.T) {
 		t.Fatal("a stop deferred behind its own thread's exit")
 	}
 }
+
+// A process's exit and an exec stop leave no other record of its process:
+// the kernel reports a traced leader only once its other threads are
+// reaped, and stops an exec only once de_thread has reaped them. A record
+// left (a thread that took the leader's tid by its exec and died before
+// the exec stop: that exit is the leader's) would never report, and the
+// loop would wait for it forever.
+func TestNoRecordOutlivesItsProcess(t *testing.T) {
+	s := newSession(stopSeccomp, tracer.Spec{}, tracer.SinkFunc(func(*tracer.Event) {}))
+	s.root = 100
+	leader := &task{tid: 100, tgid: 100}
+	execing := &task{tid: 101, tgid: 100, execing: true}
+	other := &task{tid: 200, tgid: 200}
+	for _, tk := range []*task{leader, execing, other} {
+		s.tasks[tk.tid] = tk
+	}
+	s.execs = 1
+	s.handle(100, unix.WaitStatus(9)) // killed by SIGKILL
+	if len(s.tasks) != 1 || s.tasks[200] != other || s.execs != 0 {
+		t.Fatalf("after the leader's exit: tasks %v, execs %d; want only process 200's", s.tasks, s.execs)
+	}
+	if s.rootSt == nil || s.rootSt.Signal != 9 {
+		t.Errorf("root status %+v", s.rootSt)
+	}
+}
