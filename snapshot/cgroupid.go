@@ -152,6 +152,6 @@ func (id Identity) InCgroupV2(p string) Identity {
 	}
 	lines = append(lines, "0::"+p)
 	id.cgroups = strings.Join(lines, "\n") + "\n"
-	id.Cgroup = p
+	id.Cgroup, id.CgroupAtCall = p, true
 	return id
 }

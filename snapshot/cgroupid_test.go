@@ -17,7 +17,7 @@ import (
 func TestIdentityInCgroupV2(t *testing.T) {
 	id := Identity{PID: 7, UID: 1000, Cgroup: "/old", cgroups: "12:devices:/v1/job\n0::/old\n"}
 	got := id.InCgroupV2("/new/job")
-	if got.Cgroup != "/new/job" || got.cgroups != "12:devices:/v1/job\n0::/new/job\n" || got.UID != 1000 {
+	if got.Cgroup != "/new/job" || !got.CgroupAtCall || got.cgroups != "12:devices:/v1/job\n0::/new/job\n" || got.UID != 1000 {
 		t.Errorf("identity %+v (cgroups %q)", got, got.cgroups)
 	}
 	if fresh := (Identity{PID: 7, UID: -1}).InCgroupV2("/job"); fresh.cgroups != "0::/job\n" || CgroupPathOf(fresh.cgroups) != "/job" {
