@@ -90,6 +90,10 @@ type Stats struct {
 	// MaxStopsPerCall is the most stops one traced syscall took, from its
 	// entry (or seccomp) stop to its completion.
 	MaxStopsPerCall int
+	// Requests are the resumes, listens and detaches that ended a stop;
+	// Stale the stops dropped because their thread was killed while they
+	// waited (the invariants above handle: Stops = Requests + Stale).
+	Requests, Stale uint64
 }
 
 // session is the state of one Run, owned by the tracer thread.
@@ -295,12 +299,14 @@ func (s *session) handle(pid int, ws unix.WaitStatus) {
 		s.seccompStop(t)
 	case sig == unix.SIGTRAP && (event == unix.PTRACE_EVENT_FORK || event == unix.PTRACE_EVENT_VFORK || event == unix.PTRACE_EVENT_CLONE):
 		if !stillAt(t.tid, event) {
+			s.stats.Stale++
 			return // stale (queue.go): its event message is another stop's
 		}
 		s.announced(t, event)
 		s.resume(t, 0)
 	case sig == unix.SIGTRAP && event == unix.PTRACE_EVENT_EXEC:
 		if !stillAt(t.tid, event) {
+			s.stats.Stale++
 			return
 		}
 		s.execStop(t)
@@ -308,6 +314,7 @@ func (s *session) handle(pid int, ws unix.WaitStatus) {
 		if !fresh && isStopSignal(sig) {
 			// Group-stop: stay stopped, but let SIGCONT wake us.
 			t.listening = true
+			s.stats.Requests++
 			_ = listen(t.tid) // it may have exited already: the wait loop sees that
 			return
 		}
@@ -331,6 +338,7 @@ func isStopSignal(sig unix.Signal) bool {
 // is pending (or always, when attached); otherwise it runs until the next
 // traced syscall.
 func (s *session) resume(t *task, sig int) {
+	s.stats.Requests++
 	var err error
 	if s.mode == stopEverySyscall || t.call != nil || t.filtered {
 		err = toSyscall(t.tid, sig)
@@ -350,6 +358,7 @@ func (s *session) seccompStop(t *task) {
 	}
 	var si syscallInfo
 	if err := getSyscallInfo(t.tid, &si); err != nil || si.Op != unix.PTRACE_SYSCALL_INFO_SECCOMP {
+		s.stats.Stale++
 		return // stale (queue.go): killed, it is gone or at its exit stop, reported apart
 	}
 	if s.deferExec(t, &si, true) {
@@ -413,6 +422,7 @@ func (s *session) syscallStop(t *task) {
 	}
 	var si syscallInfo
 	if err := getSyscallInfo(t.tid, &si); err != nil || si.Op == unix.PTRACE_SYSCALL_INFO_NONE {
+		s.stats.Stale++
 		return // stale (queue.go)
 	}
 	if si.Op == unix.PTRACE_SYSCALL_INFO_ENTRY && s.deferExec(t, &si, false) {
@@ -646,6 +656,7 @@ func (s *session) detachAt(t *task, sig unix.Signal, event int) {
 	case event == 0:
 		deliver = int(sig)
 	}
+	s.stats.Requests++
 	if err := detach(t.tid, deliver); err != nil {
 		// ESRCH: it is dying; its exit will be reported and reaped.
 		s.debugf("detach %d: %v", t.tid, err)

@@ -319,3 +319,41 @@ func TestNoRecordOutlivesItsProcess(t *testing.T) {
 		t.Errorf("root status %+v", s.rootSt)
 	}
 }
+
+// Every stop ends in exactly one request (a resume, a listen, a detach)
+// or is dropped as stale (its thread killed while it waited), never both
+// and never neither: the loop's first invariant, counted, with killed
+// threads' late stops (exit_group over forkers), an exec's tid change
+// under queued stops, and a group-stop, each with a slow sink (long
+// rounds, as on a loaded host).
+func TestEveryStopEndsOnce(t *testing.T) {
+	for _, w := range []struct {
+		name string
+		argv []string
+		code int
+	}{
+		{"killed threads", helperArgv("fork-exit", "8", "30", "7"), 7},
+		{"exec from a thread", helperArgv("spin-exec", "4", "/bin/sh", "-c", "exit 5"), 5},
+		// The child continues the shell ($$ in a subshell too) until it is gone, so the
+		// SIGCONT cannot come before the stop for good.
+		{"group-stop", []string{"/bin/sh", "-c", `(while kill -CONT $$ 2>/dev/null; do sleep 0.02; done) & kill -STOP $$; exit 3`}, 3},
+	} {
+		t.Run(w.name, func(t *testing.T) {
+			for i := range 5 {
+				b := New().(*Backend)
+				c := &collector{onAdd: func(*tracer.Event) { time.Sleep(100 * time.Microsecond) }}
+				res, err := b.Run(privtest.Deadline(t), tracer.Spec{Argv: w.argv, DeviceMajors: []uint32{1}}, c)
+				if err != nil {
+					t.Fatalf("Run: %v", err)
+				}
+				if res.Exit == nil || res.Exit.Code != w.code {
+					t.Fatalf("run %d: exit %+v, want %d", i, res.Exit, w.code)
+				}
+				st := b.Stats()
+				if st.Stops == 0 || st.Stops != st.Requests+st.Stale {
+					t.Fatalf("run %d: %d stops, %d requests, %d stale: each stop must end exactly once", i, st.Stops, st.Requests, st.Stale)
+				}
+			}
+		})
+	}
+}
