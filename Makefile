@@ -16,7 +16,7 @@ VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -s -w -X main.version=$(VERSION)
 BIN      := bin
 
-.PHONY: all build bpf fakecuda generate check-generated test test-short test-kernels lint demo bench image clean
+.PHONY: all build bpf fakecuda generate check-generated test test-short test-stress test-kernels lint demo bench image clean
 
 all: build
 
@@ -76,6 +76,12 @@ lint:
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 	$(GO) run $(GOLANGCI_LINT) run ./...
+
+# The backends' packages -count=5 beside two CPU hogs, with -race and every
+# test's deadline (scripts/test-stress.sh; COUNT and HOGS change them). Run
+# as root for the privileged tests.
+test-stress:
+	GO=$(GO) RACE='$(RACE)' ./scripts/test-stress.sh
 
 # Build, then diagnose the bundled fake CUDA target in a private /dev whose
 # nvidia-uvm node a cgroup v2 device program denies. Needs root.

@@ -140,6 +140,11 @@ struct event {
 	__s64 ret;
 	__u64 uptr;      /* ioctl arg / stat buffer: read at exit */
 	__u64 path_uptr; /* the path argument, re-read at exit if it was paged out */
+	/* The task's cgroup v2 id when the call returned (the inode number of
+	 * its cgroup2 directory): the device policy that judged the call is
+	 * found from it after the process is gone (a target that fails and
+	 * exits at once leaves no /proc/PID/cgroup to read). */
+	__u64 cgroup_id;
 	__u32 tgid;
 	__u32 tid;
 	__u32 request;
@@ -1200,6 +1205,7 @@ __attribute__((noinline)) int finish(struct event *e, long ret)
 	e->ret = ret;
 	/* A non-leader thread that execs returns with the leader's pid. */
 	e->tid = (__u32)bpf_get_current_pid_tgid();
+	e->cgroup_id = bpf_get_current_cgroup_id();
 
 	if (kind == KIND_OPEN) {
 		int v = finish_open(e, ret);
@@ -1384,6 +1390,7 @@ int ct_exit(__u64 *ctx)
 	e->ret = 0;
 	e->uptr = 0;
 	e->path_uptr = 0;
+	e->cgroup_id = bpf_get_current_cgroup_id();
 	e->retry = 0;
 	e->tgid = tgid;
 	e->tid = tgid; /* the process's exit, reported by its leader as ptrace does */
@@ -1467,6 +1474,7 @@ static __always_inline int api_ret(struct pt_regs *ctx)
 	e->request = (__u32)bpf_get_attach_cookie(ctx);
 	e->tgid = tgid;
 	e->tid = (__u32)id;
+	e->cgroup_id = bpf_get_current_cgroup_id();
 	e->syscall = SC_API;
 	e->kind = KIND_API;
 	e->matched = 1;

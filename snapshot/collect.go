@@ -245,8 +245,12 @@ func (c *collector) targetDir() (string, bool) {
 	if _, err := os.Stat(dir); err != nil {
 		if id := c.opts.Identity; id != nil && id.PID == c.opts.PID && id.cgroups != "" {
 			c.afterExit = true
+			how := "its cgroups and UID are as read while it ran"
+			if id.CgroupAtCall {
+				how = "its cgroup is the one the kernel recorded at its failing call"
+			}
 			c.snap.Unavailable = append(c.snap.Unavailable,
-				"target had exited: nodes and mounts are cudatrace's own view; its cgroups and UID are as read while it ran, and the cgroups' device policy was read after its exit")
+				"target had exited: nodes and mounts are cudatrace's own view; "+how+", and the cgroups' device policy was read after its exit")
 			return self, false
 		}
 		c.snap.Unavailable = append(c.snap.Unavailable,

@@ -36,6 +36,7 @@ type bpfEvent struct {
 	Ret       int64
 	Uptr      uint64
 	PathUptr  uint64
+	CgroupId  uint64
 	Tgid      uint32
 	Tid       uint32
 	Request   uint32
