@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "$(id -u)" != 0 ]; then
-  echo "demo: needs root for BPF, cgroups and a private /dev: sudo make demo" >&2
+  echo "demo: needs root for BPF, cgroups and a private /dev: run make demo as root, or as a user with sudo" >&2
   exit 1
 fi
 mkdir -p bin
