@@ -109,7 +109,7 @@ func TestHelp(t *testing.T) {
 		if r.code != exitOK {
 			t.Errorf("%v: exit %d, want 0", args, r.code)
 		}
-		for _, want := range []string{"Usage:", "Exit status:", "127  COMMAND not found", "3    report/explain/attach: a failing NVIDIA call was found", "--backend", "--output"} {
+		for _, want := range []string{"Usage:", "Exit status:", "127  COMMAND not found", "3    attached: a failing NVIDIA call was found", "Each command's own: cudatrace help COMMAND", "--backend", "--output"} {
 			if !strings.Contains(r.stdout, want) {
 				t.Errorf("%v: help lacks %q", args, want)
 			}

@@ -19,6 +19,9 @@ func reportCommand(args []string, o *options, stdout, stderr io.Writer) error {
 	if err := checkFormat(o.format); err != nil {
 		return err
 	}
+	if err := checkColor(o.color); err != nil {
+		return err
+	}
 	if err := checkOutput(o, stderr); err != nil {
 		return err
 	}
@@ -42,6 +45,9 @@ func reportCommand(args []string, o *options, stdout, stderr io.Writer) error {
 // explainCommand analyses strace output.
 func explainCommand(args []string, o *options, stdout, stderr io.Writer) error {
 	if err := checkFormat(o.format); err != nil {
+		return err
+	}
+	if err := checkColor(o.color); err != nil {
 		return err
 	}
 	if err := checkOutput(o, stderr); err != nil {

@@ -19,6 +19,9 @@ func traceCommand(argv []string, o *options, stdout, stderr io.Writer) error {
 	if err := checkFormat(o.format); err != nil {
 		return err
 	}
+	if err := checkColor(o.color); err != nil {
+		return err
+	}
 	if err := checkOutput(o, stderr); err != nil {
 		return err
 	}
