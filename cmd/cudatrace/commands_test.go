@@ -10,6 +10,9 @@ import (
 	"testing"
 
 	"github.com/spf13/pflag"
+
+	"github.com/cudatrace/cudatrace/report"
+	"github.com/cudatrace/cudatrace/tracer"
 )
 
 // Each subcommand has its own help, by --help, -h or cudatrace help CMD:
@@ -246,6 +249,40 @@ func TestWatchFormatFlag(t *testing.T) {
 		}
 		if f := fs.ShorthandLookup("f"); f != nil {
 			t.Errorf("%s: -f is --%s (strace's -f is follow)", sc.name, f.Name)
+		}
+	}
+}
+
+// A report of a run that made no NVIDIA call and a strace log of one end
+// with the same documented status, 4; the report is still printed.
+func TestNothingNVIDIAExitsAlike(t *testing.T) {
+	dir := t.TempDir()
+	rep := &report.Report{Schema: report.SchemaVersion, Tool: report.Tool{Name: "cudatrace", Version: "test"},
+		Trace: report.Trace{Source: "live", Backend: "ebpf", Events: 2, Stored: 2, Complete: true},
+		Events: []tracer.Event{
+			{Seq: 1, PID: 7, TID: 7, Comm: "true", Kind: tracer.KindExec, Syscall: "execve", Path: "/bin/true", Argv: []string{"true"}},
+			{Seq: 2, PID: 7, TID: 7, Comm: "true", Kind: tracer.KindExit},
+		}}
+	saved := filepath.Join(dir, "r.json")
+	if err := report.Save(saved, rep); err != nil {
+		t.Fatal(err)
+	}
+	log := filepath.Join(dir, "s.log")
+	if err := os.WriteFile(log, []byte("7 10:00:00.000001 execve(\"/bin/true\", [\"true\"], 0x7ffd /* 1 vars */) = 0\n7 10:00:00.000100 +++ exited with 0 +++\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := runCLI(t, "report", saved)
+	if r.code != exitBadInput || !strings.Contains(r.stdout, "Trace:") {
+		t.Errorf("report: exit %d, stdout %q", r.code, r.stdout)
+	}
+	oneLineError(t, r, "holds no NVIDIA call")
+	e := runCLI(t, "explain", log)
+	if e.code != exitBadInput {
+		t.Errorf("explain: exit %d, stderr %q", e.code, e.stderr)
+	}
+	for _, cmd := range []string{"report", "explain"} {
+		if h := runCLI(t, "help", cmd).stdout; !strings.Contains(h, "4    the input is not a report or strace log, or holds no NVIDIA call") {
+			t.Errorf("help %s does not document 4:\n%s", cmd, h)
 		}
 	}
 }

@@ -39,7 +39,15 @@ func reportCommand(args []string, o *options, stdout, stderr io.Writer) error {
 		// The stored finding ids come from the file: escape them.
 		fmt.Fprintf(stderr, "cudatrace: note: this version's analysis differs from the stored one (%s)\n", annotate.Printable(changed))
 	}
-	return emit(rep, o, stdout, stderr, false)
+	if err := emit(rep, o, stdout, stderr, false); err != nil {
+		return err
+	}
+	// Printed, as it is a report; but one of nothing NVIDIA-related gets
+	// explain's status for a log of nothing NVIDIA-related.
+	if len(rep.Summary()) == 0 {
+		return fail(exitBadInput, "%s holds no NVIDIA call: no /dev/nvidia* or CUDA/NVML call was traced", annotate.Printable(args[0]))
+	}
+	return nil
 }
 
 // explainCommand analyses strace output.
