@@ -78,7 +78,7 @@ test-short:
 # nvidia-uvm node a cgroup v2 device program denies. Builds as you, runs
 # as root (through sudo when make does not).
 demo: build fakecuda
-	$(AS_ROOT) ./scripts/demo.sh
+	$(AS_ROOT) BIN=$(BIN) ./scripts/demo.sh
 
 bench:
 	./scripts/bench.sh

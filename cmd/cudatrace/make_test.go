@@ -130,3 +130,38 @@ func TestMakeInstall(t *testing.T) {
 		}
 	}
 }
+
+// make demo explains itself: it says it is a simulation and what is
+// simulated; the stand-in nodes' ENOTTY ioctls are not shown as failed
+// calls; the headline and the statuses agree (the target exits 1 as a
+// failed cuInit, cudatrace passes it through, and the demo says why it
+// itself exits 0).
+func TestDemo(t *testing.T) {
+	privtest.RequireRoot(t)
+	ctx := privtest.Deadline(t)
+	bin := t.TempDir()
+	cmd := exec.CommandContext(ctx, filepath.Join(repoRoot(t), "scripts", "demo.sh"))
+	cmd.Env = append(os.Environ(), "BIN="+bin)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("demo: %v\n%s%s", err, stdout.String(), stderr.String())
+	}
+	out := stderr.String()
+	for _, want := range []string{
+		"demo: a SIMULATION, no GPU involved", "stand-ins in a private /dev", "real cgroup v2 device program",
+		"cuInit cannot succeed: openat(\"/dev/nvidia-uvm\"", "[cgroup2-denied]", "target exited 1",
+		"fakecuda exited 1, and cudatrace with it", "so make demo exits 0",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("demo output lacks %q:\n%s", want, out)
+		}
+	}
+	report := out[max(0, strings.Index(out, "cuInit cannot succeed")):]
+	if strings.Contains(report, "ioctls failed") || strings.Contains(report, "ENOTTY") {
+		t.Errorf("demo shows the stand-ins' ENOTTY ioctls as failures:\n%s", out)
+	}
+	if stdout.String() != "cuInit 999\n" {
+		t.Errorf("target's stdout %q", stdout.String())
+	}
+}

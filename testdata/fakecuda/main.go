@@ -37,6 +37,7 @@ type options struct {
 	interval    time.Duration
 	sleepBefore time.Duration
 	exitNonzero bool
+	noIoctls    bool
 	memfd       bool
 	verbose     bool
 	hostDev     bool
@@ -56,6 +57,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.DurationVar(&o.interval, "interval", 100*time.Millisecond, "pause between --loop iterations")
 	fs.DurationVar(&o.sleepBefore, "sleep-before", 0, "pause before the first sequence")
 	fs.BoolVar(&o.exitNonzero, "exit-nonzero", false, "exit 1 when cuInit is not 0")
+	fs.BoolVar(&o.noIoctls, "no-ioctls", false, "issue no ioctl, as if each worked: stand-in nodes answer every one with ENOTTY, which no NVIDIA driver does (make demo)")
 	fs.BoolVar(&o.memfd, "memfd", false, "call memfd_create after nvidiactl (a seccomp denial gives cuInit 304)")
 	fs.BoolVar(&o.verbose, "v", false, "log each call and its result to stderr")
 	fs.BoolVar(&o.hostDev, "host-dev", false, "as root, really create missing nodes in this host's /dev (outside a scenario)")
@@ -191,6 +193,7 @@ func cuInit(o *options) (int, error) {
 		libcuda:     o.libcuda,
 		memfd:       o.memfd,
 	}
+	q.noIoctls = o.noIoctls
 	if o.verbose {
 		q.log = os.Stderr
 	}
