@@ -29,7 +29,7 @@ else
 AS_ROOT  := sudo --preserve-env=CUDATRACE_REQUIRE_PRIVILEGED,CUDATRACE_TEST_TIMEOUT env PATH="$(PATH)" GO="$(GO)"
 endif
 
-.PHONY: all build bpf fakecuda generate check-generated test test-short demo bench image install uninstall clean
+.PHONY: all build bpf fakecuda generate check-generated test test-short demo bench image image-push install uninstall clean
 
 all: build
 
@@ -89,6 +89,11 @@ CONTAINER_TOOL ?= $(or $(shell command -v podman 2>/dev/null),$(shell command -v
 IMAGE    ?= cudatrace:$(VERSION)
 image:
 	$(CONTAINER_TOOL) build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
+
+# Builds, then pushes IMAGE (a registry path and a pinned tag, as the
+# DaemonSet names it: make image-push IMAGE=ghcr.io/you/cudatrace:v0.1.0).
+image-push: image
+	$(CONTAINER_TOOL) push $(IMAGE)
 
 # Installs what `make build` built, the man page and the completions it
 # generates; through sudo when the destination is not yours to write.
