@@ -19,7 +19,9 @@ CGO_ENABLED=0 "${GO:-go}" build -o "$bin/scenario" ./scripts/scenario
 cat >&2 <<'TXT'
 demo: a SIMULATION, no GPU involved. What is simulated:
   - the target: bin/fakecuda makes the device-node calls of libcuda's cuInit, in the order an
-    H200 recording shows (testdata/strace/h200), and prints "cuInit N" as a one-line CUDA program;
+    H200 recording shows (testdata/strace/h200), returns the result through the cuInit of a tiny
+    libcuda.so.1 it loads (so cudatrace's uretprobe reads CUDA's code as on a real run), and
+    prints "cuInit N" as a one-line CUDA program;
   - the nodes: stand-ins in a private /dev: nvidiactl = c 1:7, nvidia0 = c 1:5, nvidia-uvm = c 7:0
     (other drivers' nodes: no NVIDIA driver is loaded), with a fake /proc/devices naming those
     majors after NVIDIA's drivers. Their ioctls are left out (--no-ioctls): those drivers answer
@@ -36,7 +38,7 @@ TXT
 rc=0
 "$bin/scenario" --nodes standin --proc-devices standin --deny-v2 'c 7:* rwm' -- \
   "$bin/cudatrace" --proc-devices @PROC_DEVICES@ -o "$bin/demo-report.json" -- \
-  "$bin/fakecuda" --proc-devices @PROC_DEVICES@ --no-ioctls --exit-nonzero || rc=$?
+  "$bin/fakecuda" --proc-devices @PROC_DEVICES@ --no-ioctls --cuinit-lib --exit-nonzero || rc=$?
 
 echo >&2
 if [ "$rc" = 1 ] && grep -q '"cgroup2-denied"' "$bin/demo-report.json"; then
