@@ -26,7 +26,7 @@ func reportCommand(args []string, o *options, stdout, stderr io.Writer) error {
 		return err
 	}
 	if len(args) != 1 {
-		return fail(exitUsage, "usage: cudatrace report FILE [--format text|json|markdown]")
+		return fail(exitUsage, "usage: cudatrace report FILE [--format text|json|markdown|html]")
 	}
 	rep, err := report.LoadFile(args[0])
 	if err != nil {

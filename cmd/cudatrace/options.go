@@ -101,8 +101,8 @@ type options struct {
 func registerFlags(fs *pflag.FlagSet, o *options) {
 	fs.StringVarP(&o.output, "output", "o", "", "also write the JSON report to `FILE` (- for stdout); a device or FIFO is written through")
 	completeWith(fs, "output", completeFile)
-	fs.StringVar(&o.format, "format", "text", "print `FORMAT`: text, json or markdown")
-	completeWords(fs, "format", "text json markdown")
+	fs.StringVar(&o.format, "format", "text", "print `FORMAT`: text, json, markdown or html (one self-contained file)")
+	completeWords(fs, "format", "text json markdown html")
 	fs.StringVar(&o.color, "color", "auto", "colour the text report: `WHEN` auto (a terminal, and NO_COLOR unset or empty), always or never")
 	completeWords(fs, "color", colorWhens)
 	fs.BoolVarP(&o.summary, "summary", "c", false, "print a summary instead of the timeline, as strace -c: calls and errors per node and call")
