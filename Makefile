@@ -29,7 +29,7 @@ else
 AS_ROOT  := sudo --preserve-env=CUDATRACE_REQUIRE_PRIVILEGED,CUDATRACE_TEST_TIMEOUT env PATH="$(PATH)" GO="$(GO)"
 endif
 
-.PHONY: all build bpf fakecuda generate check-generated test test-short demo bench image image-push install uninstall clean
+.PHONY: all build bpf fakecuda generate check-generated test test-short lint demo bench image image-push install uninstall clean
 
 all: build
 
@@ -71,8 +71,18 @@ test:
 	else echo "check-generated skipped: no clang-19 (make check-generated)"; fi
 	$(AS_ROOT) $(GO) test $(RACE) -p 1 -count=1 -timeout 40m ./...
 
+# The pure tier: no root, no BPF; privileged tests skip under -short.
 test-short:
 	$(GO) test -short ./...
+
+# For developers (CI runs errcheck alone: building golangci-lint takes longer
+# on its two cores than the suite). Pinned; the first run builds them.
+GOLANGCI_LINT ?= github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
+STATICCHECK   ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+lint:
+	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
+	$(GO) run $(GOLANGCI_LINT) run ./...
 
 # Build, then diagnose the bundled fake CUDA target in a private /dev whose
 # nvidia-uvm node a cgroup v2 device program denies. Builds as you, runs

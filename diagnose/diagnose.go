@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/diagnose/record"
 	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
-	"github.com/cudatrace/cudatrace/tracer/record"
 )
 
 // Options are one live diagnosis's inputs.

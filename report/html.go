@@ -1,121 +1,173 @@
 package report
 
 import (
+	_ "embed"
 	"fmt"
 	"html/template"
 	"io"
+	"sort"
 	"strings"
 
 	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/snapshot"
 )
 
-// FormatHTML is one self-contained HTML file for a bug ticket: no script,
-// no external resource (the Content-Security-Policy forbids any), every
-// string from the trace escaped by html/template after esc.
+// FormatHTML is one self-contained page for a bug ticket: no script, no
+// font, no image, nothing fetched (its Content-Security-Policy forbids it),
+// so it opens offline and shows the same on every machine.
+const FormatHTML Format = "html"
 
-// htmlPage is what the template shows.
+//go:embed html.tmpl
+var htmlTemplateText string
+
+var htmlTemplate = template.Must(template.New("report").Funcs(template.FuncMap{
+	"prose": htmlProse,
+	"esc":   esc,
+	"upper": strings.ToUpper,
+}).Parse(htmlTemplateText))
+
+// htmlPage is what the template shows; every string in it is still plain
+// text (escaped by html/template), except prose's code spans.
 type htmlPage struct {
-	Verdict, Failing, FailingBy string
-	Failed, Incomplete          bool
-	Dropped                     string
-	Findings                    []htmlFinding
-	Rows                        []timelineRow
-	Trace, Tool                 string
-	Notes                       []string
+	Verdict   string
+	Warning   string
+	Failing   string // the call and its outcome
+	FailingBy string
+	Problems  []annotate.Finding
+	Context   []annotate.Finding
+	Rows      []htmlRow
+	Facts     []string
+	Nodes     []snapshot.Node
+	Env       []string
+	KernelLog []string
+	Summary   string
+	Version   string
 }
 
-type htmlFinding struct {
-	Class, Label, Summary, ID string
-	Inferred                  bool
-	Detail, Fix               []string
+// htmlRow is a timeline row for the template (which sees exported fields
+// only).
+type htmlRow struct {
+	Time, Proc, Call, Result, Dev string
+	Failing                       bool
 }
-
-// Exported for the template, which sees only exported fields.
-func (r timelineRow) Time() string   { return r.time }
-func (r timelineRow) Proc() string   { return r.proc }
-func (r timelineRow) Call() string   { return r.callCell() }
-func (r timelineRow) Result() string { return r.result }
-func (r timelineRow) Dev() string    { return r.dev }
-func (r timelineRow) Failing() bool  { return r.failing }
-
-var htmlTemplate = template.Must(template.New("report").Parse(`<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>cudatrace: {{.Verdict}}</title>
-<style>
-body { font: 15px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 70em; padding: 0 1em; color: #1d1d1f; }
-h1 { font-size: 1.25em; padding: .6em .8em; border-radius: 6px; background: #eef3ee; border-left: 6px solid #2e7d32; }
-h1.failed { background: #fdecea; border-left-color: #c62828; }
-h2 { font-size: 1.05em; margin-top: 1.6em; border-bottom: 1px solid #ddd; }
-code, td { font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: 13px; }
-.failing { background: #fff4f4; border: 1px solid #f0b8b8; border-radius: 6px; padding: .6em .8em; }
-.finding { border: 1px solid #ddd; border-radius: 6px; padding: .5em .8em; margin: .7em 0; }
-.finding .label { font-weight: bold; padding: 0 .4em; border-radius: 3px; color: #fff; margin-right: .4em; }
-.error .label { background: #c62828; } .warning .label { background: #b26a00; } .info .label { background: #607d8b; }
-.finding .id { color: #666; font-size: .85em; } .inferred { color: #666; font-style: italic; }
-.fix { background: #f1f8e9; border-radius: 4px; padding: .4em .6em; white-space: pre-wrap; }
-table { border-collapse: collapse; width: 100%; }
-th, td { text-align: left; padding: .15em .6em; border-bottom: 1px solid #eee; vertical-align: top; }
-tr.fail td { background: #fdecea; font-weight: bold; }
-.warn { color: #c62828; font-weight: bold; }
-footer { margin-top: 2em; color: #666; font-size: .85em; }
-</style>
-</head>
-<body>
-{{if .Incomplete}}<p class="warn">{{.Dropped}}</p>{{end}}
-<h1{{if .Failed}} class="failed"{{end}}>{{.Verdict}}</h1>
-{{if .Failing}}<h2>Failing call</h2>
-<div class="failing"><code>{{.Failing}}</code><br>{{.FailingBy}}</div>{{end}}
-{{if .Findings}}<h2>Findings</h2>
-{{range .Findings}}<div class="finding {{.Class}}"><span class="label">{{.Label}}</span><strong>{{.Summary}}</strong>{{if .Inferred}} <span class="inferred">(inferred)</span>{{end}} <span class="id">[{{.ID}}]</span>
-{{if .Detail}}<ul>{{range .Detail}}<li>{{.}}</li>{{end}}</ul>{{end}}
-{{if .Fix}}<div class="fix"><strong>Fix:</strong> {{range $i, $l := .Fix}}{{if $i}}
-{{end}}{{$l}}{{end}}</div>{{end}}</div>
-{{end}}{{end}}
-<h2>Timeline{{if .Rows}} ({{len .Rows}} device calls){{end}}</h2>
-{{if .Rows}}<table>
-<tr><th>time</th><th>process</th><th>call</th><th>result</th><th>device</th></tr>
-{{range .Rows}}<tr{{if .Failing}} class="fail"{{end}}><td>{{.Time}}</td><td>{{.Proc}}</td><td>{{.Call}}</td><td>{{.Result}}{{if .Failing}} ◀{{end}}</td><td>{{.Dev}}</td></tr>
-{{end}}</table>{{else}}<p>No NVIDIA device call was traced.</p>{{end}}
-<footer>{{.Trace}}{{range .Notes}}<br>{{.}}{{end}}<br>{{.Tool}}</footer>
-</body>
-</html>
-`))
 
 func renderHTML(w io.Writer, rep *Report, o RenderOptions) error {
 	a := &rep.Analysis
-	p := htmlPage{Verdict: esc(a.Verdict), Failed: a.Failing != nil || (a.CUDA != nil && a.CUDA.Status == "failed"),
-		Rows: timelineRows(rep, o.AllEvents), Trace: esc(traceSummary(rep)), Tool: "cudatrace " + esc(rep.Tool.Version)}
-	if d := dropWarning(rep); d != "" {
-		p.Incomplete, p.Dropped = true, d
+	p := htmlPage{
+		Verdict: a.Verdict,
+		Warning: dropWarning(rep),
+		Summary: traceSummary(rep),
+		Version: rep.Tool.Version,
+	}
+	for _, r := range timelineRows(rep, o.AllEvents) {
+		p.Rows = append(p.Rows, htmlRow{r.time, r.proc, r.callCell(), r.result, r.dev, r.failing})
 	}
 	if e := a.Failing; e != nil {
-		p.Failing = esc(annotate.FormatCall(e) + " " + formatOutcome(rep, e))
-		p.FailingBy = fmt.Sprintf("by %s[%d] (tid %d) at +%s", esc(e.Comm), e.PID, e.TID, fmtDur(e.Time))
+		p.Failing = annotate.FormatCall(e) + " " + formatOutcome(rep, e)
+		p.FailingBy = fmt.Sprintf("by %s[%d] (tid %d) at +%s", e.Comm, e.PID, e.TID, fmtDur(e.Time))
 	}
 	for _, f := range a.Findings {
-		hf := htmlFinding{Class: string(f.Severity), Label: strings.ToUpper(string(f.Severity)), Summary: esc(f.Summary), ID: esc(f.ID), Inferred: f.Inferred}
-		for _, d := range f.Detail {
-			hf.Detail = append(hf.Detail, esc(d))
+		if f.Severity == annotate.SeverityInfo {
+			p.Context = append(p.Context, f)
+		} else {
+			p.Problems = append(p.Problems, f)
 		}
-		if f.Fix != "" {
-			hf.Fix = escLines(f.Fix)
-		}
-		p.Findings = append(p.Findings, hf)
 	}
-	for _, n := range rep.Trace.Notes {
-		p.Notes = append(p.Notes, "Note: "+esc(n))
-	}
-	for _, l := range rep.Trace.Limits {
-		p.Notes = append(p.Notes, "Cannot tell: "+esc(l))
-	}
-	if rep.Snapshot != nil {
-		for _, u := range rep.Snapshot.Unavailable {
-			p.Notes = append(p.Notes, "Not checked: "+esc(u))
+	if s := rep.Snapshot; s != nil {
+		p.Facts, p.Env = snapshotFacts(s)
+		p.Nodes = s.Nodes
+		for _, l := range s.KernelLog {
+			p.KernelLog = append(p.KernelLog, l.Text)
 		}
 	}
 	return htmlTemplate.Execute(w, p)
+}
+
+// snapshotFacts are the snapshot's lines that can change a verdict, as
+// plain text: the host, container, process, telling mounts, NVIDIA majors,
+// device policy; and the diagnostic environment.
+func snapshotFacts(s *snapshot.Snapshot) (facts, env []string) {
+	if s.Host.Kernel != "" {
+		f := "kernel " + s.Host.Kernel
+		if s.Host.DriverVersion != "" {
+			f += ", NVIDIA driver " + s.Host.DriverVersion
+		}
+		facts = append(facts, f)
+	}
+	if c := s.Container; c.Runtime != "" {
+		facts = append(facts, strings.TrimSpace("container: "+c.Runtime+" "+c.ID))
+	}
+	if pr := s.Process; pr.PID != 0 {
+		f := fmt.Sprintf("process %s[%d] uid %d gid %d", pr.Comm, pr.PID, pr.UID, pr.GID)
+		if pr.UserNS {
+			f += ", in a user namespace"
+		}
+		if pr.Seccomp == 2 {
+			f += ", seccomp filter"
+		}
+		facts = append(facts, f)
+	}
+	for _, m := range s.Mounts {
+		if m.NoDev || m.Bind {
+			f := fmt.Sprintf("mount %s: %s from %s", m.MountPoint, m.FSType, m.Source)
+			if m.Bind {
+				f += ", bind of " + m.Root
+			}
+			if m.NoDev {
+				f += ", nodev"
+			}
+			facts = append(facts, f)
+		}
+	}
+	var majors []string
+	for _, d := range s.ProcDevices {
+		if strings.HasPrefix(d.Name, "nvidia") {
+			majors = append(majors, fmt.Sprintf("%d %s", d.Major, d.Name))
+		}
+	}
+	if len(majors) > 0 {
+		facts = append(facts, "/proc/devices: "+strings.Join(majors, ", "))
+	}
+	if v2 := s.CgroupV2; v2 != nil {
+		f := fmt.Sprintf("cgroup v2 %s: %d device program(s)", v2.Path, len(v2.Programs))
+		for _, pg := range v2.Programs {
+			f += fmt.Sprintf("; id %d on %s", pg.ID, pg.AttachedTo)
+		}
+		facts = append(facts, f)
+	}
+	if v1 := s.CgroupV1; v1 != nil {
+		facts = append(facts, fmt.Sprintf("cgroup v1 devices %s: %s", v1.Path, strings.Join(v1.DevicesList, ", ")))
+	}
+	for _, u := range s.Unavailable {
+		facts = append(facts, "not checked: "+u)
+	}
+	vars := snapshot.DiagnosticEnv(s.Env)
+	for k, v := range vars {
+		env = append(env, k+"="+v)
+	}
+	sort.Strings(env)
+	return facts, env
+}
+
+// htmlProse is finding text: escaped for HTML (and for a terminal, as
+// every string from a trace is), its line breaks kept and its `code spans`
+// shown as code.
+func htmlProse(s string) template.HTML {
+	lines := escLines(s)
+	for i, line := range lines {
+		parts := strings.Split(line, "`")
+		var b strings.Builder
+		for j, part := range parts {
+			switch {
+			case j%2 == 1 && j < len(parts)-1:
+				b.WriteString("<code>" + template.HTMLEscapeString(part) + "</code>")
+			case j%2 == 1: // an unpaired last backtick stays text
+				b.WriteString("`" + template.HTMLEscapeString(part))
+			default:
+				b.WriteString(template.HTMLEscapeString(part))
+			}
+		}
+		lines[i] = b.String()
+	}
+	return template.HTML(strings.Join(lines, "<br>\n"))
 }

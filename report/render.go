@@ -14,6 +14,7 @@ import (
 	"github.com/olekukonko/tablewriter/tw"
 
 	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/diagnose/record"
 	"github.com/cudatrace/cudatrace/tracer"
 )
 
@@ -24,7 +25,6 @@ const (
 	FormatText     Format = "text"
 	FormatJSON     Format = "json"
 	FormatMarkdown Format = "markdown"
-	FormatHTML     Format = "html"
 )
 
 // RenderOptions are the renderer's only inputs besides the report; they
@@ -274,11 +274,11 @@ func timelineRows(rep *Report, all bool) []timelineRow {
 	if f := rep.Analysis.Failing; f != nil {
 		failSeq = f.Seq
 	}
-	folded := make(map[Site]uint64, len(rep.Folded))
+	folded := make(map[record.Site]uint64, len(rep.Folded))
 	for i := range rep.Folded {
-		folded[rep.Folded[i].site()] = rep.Folded[i].Calls
+		folded[rep.Folded[i].Site()] = rep.Folded[i].Calls
 	}
-	shown := map[Site]bool{}
+	shown := map[record.Site]bool{}
 	row := func(e *tracer.Event) timelineRow {
 		r := timelineRow{time: "+" + fmtDur(e.Time), proc: esc(proc(e)), call: esc(timelineCall(e)), result: esc(resultCell(rep, e)), dev: esc(devCell(rep, e))}
 		if failSeq != 0 && e.Seq == failSeq {
@@ -296,7 +296,7 @@ func timelineRows(rep *Report, all bool) []timelineRow {
 			rows = append(rows, r)
 			continue
 		}
-		if k, ok := SiteOf(e); ok && folded[k] > 0 {
+		if k, ok := record.SiteOf(e); ok && folded[k] > 0 {
 			if !shown[k] {
 				shown[k] = true
 				r.repeat = folded[k]

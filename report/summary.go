@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/cudatrace/cudatrace/diagnose/record"
 	"github.com/cudatrace/cudatrace/tracer"
 )
 
@@ -49,12 +50,12 @@ func (rep *Report) Summary() []SummaryRow {
 		}
 		return "char " + d.String()
 	}
-	stored := map[Site]uint64{}
-	callOf := map[Site]string{} // the syscall a folded site's stored calls name
+	stored := map[record.Site]uint64{}
+	callOf := map[record.Site]string{} // the syscall a folded site's stored calls name
 	ioctlErrs := map[tracer.Dev]map[string]uint64{}
 	for i := range rep.Events {
 		e := &rep.Events[i]
-		k, ok := SiteOf(e)
+		k, ok := record.SiteOf(e)
 		if !ok {
 			continue
 		}
@@ -91,7 +92,7 @@ func (rep *Report) Summary() []SummaryRow {
 		if f.Kind == tracer.KindIoctl {
 			continue // in Ioctls
 		}
-		k := f.site()
+		k := f.Site()
 		more := f.Calls - min(f.Calls, stored[k])
 		if more == 0 {
 			continue

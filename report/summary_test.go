@@ -5,9 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cudatrace/cudatrace/diagnose/record"
 	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/tracer"
-	"github.com/cudatrace/cudatrace/tracer/record"
 )
 
 // -c counts every call per node and call, as strace -c: the folded and

@@ -71,7 +71,7 @@ func traceCommand(argv []string, o *options, stdout, stderr io.Writer) error {
 		}
 		spec.Cred = cred
 	}
-	if err := nvidiaSpec(&spec, o.procDevices, o.deviceMajors, !o.noFold); err != nil {
+	if err := diagnose.NVIDIASpec(&spec, o.procDevices, o.deviceMajors, !o.noFold); err != nil {
 		return fail(exitFailure, "%v", err)
 	}
 

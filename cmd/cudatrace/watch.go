@@ -153,7 +153,7 @@ func watchCommand(args []string, stdout, stderr io.Writer) int {
 	} else {
 		close(serveDone)
 	}
-	if err := nvidiaSpec(&o.Spec, f.procDevices, f.deviceMajors, true); err != nil {
+	if err := diagnose.NVIDIASpec(&o.Spec, f.procDevices, f.deviceMajors, true); err != nil {
 		fmt.Fprintf(stderr, "cudatrace watch: %v\n", err)
 		return exitFailure
 	}

@@ -25,11 +25,16 @@ func Skip(t testing.TB, reason string) {
 	t.Skip(reason)
 }
 
-// RequireRoot skips (or fails, in CI) unless running as root, and arms the
+// RequireRoot skips (or fails, in CI) unless running as root, skips under
+// -short (the pure tier), and arms the
 // test's Deadline. Outside go test (scripts/scenario drives the same
 // helpers with a testing.TB of its own) there is no test to time out.
 func RequireRoot(t testing.TB) {
 	t.Helper()
+	if testing.Short() && !Required() {
+		// -short is the quick tier: pure tests only (make test-short).
+		t.Skip("privileged test: skipped under -short")
+	}
 	if os.Geteuid() != 0 {
 		Skip(t, "needs root: run the tests with sudo")
 	}

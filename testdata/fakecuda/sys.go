@@ -3,10 +3,11 @@ package main
 import (
 	"fmt"
 	"io"
-	"strings"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cudatrace/cudatrace/internal/sysabi"
 )
 
 // sys issues raw syscalls and, with -v, logs each one strace-style so a test
@@ -135,18 +136,4 @@ func (s *sys) memfdCreate(name string) (int, error) {
 	return fd, err
 }
 
-func openFlags(flags int) string {
-	var parts []string
-	switch flags & unix.O_ACCMODE {
-	case unix.O_RDONLY:
-		parts = append(parts, "O_RDONLY")
-	case unix.O_WRONLY:
-		parts = append(parts, "O_WRONLY")
-	case unix.O_RDWR:
-		parts = append(parts, "O_RDWR")
-	}
-	if flags&unix.O_CLOEXEC != 0 {
-		parts = append(parts, "O_CLOEXEC")
-	}
-	return strings.Join(parts, "|")
-}
+func openFlags(flags int) string { return sysabi.OpenFlagsString(uint64(flags)) }

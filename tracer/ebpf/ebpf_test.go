@@ -163,6 +163,7 @@ func (r *recorder) dump() string {
 // /dev/nvidia (so the path filters apply), here c 1:3 like /dev/null.
 func fakeNode(t *testing.T, stem string) string {
 	t.Helper()
+	privtest.RequireRoot(t) // before mknod: as an ordinary user the test skips, not fails
 	p := fmt.Sprintf("/dev/%s-cudatrace-test-%08x", stem, rand.Uint32())
 	if err := unix.Mknod(p, unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil {
 		t.Fatalf("mknod %s: %v", p, err)
