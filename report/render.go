@@ -34,6 +34,7 @@ type RenderOptions struct {
 	Width     int  // terminal width; 0 means 100
 	AllEvents bool // every stored event instead of the condensed timeline
 	Quiet     bool // the verdict line only
+	Summary   bool // text: the verdict, then calls and errors per node and call (strace -c)
 }
 
 // Render writes rep in format f.
@@ -113,6 +114,16 @@ func renderText(w io.Writer, rep *Report, o RenderOptions) error {
 	fmt.Fprintln(&b, headline)
 	if o.Quiet {
 		_, err := io.WriteString(w, b.String())
+		return err
+	}
+	if o.Summary {
+		if _, err := io.WriteString(w, b.String()); err != nil {
+			return err
+		}
+		if err := writeSummary(w, rep, p); err != nil {
+			return err
+		}
+		_, err := fmt.Fprintf(w, "\n%s\n", esc(traceSummary(rep)))
 		return err
 	}
 	if a.Failing != nil {

@@ -53,7 +53,8 @@ func Skip(t testing.TB, reason string) {
 // helpers with a testing.TB of its own) there is no test to time out.
 func RequireRoot(t testing.TB) {
 	t.Helper()
-	if testing.Short() && !Required() {
+	// testing.Short panics outside go test (scripts/scenario, make demo).
+	if testing.Testing() && testing.Short() && !Required() {
 		// -short is the quick tier: pure tests only (make test-short).
 		t.Skip("privileged test: skipped under -short")
 	}
