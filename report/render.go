@@ -44,6 +44,8 @@ func Render(w io.Writer, rep *Report, f Format, o RenderOptions) error {
 		return WriteJSON(w, rep)
 	case FormatMarkdown:
 		return renderMarkdown(w, rep, o)
+	case FormatHTML:
+		return renderHTML(w, rep, o)
 	default:
 		return renderText(w, rep, o)
 	}
