@@ -41,7 +41,7 @@ func (a *analyzer) checkLimits() {
 		return
 	}
 	p := a.s.Process
-	head := fmt.Sprintf("`%s()` by %s returned %d (%s), and every traced device call before it succeeded.", f.Func, who(f), f.Ret, apiCodeName(f.Func, f.Ret))
+	head := fmt.Sprintf("`%s()` by %s returned %d (%s), and no traced device call before it failed.", f.Func, who(f), f.Ret, apiCodeName(f.Func, f.Ret))
 	switch {
 	case f.Ret == cudaOutOfMemory && p.AS != nil && p.AS[0] != ^uint64(0):
 		d := []string{head, fmt.Sprintf("RLIMIT_AS (`ulimit -v`) is %s (soft) / %s (hard) for the target (/proc/PID/limits).", bytesText(p.AS[0]), bytesText(p.AS[1])),
@@ -53,7 +53,7 @@ func (a *analyzer) checkLimits() {
 			Events:  []uint64{f.Seq}}, "")
 	case (f.Ret == cudaOSCall || f.Ret == cudaDevUnavailable) && p.NoFile != nil && p.NoFile[0] != ^uint64(0) && p.OpenFDs+fdHeadroom >= int(min(p.NoFile[0], 1<<30)):
 		d := []string{head, fmt.Sprintf("RLIMIT_NOFILE is %s (soft) / %s (hard), and %d fds were open at the snapshot: the target was at its limit.", limitText(p.NoFile[0]), limitText(p.NoFile[1]), p.OpenFDs),
-			"Every /dev/nvidia* open succeeded, so the fd that could not be had is another of the driver's: an eventfd, pipe or socket libcuda makes (these calls are not traced), which fails with EMFILE. CUDA then reports 304 (CUDA_ERROR_OPERATING_SYSTEM) or 46 (PyTorch: cudaErrorDevicesUnavailable)."}
+			"No traced /dev/nvidia* open failed, so the fd that could not be had is another of the driver's: an eventfd, pipe or socket libcuda makes (these calls are not traced), which fails with EMFILE. CUDA then reports 304 (CUDA_ERROR_OPERATING_SYSTEM) or 46 (PyTorch: cudaErrorDevicesUnavailable)."}
 		a.add(Finding{ID: "fd-limit", Severity: SeverityError,
 			Summary:  fmt.Sprintf("the process is at its open-file limit (RLIMIT_NOFILE %s)", limitText(p.NoFile[0])),
 			Detail:   d,

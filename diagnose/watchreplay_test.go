@@ -19,14 +19,15 @@ import (
 // inferred now.
 func TestWatchH200Reports(t *testing.T) {
 	want := map[string]struct{ cause, headline string }{
-		"919-python3-cgroup2-denied.json":                  {"cgroup2-denied", "cuInit returned 999 (CUDA_ERROR_UNKNOWN)"},
-		"1536-nvidia-smi-eperm-unexplained.json":           {"cgroup-denied-inferred", "nvmlInitWithFlags returned 999 (NVML_ERROR_UNKNOWN)"},
-		"1636-nvidia-smi-cgroup2-denied.json":              {"cgroup2-denied", "nvmlInitWithFlags returned 999 (NVML_ERROR_UNKNOWN)"},
-		"1806-python3-node-missing.json":                   {"node-missing", "cuInit returned 999"},
-		"2202-python3-node-stale-major.json":               {"node-stale-major", "cuInit returned 999"},
-		"2501-python3-nodev.json":                          {"nodev", "cuInit returned 100 (CUDA_ERROR_NO_DEVICE)"},
-		"3333-rmprobe-version-mismatch.json":               {"version-mismatch", "An NVIDIA device call failed"}, // rmprobe is no CUDA program
-		"3453-python3-cuda-failed-unexplained.json":        {"cuda-failed-unexplained", "cuInit returned 304 (CUDA_ERROR_OPERATING_SYSTEM)"},
+		"919-python3-cgroup2-denied.json":        {"cgroup2-denied", "cuInit returned 999 (CUDA_ERROR_UNKNOWN)"},
+		"1536-nvidia-smi-eperm-unexplained.json": {"cgroup-denied-inferred", "nvmlInitWithFlags returned 999 (NVML_ERROR_UNKNOWN)"},
+		"1636-nvidia-smi-cgroup2-denied.json":    {"cgroup2-denied", "nvmlInitWithFlags returned 999 (NVML_ERROR_UNKNOWN)"},
+		"1806-python3-node-missing.json":         {"node-missing", "cuInit returned 999"},
+		"2202-python3-node-stale-major.json":     {"node-stale-major", "cuInit returned 999"},
+		"2501-python3-nodev.json":                {"nodev", "cuInit returned 100 (CUDA_ERROR_NO_DEVICE)"},
+		"3333-rmprobe-version-mismatch.json":     {"version-mismatch", "An NVIDIA device call failed"}, // rmprobe is no CUDA program
+		// Recorded under RLIMIT_NOFILE 6 (state 10-nofile): the limit explains it now.
+		"3453-python3-cuda-failed-unexplained.json":        {"fd-limit", "cuInit returned 304 (CUDA_ERROR_OPERATING_SYSTEM)"},
 		"3471-python3-fd-limit.json":                       {"fd-limit", "EMFILE"},
 		"3593-python3-seccomp-denied.json":                 {"seccomp-denied", "cuInit returned 100"},
 		"4016-python3-cuda-visible-devices-hides-all.json": {"cuda-visible-devices-hides-all", "CUDA_VISIBLE_DEVICES"},
