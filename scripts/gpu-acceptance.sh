@@ -154,7 +154,12 @@ done
 FORK_CUINIT=$'import ctypes, os\nc = ctypes.CDLL("libcuda.so.1")\nprint("cuInit", c.cuInit(0))\npid = os.fork()\nif pid == 0:\n    n = ctypes.c_int(-1)\n    print("child cuDeviceGetCount", c.cuDeviceGetCount(ctypes.byref(n)), flush=True)\n    os._exit(1)\nos.waitpid(pid, 0)'
 FORK_TORCH=$'import torch, multiprocessing as mp\ndef f():\n    torch.zeros(1).cuda()\nif __name__ == "__main__":\n    torch.zeros(1).cuda()\n    p = mp.get_context("fork").Process(target=f)\n    p.start(); p.join()\n    print("child exit", p.exitcode)\n    raise SystemExit(p.exitcode)'
 stubdir=
-if command -v gcc >/dev/null; then
+if [ -n "${STUB_LIBCUDA:-}" ]; then
+  # Built elsewhere (the GPU host may have no gcc): the same three entry
+  # points, from the same source below.
+  stubdir=$(mktemp -d)/lib64/stubs
+  mkdir -p "$stubdir" && cp "$STUB_LIBCUDA" "$stubdir/libcuda.so.1" && chmod -R a+rX "$(dirname "$(dirname "$stubdir")")"
+elif command -v gcc >/dev/null; then
   stubdir=$(mktemp -d)/lib64/stubs
   mkdir -p "$stubdir"
   printf 'int cuInit(unsigned f){return 34;}\nint cuDriverGetVersion(int *v){*v=0;return 34;}\nint cuGetProcAddress_v2(const char *s, void **p, int v, unsigned long long f, int *st){return 34;}\n' |
@@ -176,6 +181,19 @@ for be in ebpf ptrace; do
     traced 17-stub-first-cuinit$sfx none -- --backend $be -- env LD_LIBRARY_PATH="$stubdir" python3 -c "$CUINIT"
     traced 17-stub-first-torch$sfx  none -- --backend $be -- env LD_LIBRARY_PATH="$stubdir" python3 -c "$TORCH"
   fi
+done
+
+# 18 (issue 27, class 7): attach to a process that initialised CUDA
+# before the attach and then only sleeps: what was seen before the attach,
+# and that nothing failed while attached.
+for be in ebpf ptrace; do
+  name=18-attach-after-init-$be
+  mkdir -p "$out/$name"
+  python3 -c 'import ctypes, time; c = ctypes.CDLL("libcuda.so.1"); print("cuInit", c.cuInit(0), flush=True); time.sleep(8)' >"$out/$name/target-stdout" 2>&1 &
+  tpid=$!
+  sleep 3
+  record "$name" "$CT" --backend "$be" -p "$tpid" --duration 2s -o "$out/$name/report.json"
+  wait "$tpid"
 done
 
 echo "== leftovers"
