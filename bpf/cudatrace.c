@@ -48,6 +48,7 @@ const enum statx_layout *unused_statx_layout __attribute__((unused));
 #define S_IFBLK 0060000
 #define SIGNAL_GROUP_EXIT 0x00000004
 #define SIGSTOP 19
+#define SECCOMP_MODE_FILTER 2
 
 /* Runtime settings, fixed at load time (the verifier prunes dead branches). */
 const volatile bool follow_children = true;
@@ -1305,6 +1306,18 @@ __attribute__((noinline)) int finish(struct event *e, long ret)
 	return 0;
 }
 
+/* Whether a seccomp filter can answer the current task's calls: only then
+ * can a call's exit come with no entry seen and not have begun before the
+ * attach. The mode is set for every thread before its filter applies
+ * (TSYNC too), and a filter is never removed. */
+static __always_inline bool seccomp_filtered(void)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	if (!bpf_core_field_exists(task->seccomp))
+		return false;
+	return task->seccomp.mode == SECCOMP_MODE_FILTER;
+}
+
 /* Every syscall's return: (struct pt_regs *regs, long ret). Untraced
  * threads have no slot or an empty one. */
 SEC("tp_btf/sys_exit")
@@ -1326,10 +1339,12 @@ int ct_sys_exit(__u64 *ctx)
 		/* A failed call whose entry no program saw: a seccomp filter
 		 * answered it (RET_ERRNO, USER_NOTIF) before the kernel ran it,
 		 * or rolled it back for SIGSYS (KILL, TRAP: rolled_back). Its
-		 * arguments are still in the registers. */
+		 * arguments are still in the registers. Without a filter it is
+		 * one that began before its process joined `traced` (an
+		 * attach): not seen, not recorded. */
 		if ((ret >= 0 || ret < -4095) && !rolled_back((struct pt_regs *)ctx[0], ret))
 			return 0;
-		if (!is_traced(bpf_get_current_pid_tgid() >> 32))
+		if (!is_traced(bpf_get_current_pid_tgid() >> 32) || !seccomp_filtered())
 			return 0;
 		bpf_tail_call(ctx, &exit_tail, tail_unentered_key);
 		count_drop(DROP_PENDING); /* not reached: user space fills the slots first */

@@ -95,7 +95,13 @@ struct files_struct {
 	struct fdtable *fdt;
 } __attribute__((preserve_access_index));
 
+/* Absent without CONFIG_SECCOMP: then no filter can refuse a call. */
+struct seccomp {
+	int mode;
+} __attribute__((preserve_access_index));
+
 struct task_struct {
+	struct seccomp seccomp;
 	pid_t pid;
 	pid_t tgid;
 	int exit_code;

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
 	"github.com/cudatrace/cudatrace/annotate"
@@ -149,14 +150,72 @@ func attachedBy(backend string, tracerPid, target int) bool {
 		}
 		return false
 	}
+	// Its programs are attached (a link is open) and target is in its
+	// filter, the map named traced.
 	fdinfos, _ := filepath.Glob(fmt.Sprintf("/proc/%d/fdinfo/*", tracerPid))
+	linked, filtered := false, false
 	for _, p := range fdinfos {
 		b, _ := os.ReadFile(p)
-		if strings.Contains(string(b), "prog_id:") && strings.Contains(string(b), "link_type:") {
-			return true // a tracepoint link: programs are attached
+		linked = linked || strings.Contains(string(b), "prog_id:") && strings.Contains(string(b), "link_type:")
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "map_id:"); ok && !filtered {
+				id, _ := strconv.ParseUint(strings.TrimSpace(v), 10, 32)
+				filtered = inFilter(ebpf.MapID(id), target)
+			}
 		}
 	}
-	return false
+	return linked && filtered
+}
+
+// inFilter says whether map id is a tracer's filter of thread groups and
+// holds tgid.
+func inFilter(id ebpf.MapID, tgid int) bool {
+	m, err := ebpf.NewMapFromID(id)
+	if err != nil {
+		return false // freed meanwhile
+	}
+	defer m.Close()
+	var v uint8
+	info, err := m.Info()
+	return err == nil && info.Name == "traced" && m.Lookup(uint32(tgid), &v) == nil
+}
+
+// startAttach starts cudatrace attached to pid with no end but a signal,
+// and returns once pid is in its trace.
+func startAttach(t *testing.T, backend string, env *scenario.Env, pid int, out string) (*exec.Cmd, *strings.Builder) {
+	t.Helper()
+	cmd := exec.Command(cudatraceBin, "--backend", backend, "--proc-devices", env.ProcDevicesPath(), "-p", strconv.Itoa(pid), "-o", out)
+	stderr := &strings.Builder{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill() })
+	for i := 0; i < 1000 && !attachedBy(backend, cmd.Process.Pid, pid); i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !attachedBy(backend, cmd.Process.Pid, pid) {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("cudatrace never attached to %d; stderr:\n%s", pid, stderr.String())
+	}
+	return cmd, stderr
+}
+
+// interrupt ends an attach as Ctrl-C does and returns cudatrace's exit
+// status.
+func interrupt(t *testing.T, cmd *exec.Cmd, stderr *strings.Builder) int {
+	t.Helper()
+	cmd.Process.Signal(syscall.SIGINT)
+	err, hung := waitGuarded(cmd)
+	if hung {
+		t.Fatalf("cudatrace hung after SIGINT; stderr:\n%s", stderr.String())
+	}
+	noCrash(t, stderr.String())
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode()
+	}
+	return 0
 }
 
 func TestAttach(t *testing.T) {
@@ -185,15 +244,21 @@ func TestAttach(t *testing.T) {
 				target, lines := startTarget(t, env, tc.target(env)...)
 				pid := target.Process.Pid
 				out := filepath.Join(t.TempDir(), "r.json")
-				cmd := exec.Command(cudatraceBin, "--backend", b, "--proc-devices", env.ProcDevicesPath(), "-p", strconv.Itoa(pid), "--duration", "1s", "-o", out)
-				r := runBinary(t, cmd)
-				if r.code != exitFound {
-					t.Errorf("exit %d, want %d (a failing call was found); stderr:\n%s", r.code, exitFound, r.stderr)
+				cmd, stderr := startAttach(t, b, env, pid, out)
+				// The second line printed after the attach comes from an
+				// iteration (spawner: a child) begun after it, whose
+				// failing call is then in the trace. Ctrl-C ends the attach.
+				n := lines.count()
+				if !lines.waitFor(n + 2) {
+					t.Fatalf("target stopped printing under the trace (%d lines)", lines.count())
+				}
+				if code := interrupt(t, cmd, stderr); code != exitFound {
+					t.Errorf("exit %d after SIGINT, want %d (a failing call was found); stderr:\n%s", code, exitFound, stderr.String())
 				}
 				checkAttachReport(t, b, out, pid, tc.spawner)
 
 				// Detached: still running, still printing, no longer traced.
-				n := lines.count()
+				n = lines.count()
 				if !lines.waitFor(n + 3) {
 					t.Fatalf("target stopped printing after the detach (%d lines)", n)
 				}
@@ -211,53 +276,6 @@ func TestAttach(t *testing.T) {
 				noOrphanPrograms(t)
 			})
 		}
-		// Ctrl-C ends an attach like --duration does.
-		t.Run(b+"/sigint", func(t *testing.T) {
-			t.Parallel()
-			privtest.RequireRoot(t)
-			env := denyUVM()
-			env.Prepare(t)
-			target, lines := startTarget(t, env, fakecuda(env, "--loop", "0", "--interval", "50ms")...)
-			pid := target.Process.Pid
-			out := filepath.Join(t.TempDir(), "r.json")
-			cmd := exec.Command(cudatraceBin, "--backend", b, "--proc-devices", env.ProcDevicesPath(), "-p", strconv.Itoa(pid), "-o", out)
-			var stderr strings.Builder
-			cmd.Stderr = &stderr
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { cmd.Process.Kill() })
-			// Poll for the attach; a cudatrace that failed early is caught
-			// by the exit status check below.
-			for i := 0; i < 1000 && !attachedBy(b, cmd.Process.Pid, pid); i++ {
-				time.Sleep(10 * time.Millisecond)
-			}
-			// Let a few iterations happen under the trace.
-			n := lines.count()
-			lines.waitFor(n + 3)
-			cmd.Process.Signal(syscall.SIGINT)
-			err, hung := waitGuarded(cmd)
-			if hung {
-				t.Fatalf("cudatrace hung after SIGINT; stderr:\n%s", stderr.String())
-			}
-			code := 0
-			if ee, ok := err.(*exec.ExitError); ok {
-				code = ee.ExitCode()
-			}
-			noCrash(t, stderr.String())
-			if code != exitFound {
-				t.Errorf("exit %d after SIGINT, want %d; stderr:\n%s", code, exitFound, stderr.String())
-			}
-			checkAttachReport(t, b, out, pid, false)
-			n = lines.count()
-			if !lines.waitFor(n + 3) {
-				t.Fatal("target stopped printing after the detach")
-			}
-			if err := untraced(pid); err != nil {
-				t.Errorf("still traced after detach: %v", err)
-			}
-			noOrphanPrograms(t)
-		})
 	}
 }
 
@@ -324,5 +342,64 @@ func TestAttachNoSuchProcess(t *testing.T) {
 			t.Errorf("%s: exit %d, want 1; stderr:\n%s", b, r.code, r.stderr)
 		}
 		oneLineError(t, r, "no such process")
+	}
+}
+
+// A call already blocked when cudatrace attaches (an open of a FIFO named
+// like an NVIDIA node, waiting for a writer) ends after the attach, failed
+// (the target is killed). Its entry was never seen: the eBPF side took such
+// exits for calls a seccomp filter refused before the kernel ran them and
+// reported this one so, from its registers at exit. The target has no
+// filter: the call is not reported as refused.
+func TestAttachCallInFlight(t *testing.T) {
+	needBinaries(t)
+	t.Parallel()
+	for _, b := range backends {
+		t.Run(b, func(t *testing.T) {
+			t.Parallel()
+			privtest.RequireRoot(t)
+			env := standIn()
+			env.Prepare(t)
+			const fifo = "/dev/nvidia-inflight"
+			target, _ := startTarget(t, env, "/bin/sh", "-c", "mkfifo "+fifo+" && echo ready && exec 3<"+fifo)
+			pid := target.Process.Pid
+			inOpen := func() bool {
+				b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/syscall", pid))
+				f := strings.Fields(string(b))
+				return len(f) > 0 && f[0] == strconv.Itoa(unix.SYS_OPENAT)
+			}
+			for i := 0; i < 1000 && !inOpen(); i++ {
+				time.Sleep(10 * time.Millisecond)
+			}
+			if !inOpen() {
+				t.Fatalf("target %d never blocked in the open of %s", pid, fifo)
+			}
+			out := filepath.Join(t.TempDir(), "r.json")
+			cmd, stderr := startAttach(t, b, env, pid, out)
+			// The open fails with ERESTARTSYS on its way out (the target dies
+			// of the signal); the attach ends with the target.
+			if err := target.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			_, hung := waitGuarded(cmd)
+			if hung {
+				t.Fatalf("cudatrace hung after its target died; stderr:\n%s", stderr.String())
+			}
+			noCrash(t, stderr.String())
+			rep, err := report.LoadFile(out)
+			if err != nil {
+				t.Fatalf("load report: %v; stderr:\n%s", err, stderr.String())
+			}
+			// ptrace sees its exit with its registers and may record it as
+			// an open that failed; eBPF, not having seen it begin, drops it.
+			for _, e := range rep.Events {
+				if e.NoEntry {
+					t.Errorf("call begun before the attach reported as never run: %+v", e)
+				}
+			}
+			if f := finding(rep, "seccomp-denied"); f != nil {
+				t.Errorf("reported as refused by seccomp: %+v", f)
+			}
+		})
 	}
 }
