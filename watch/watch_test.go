@@ -1,6 +1,8 @@
 package watch
 
 import (
+	"golang.org/x/sys/unix"
+
 	"context"
 	"os"
 	"path/filepath"
@@ -490,5 +492,54 @@ func TestExecRereadsTheIdentity(t *testing.T) {
 		if id == nil || id.Cgroup != podCg {
 			t.Errorf("a snapshot got identity %+v, want the cgroup read at the exec", id)
 		}
+	}
+}
+
+// Reports carry argv, environment and library paths: each is 0600 in a
+// directory made 0700, whatever the umask; and a directory swapped for a
+// symlink while watch runs is not followed: reports stay in the one first
+// opened.
+func TestReportDirPrivateAndPinned(t *testing.T) {
+	privtest.Deadline(t)
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "reports")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	old := unix.Umask(0)
+	defer unix.Umask(old)
+	rd, err := OpenReportDir(dir, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(dir); err != nil || st.Mode().Perm() != 0o700 {
+		t.Errorf("report directory mode %v (%v), want 0700", st.Mode().Perm(), err)
+	}
+	elsewhere := filepath.Join(parent, "elsewhere")
+	if err := os.Mkdir(elsewhere, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	moved := filepath.Join(parent, "moved")
+	if err := os.Rename(dir, moved); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(elsewhere, dir); err != nil {
+		t.Fatal(err)
+	}
+	h := &fakeHost{cgroups: map[int]string{70: "/"}}
+	events := append(deniedCtl(70, "job"), exitOf(70, 1))
+	_, _, out := watchWith(t, &fakeBackend{events: events}, h, func(o *Options) { o.ReportDir = rd })
+	if lines := parseLines(t, out); len(lines) != 1 || lines[0].ReportID == "" {
+		t.Fatalf("lines %v, want one with a report", lines)
+	}
+	if ents, _ := os.ReadDir(elsewhere); len(ents) != 0 {
+		t.Errorf("reports written through the swapped-in symlink: %v", ents)
+	}
+	names, _ := filepath.Glob(filepath.Join(moved, "*.json"))
+	if len(names) != 1 {
+		t.Fatalf("reports in the directory first opened: %v, want 1", names)
+	}
+	if st, err := os.Stat(names[0]); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("report mode %v (%v), want 0600", st.Mode().Perm(), err)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/cudatrace/cudatrace/report"
 )
 
 // Exit codes. The launched command's own status passes through unchanged
@@ -40,8 +42,10 @@ Flags:
 %s
 Exit status:
   COMMAND's own  when launching: its exit code, or 128+N if signal N killed it
+                 (also when the -o report could not be written: that is said last)
   0    report/explain/attach: no NVIDIA call failed
-  1    cudatrace failed (no privileges, BPF unavailable, I/O error)
+  1    cudatrace failed (no privileges, BPF unavailable, I/O error, the -o
+       report not written)
   2    usage error
   3    report/explain/attach: a failing NVIDIA call was found
   4    input is not a report or strace log, or holds nothing NVIDIA-related
@@ -64,10 +68,24 @@ func writeMainHelp(w io.Writer) error {
 	return err
 }
 
+// outputPath is -o's value: an empty one is a usage error, not "no file".
+type outputPath string
+
+func (p *outputPath) String() string { return string(*p) }
+func (p *outputPath) Type() string   { return "string" }
+func (p *outputPath) Set(s string) error {
+	if s == "" {
+		return errors.New("an empty path: give a file name, or - for stdout")
+	}
+	*p = outputPath(s)
+	return nil
+}
+
 // options holds every flag; registerFlags is the only place they are
 // defined.
 type options struct {
 	output    string
+	out       *report.Output // -o, opened by checkOutput before anything runs
 	format    string
 	user      string
 	pids      []int
@@ -89,7 +107,7 @@ type options struct {
 }
 
 func registerFlags(fs *pflag.FlagSet, o *options) {
-	fs.StringVarP(&o.output, "output", "o", "", "also write the JSON report to `FILE` (- for stdout); a device or FIFO is written through")
+	fs.VarP((*outputPath)(&o.output), "output", "o", "also write the JSON report to `FILE` (- for stdout); a device or FIFO is written through")
 	fs.StringVar(&o.format, "format", "text", "print `FORMAT`: text, json or markdown")
 	fs.StringVarP(&o.user, "user", "u", "", "run COMMAND as `USER` or UID[:GID] (permission failures depend on who opens)")
 	fs.VarP((*pidList)(&o.pids), "pid", "p", "attach to `PID` (repeatable, or comma-separated)")
