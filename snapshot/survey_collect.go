@@ -190,7 +190,7 @@ func surveyCgroup(c *collector, cg string, mounts []selfMount) {
 // collectCharLinks checks /dev/char/MAJ:MIN for every NVIDIA character
 // node. The link is followed one step only, inside the root.
 func (sv *Survey) collectCharLinks(r *rootFS) {
-	if fd, err := r.open("/dev/char", unix.O_PATH|unix.O_DIRECTORY); err == nil {
+	if fd, err := r.open("/dev/char", unix.O_DIRECTORY); err == nil {
 		_ = unix.Close(fd) // read-only: a failed close loses nothing
 		sv.CharDir = true
 	}
@@ -199,7 +199,7 @@ func (sv *Survey) collectCharLinks(r *rootFS) {
 			continue
 		}
 		cl := CharLink{Node: n.Path, Link: fmt.Sprintf("/dev/char/%d:%d", n.Major, n.Minor)}
-		dfd, err := r.open("/dev/char", unix.O_PATH|unix.O_DIRECTORY)
+		dfd, err := r.open("/dev/char", unix.O_DIRECTORY)
 		if err == nil {
 			buf := make([]byte, 4096)
 			if k, err := unix.Readlinkat(dfd, path.Base(cl.Link), buf); err == nil {
@@ -208,7 +208,7 @@ func (sv *Survey) collectCharLinks(r *rootFS) {
 				if !path.IsAbs(dest) {
 					dest = path.Join("/dev/char", dest)
 				}
-				if tfd, err := r.open(dest, unix.O_PATH); err == nil {
+				if tfd, err := r.open(dest, 0); err == nil {
 					var st unix.Stat_t
 					if unix.Fstat(tfd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFCHR &&
 						unix.Major(st.Rdev) == n.Major && unix.Minor(st.Rdev) == n.Minor {
@@ -254,7 +254,7 @@ func (sv *Survey) collectLibraries(r *rootFS) {
 
 // collectSystemdRuntimes notes runc-based runtimes on a systemd host.
 func (sv *Survey) collectSystemdRuntimes(r *rootFS) {
-	if fd, err := r.open("/run/systemd/system", unix.O_PATH|unix.O_DIRECTORY); err != nil {
+	if fd, err := r.open("/run/systemd/system", unix.O_DIRECTORY); err != nil {
 		return
 	} else {
 		_ = unix.Close(fd) // read-only: a failed close loses nothing
@@ -262,7 +262,7 @@ func (sv *Survey) collectSystemdRuntimes(r *rootFS) {
 	for _, rt := range []struct{ name, sock string }{
 		{"docker", "/run/docker.sock"}, {"containerd", "/run/containerd/containerd.sock"}, {"cri-o", "/run/crio/crio.sock"},
 	} {
-		if fd, err := r.open(rt.sock, unix.O_PATH); err == nil {
+		if fd, err := r.open(rt.sock, 0); err == nil {
 			_ = unix.Close(fd) // read-only: a failed close loses nothing
 			sv.SystemdRuntimes = append(sv.SystemdRuntimes, rt.name)
 		}
