@@ -286,7 +286,7 @@ func (w *watcher) Event(e *tracer.Event) {
 	switch {
 	case e.Kind == tracer.KindExec && e.Ret == 0:
 		if len(e.Argv) > 0 {
-			p.argv = slices.Clone(e.Argv)
+			p.argv = snapshot.MaskArgv(slices.Clone(e.Argv))
 		}
 	case e.Kind == tracer.KindAPI && !p.cudaSeen && isInit(e.Func):
 		p.cudaSeen = true
@@ -299,7 +299,7 @@ func (w *watcher) Event(e *tracer.Event) {
 		// The session has just read /proc: the whole argv, where the
 		// event's is cut to what the kernel side copies.
 		if a := p.sess.Argv(e.PID); len(a) > 0 {
-			p.argv = slices.Clone(a)
+			p.argv = snapshot.MaskArgv(slices.Clone(a))
 		}
 	}
 	if e.Kind == tracer.KindExit {

@@ -543,3 +543,37 @@ func TestReportDirPrivateAndPinned(t *testing.T) {
 		t.Errorf("report mode %v (%v), want 0600", st.Mode().Perm(), err)
 	}
 }
+
+// A process's --hf-token=... is masked in its JSON line and in its kept
+// report, by the rule the environment follows.
+func TestArgvSecretsMasked(t *testing.T) {
+	privtest.Deadline(t)
+	secret := "hf_abcdefghijklmnopqrstuvwxyz"
+	argv := []string{"python3", "serve.py", "--hf-token=" + secret, "--password", "hunter2"}
+	h := &fakeHost{cgroups: map[int]string{61: "/"}, argv: map[int][]string{61: argv}}
+	events := []tracer.Event{{PID: 61, TID: 61, Comm: "python3", Kind: tracer.KindExec, Syscall: "execve", Argv: argv}}
+	events = append(append(events, deniedCtl(61, "python3")...), exitOf(61, 1))
+	dir := t.TempDir()
+	rd, err := OpenReportDir(dir, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, out := watchWith(t, &fakeBackend{events: events}, h, func(o *Options) { o.ReportDir = rd })
+	if strings.Contains(out, secret) || strings.Contains(out, "hunter2") {
+		t.Errorf("the JSON line carries the secrets:\n%s", out)
+	}
+	if lines := parseLines(t, out); len(lines) != 1 || !slices.Contains(lines[0].Argv, "--hf-token=<masked>") {
+		t.Errorf("the JSON line does not say the token was masked:\n%s", out)
+	}
+	names, _ := filepath.Glob(filepath.Join(dir, "*.json"))
+	if len(names) != 1 {
+		t.Fatalf("reports %v, want 1", names)
+	}
+	b, err := os.ReadFile(names[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), secret) || strings.Contains(string(b), "hunter2") {
+		t.Errorf("the kept report carries the secrets")
+	}
+}
