@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"time"
 
 	"github.com/cudatrace/cudatrace/annotate"
@@ -382,8 +381,10 @@ func (l *limitReader) Read(p []byte) (int, error) {
 }
 
 // LoadFile is Load on a path.
+// Only a regular file is read: /dev/zero would be read until killed, a
+// FIFO with no writer would block.
 func LoadFile(path string) (*Report, error) {
-	f, err := os.Open(path)
+	f, err := snapshot.OpenRegular(path)
 	if err != nil {
 		return nil, err
 	}

@@ -48,7 +48,8 @@ Exit status:
        report not written)
   2    usage error
   3    report/explain/attach: a failing NVIDIA call was found
-  4    input is not a report or strace log, or holds nothing NVIDIA-related
+  4    input is not a report or strace log (a device or FIFO is refused unread),
+       or holds nothing NVIDIA-related
   doctor: 0 all checks pass, 3 a check FAILed, 5 a WARN but no FAIL (see 'cudatrace doctor --help')
   126  COMMAND is not executable
   127  COMMAND not found
