@@ -1,6 +1,7 @@
 package watch
 
 import (
+	"bytes"
 	"golang.org/x/sys/unix"
 
 	"context"
@@ -575,5 +576,45 @@ func TestArgvSecretsMasked(t *testing.T) {
 	}
 	if strings.Contains(string(b), secret) || strings.Contains(string(b), "hunter2") {
 		t.Errorf("the kept report carries the secrets")
+	}
+}
+
+// After the watch ends (SIGTERM) the queued diagnoses get DrainTimeout;
+// those still queued then are counted as shed, not made, so that watch
+// exits within the DaemonSet's grace period however long the backlog.
+func TestDrainShedsPastTimeout(t *testing.T) {
+	ctx := privtest.Deadline(t)
+	h := &fakeHost{cgroups: map[int]string{}}
+	var events []tracer.Event
+	const failing = 10
+	for pid := 100; pid < 100+failing; pid++ {
+		h.cgroups[pid] = "/"
+		events = append(events, deniedCtl(pid, "job")...)
+		events = append(events, exitOf(pid, 1))
+	}
+	gate := make(chan struct{})
+	sys := h.system()
+	collect := sys.Collect
+	sys.Collect = func(o snapshot.Options) *snapshot.Snapshot {
+		<-gate // a slow diagnosis: held until the drain has run out
+		return collect(o)
+	}
+	var out bytes.Buffer
+	w := newWatcher(Options{Backend: &fakeBackend{events: events}, Out: &out, JSON: true, Host: "h", Version: "v",
+		System: sys, identity: h.identity, DrainTimeout: time.Millisecond})
+	go func() {
+		for !w.shed.Load() {
+			time.Sleep(time.Millisecond)
+		}
+		close(gate)
+	}()
+	sum, err := w.run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := parseLines(t, out.String())
+	if sum.Shed == 0 || sum.Diagnosed+sum.Shed != failing || uint64(len(lines)) != sum.Diagnosed || sum.Diagnosed > workers {
+		t.Errorf("diagnosed %d (%d lines), shed %d; want the %d held by the workers diagnosed, the rest of %d shed",
+			sum.Diagnosed, len(lines), sum.Shed, workers, failing)
 	}
 }
