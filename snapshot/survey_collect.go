@@ -280,15 +280,27 @@ var containerDirs = []struct{ dir, file, manager string }{
 	{"/var/snap/lxd/common/lxd/logs", "lxc.conf", "lxd"},
 }
 
+// capNames keeps the first limit of a directory's names (read limit+1 to
+// know) and says so when there were more: a check that silently skips
+// what it did not read would pass a host it never saw.
+func (sv *Survey) capNames(dir string, names []string, limit int) []string {
+	if len(names) <= limit {
+		return names
+	}
+	sv.Unavailable = append(sv.Unavailable, fmt.Sprintf("%s: more than %d entries; only the first %d (in directory order) were checked", dir, limit, limit))
+	return names[:limit]
+}
+
 func (sv *Survey) collectContainers(r *rootFS) {
 	for _, cd := range containerDirs {
-		names, err := r.readDir(cd.dir, maxConfigFiles)
+		names, err := r.readDir(cd.dir, maxConfigFiles+1)
 		if err != nil {
 			if !errors.Is(err, fs.ErrNotExist) {
 				sv.unavailable("listing "+cd.dir, err)
 			}
 			continue
 		}
+		names = sv.capNames(cd.dir, names, maxConfigFiles)
 		sort.Strings(names)
 		for _, n := range names {
 			if n == "." || n == ".." || len(sv.Containers) >= maxConfigFiles {
@@ -377,13 +389,14 @@ var cdiDirs = []string{"/etc/cdi", "/var/run/cdi"}
 func (sv *Survey) collectCDI(r *rootFS, c *collector) {
 	seen := map[string]bool{}
 	for _, d := range cdiDirs {
-		names, err := r.readDir(d, maxCDIFiles)
+		names, err := r.readDir(d, maxCDIFiles+1)
 		if err != nil {
 			if !errors.Is(err, fs.ErrNotExist) {
 				sv.unavailable("listing "+d, err)
 			}
 			continue
 		}
+		names = sv.capNames(d, names, maxCDIFiles)
 		sort.Strings(names)
 		for _, n := range names {
 			ext := path.Ext(n)
