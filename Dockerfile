@@ -10,9 +10,10 @@
 # deploy/kubernetes/README.md (or --privileged), e.g.
 #   docker run --rm --pid=host --cap-drop=ALL --cap-add=BPF --cap-add=PERFMON \
 #     --cap-add=SYS_ADMIN --cap-add=NET_ADMIN --cap-add=SYS_PTRACE \
-#     --cap-add=DAC_READ_SEARCH --cap-add=KILL --cap-add=SYSLOG \
-#     --security-opt apparmor=unconfined cudatrace watch --json
-FROM golang:1.26 AS build
+#     --cap-add=DAC_READ_SEARCH --cap-add=SYSLOG \
+#     --security-opt apparmor=unconfined cudatrace watch --format json
+# Fully qualified: podman, unlike docker, resolves no short names by default.
+FROM docker.io/library/golang:1.26 AS build
 ARG VERSION=unknown
 WORKDIR /src
 COPY go.mod go.sum ./

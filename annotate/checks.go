@@ -445,15 +445,34 @@ func (a *analyzer) checkCallsOK() {
 		Detail:  d, Events: events}, "")
 }
 
+// cudaSeen reports whether the trace shows CUDA or NVML at work: a return
+// of one of their entry points, an open of their library (a CUDA
+// program's loader makes one), or a call on /dev/nvidia-uvm, which only
+// CUDA's cuInit touches.
+func (a *analyzer) cudaSeen() bool {
+	for i := range a.ev {
+		e := &a.ev[i]
+		if e.Kind == tracer.KindAPI || e.Kind == tracer.KindOpen && nvdev.IsLibrary(e.Path) || strings.HasPrefix(e.Path, "/dev/nvidia-uvm") {
+			return true
+		}
+	}
+	return false
+}
+
 // verdict is the report's headline. It starts from CUDA's own return code
 // when that was traced; without it, it never claims that CUDA started.
 func (a *analyzer) verdict() string {
 	if v, ok := a.cudaVerdict(); ok {
 		return v
 	}
+	cudaHead := "cuInit cannot succeed: "
+	if !a.cudaSeen() {
+		// Nothing of CUDA's ran (cat /dev/nvidia0): name the call, not cuInit.
+		cudaHead = "An NVIDIA device call failed: "
+	}
 	if a.fail >= 0 {
 		e := &a.ev[a.fail]
-		head := "cuInit cannot succeed: "
+		head := cudaHead
 		if e.Comm == "nvidia-smi" {
 			head = "nvidia-smi (NVML) cannot initialise: "
 		}
@@ -481,7 +500,7 @@ func (a *analyzer) verdict() string {
 				// Nothing was attempted, so nothing "cannot succeed" yet.
 				return "The target made no NVIDIA device call; beware: " + f.Summary + "."
 			}
-			return "cuInit cannot succeed: " + f.Summary + "."
+			return cudaHead + f.Summary + "."
 		}
 	}
 	s := "No NVIDIA device call failed."

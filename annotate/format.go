@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cudatrace/cudatrace/internal/sysabi"
 	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/tracer"
 )
@@ -22,64 +23,9 @@ const (
 	uvmInitialize       = 0x30000001
 )
 
-// openFlagNames lists the single-bit open flags in value order, as strace
-// prints them. O_SYNC and O_TMPFILE are multi-bit and handled first.
-var openFlagNames = []struct {
-	bit  uint64
-	name string
-}{
-	{unix.O_CREAT, "O_CREAT"},
-	{unix.O_EXCL, "O_EXCL"},
-	{unix.O_NOCTTY, "O_NOCTTY"},
-	{unix.O_TRUNC, "O_TRUNC"},
-	{unix.O_APPEND, "O_APPEND"},
-	{unix.O_NONBLOCK, "O_NONBLOCK"},
-	{unix.O_DSYNC, "O_DSYNC"},
-	{unix.O_ASYNC, "O_ASYNC"},
-	{unix.O_DIRECT, "O_DIRECT"},
-	{unix.O_LARGEFILE, "O_LARGEFILE"},
-	{unix.O_DIRECTORY, "O_DIRECTORY"},
-	{unix.O_NOFOLLOW, "O_NOFOLLOW"},
-	{unix.O_NOATIME, "O_NOATIME"},
-	{unix.O_CLOEXEC, "O_CLOEXEC"},
-	{unix.O_PATH, "O_PATH"},
-}
-
 // OpenFlagsString renders open(2) flags the way strace does:
-// O_RDWR|O_CLOEXEC. Unknown bits are kept as a hex remainder so nothing is
-// hidden.
-func OpenFlagsString(flags uint64) string {
-	var parts []string
-	switch flags & unix.O_ACCMODE {
-	case unix.O_RDONLY:
-		parts = append(parts, "O_RDONLY")
-	case unix.O_WRONLY:
-		parts = append(parts, "O_WRONLY")
-	case unix.O_RDWR:
-		parts = append(parts, "O_RDWR")
-	default:
-		parts = append(parts, "O_ACCMODE")
-	}
-	rest := flags &^ unix.O_ACCMODE
-	if rest&unix.O_TMPFILE == unix.O_TMPFILE {
-		parts = append(parts, "O_TMPFILE")
-		rest &^= unix.O_TMPFILE
-	}
-	if rest&unix.O_SYNC == unix.O_SYNC {
-		parts = append(parts, "O_SYNC")
-		rest &^= unix.O_SYNC
-	}
-	for _, f := range openFlagNames {
-		if rest&f.bit != 0 {
-			parts = append(parts, f.name)
-			rest &^= f.bit
-		}
-	}
-	if rest != 0 {
-		parts = append(parts, fmt.Sprintf("%#x", rest))
-	}
-	return strings.Join(parts, "|")
-}
+// O_RDWR|O_CLOEXEC (the table is internal/sysabi's).
+func OpenFlagsString(flags uint64) string { return sysabi.OpenFlagsString(flags) }
 
 // accessModeString renders access(2) modes: F_OK or R_OK|W_OK|X_OK.
 func accessModeString(mode uint64) string {
@@ -104,23 +50,8 @@ func accessModeString(mode uint64) string {
 
 // fileTypeString renders the S_IFMT part of a mode.
 func fileTypeString(mode uint32) string {
-	switch mode & unix.S_IFMT {
-	case unix.S_IFCHR:
-		return "S_IFCHR"
-	case unix.S_IFBLK:
-		return "S_IFBLK"
-	case unix.S_IFREG:
-		return "S_IFREG"
-	case unix.S_IFIFO:
-		return "S_IFIFO"
-	case unix.S_IFSOCK:
-		return "S_IFSOCK"
-	case unix.S_IFDIR:
-		return "S_IFDIR"
-	case unix.S_IFLNK:
-		return "S_IFLNK"
-	}
-	return ""
+	t, _ := sysabi.FileTypeOf(mode)
+	return t.Symbol
 }
 
 // IoctlName names an ioctl request on an NVIDIA node. dev is the device the

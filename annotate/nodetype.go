@@ -6,6 +6,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cudatrace/cudatrace/internal/sysabi"
 	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
@@ -17,21 +18,17 @@ type nonDevice struct {
 	seq  uint64 // the stat or open that showed it (0: the snapshot)
 }
 
-// fileKindWord names an st_mode's file type.
+// fileKindWord names an st_mode's file type other than a device: "a
+// regular file", "a symlink"; "" for a device.
 func fileKindWord(mode uint32) string {
-	switch mode & unix.S_IFMT {
-	case unix.S_IFREG:
-		return "a regular file"
-	case unix.S_IFDIR:
-		return "a directory"
-	case unix.S_IFLNK:
-		return "a symlink"
-	case unix.S_IFIFO:
-		return "a FIFO"
-	case unix.S_IFSOCK:
-		return "a socket"
+	t, ok := sysabi.FileTypeOf(mode)
+	if !ok || t.Mode == unix.S_IFCHR || t.Mode == unix.S_IFBLK {
+		return ""
 	}
-	return ""
+	if t.Mode == unix.S_IFIFO {
+		return "a FIFO"
+	}
+	return "a " + t.Noun
 }
 
 // nonDeviceAt says whether path was something other than a character or

@@ -140,6 +140,11 @@ struct event {
 	__s64 ret;
 	__u64 uptr;      /* ioctl arg / stat buffer: read at exit */
 	__u64 path_uptr; /* the path argument, re-read at exit if it was paged out */
+	/* The task's cgroup v2 id when the call returned (the inode number of
+	 * its cgroup2 directory): the device policy that judged the call is
+	 * found from it after the process is gone (a target that fails and
+	 * exits at once leaves no /proc/PID/cgroup to read). */
+	__u64 cgroup_id;
 	__u32 tgid;
 	__u32 tid;
 	__u32 request;
@@ -615,7 +620,11 @@ static __always_inline bool match_at(const char *buf, int off, const char *lit, 
 /* The scans below run as bpf_loop() callbacks: the verifier checks a
  * callback once, where it walks a bounded loop iteration by iteration (in
  * every program that inlines it, which made loading take most of a second).
- * The index is masked, so any i is a safe offset. */
+ * The index is masked, so any i is a safe offset. Before 5.17 there is no
+ * bpf_loop: user space clears use_bpf_loop and the same steps run as
+ * bounded loops (slower to verify, the same result); the branch not taken
+ * is pruned unverified. */
+const volatile bool use_bpf_loop = true;
 
 struct scan {
 	const char *p;
@@ -652,7 +661,13 @@ static __always_inline bool names_nvidia_lib(const struct event *e, bool scan)
 	/* One call site whether or not it scans: a branch around it doubled
 	 * the verifier's walk of everything after. */
 	__u32 steps = scan && e->path_len >= 2 ? PATH_LEN : 0;
-	bpf_loop(steps, lib_step, &s, 0);
+	if (use_bpf_loop) {
+		bpf_loop(steps, lib_step, &s, 0);
+	} else {
+		for (__u32 i = 0; i < steps && i < PATH_LEN; i++)
+			if (lib_step(i, &s))
+				break;
+	}
 	return s.found;
 }
 
@@ -673,7 +688,13 @@ static long modprobe_step(__u32 i, struct scan *s)
 static __always_inline bool mentions_modprobe(const char *p)
 {
 	struct scan s = {.p = p};
-	bpf_loop(PATH_LEN - 16, modprobe_step, &s, 0);
+	if (use_bpf_loop) {
+		bpf_loop(PATH_LEN - 16, modprobe_step, &s, 0);
+	} else {
+		for (__u32 i = 0; i < PATH_LEN - 16; i++)
+			if (modprobe_step(i, &s))
+				break;
+	}
 	return s.found;
 }
 
@@ -1048,7 +1069,11 @@ static __always_inline bool past_first(void *sites, void *key, __u32 after)
  * listed request is read, sent or folded: the word may lie past ARG_LEN. */
 static __always_inline bool inband_failed(struct event *e)
 {
-	struct inband_word *w = bpf_map_lookup_elem(&inband_status, &e->request);
+	/* The key is copied to the stack: in a global function e is plain
+	 * memory to the verifier, which before 6.x (6.1 refuses it: "R2
+	 * type=mem expected=fp, ...") takes no such pointer as a map key. */
+	__u32 request = e->request;
+	struct inband_word *w = bpf_map_lookup_elem(&inband_status, &request);
 	if (!w)
 		return false;
 	if (e->uptr >= 4096 &&
@@ -1180,6 +1205,7 @@ __attribute__((noinline)) int finish(struct event *e, long ret)
 	e->ret = ret;
 	/* A non-leader thread that execs returns with the leader's pid. */
 	e->tid = (__u32)bpf_get_current_pid_tgid();
+	e->cgroup_id = bpf_get_current_cgroup_id();
 
 	if (kind == KIND_OPEN) {
 		int v = finish_open(e, ret);
@@ -1364,6 +1390,7 @@ int ct_exit(__u64 *ctx)
 	e->ret = 0;
 	e->uptr = 0;
 	e->path_uptr = 0;
+	e->cgroup_id = bpf_get_current_cgroup_id();
 	e->retry = 0;
 	e->tgid = tgid;
 	e->tid = tgid; /* the process's exit, reported by its leader as ptrace does */
@@ -1447,6 +1474,7 @@ static __always_inline int api_ret(struct pt_regs *ctx)
 	e->request = (__u32)bpf_get_attach_cookie(ctx);
 	e->tgid = tgid;
 	e->tid = (__u32)id;
+	e->cgroup_id = bpf_get_current_cgroup_id();
 	e->syscall = SC_API;
 	e->kind = KIND_API;
 	e->matched = 1;

@@ -26,17 +26,22 @@ func (r Rule) String() string {
 }
 
 // Matches reports whether the rule's block would fire for req.
-func (r Rule) Matches(req Request) bool {
-	if r.Type != TypeAll && r.Type != req.Type {
+func (r Rule) Matches(req Request) bool { return matches(r.Type, r.Major, r.Minor, r.Access, req) }
+
+// matches is the one test of a device pattern, for cgroup v1 rules and
+// decoded v2 blocks alike: the type (TypeAll: any), major and minor (-1:
+// any), and every access asked for granted.
+func matches(t DevType, major, minor int64, access Access, req Request) bool {
+	if t != TypeAll && t != req.Type {
 		return false
 	}
-	if r.Major >= 0 && r.Major != int64(req.Major) {
+	if major >= 0 && major != int64(req.Major) {
 		return false
 	}
-	if r.Minor >= 0 && r.Minor != int64(req.Minor) {
+	if minor >= 0 && minor != int64(req.Minor) {
 		return false
 	}
-	return req.Access&^r.Access == 0
+	return req.Access&^access == 0
 }
 
 // EvaluateRules judges req against decoded rules: the first match decides,

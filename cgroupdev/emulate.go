@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/bits"
+	"unsafe"
 )
 
 // MaxSteps bounds how many instructions Emulate executes. The verifier
@@ -289,115 +290,73 @@ func (m *machine) alu(in insn) error {
 
 	signed := in.off == 1 // SDIV/SMOD (cpu v4) are DIV/MOD with off 1
 	var v uint64
+	var ok bool
 	if is64 {
-		a, b := dst.v, src.v
-		switch op {
-		case opAdd:
-			v = a + b
-		case opSub:
-			v = a - b
-		case opMul:
-			v = a * b
-		case opDiv:
-			switch {
-			case b == 0:
-				v = 0 // the kernel defines x/0 = 0
-			case signed:
-				if int64(b) == -1 {
-					v = -a // avoids the MinInt64 / -1 trap
-				} else {
-					v = uint64(int64(a) / int64(b))
-				}
-			default:
-				v = a / b
-			}
-		case opMod:
-			switch {
-			case b == 0:
-				v = a // and x%0 = x
-			case signed:
-				if int64(b) == -1 {
-					v = 0
-				} else {
-					v = uint64(int64(a) % int64(b))
-				}
-			default:
-				v = a % b
-			}
-		case opOr:
-			v = a | b
-		case opAnd:
-			v = a & b
-		case opXor:
-			v = a ^ b
-		case opLsh:
-			v = a << (b & 63)
-		case opRsh:
-			v = a >> (b & 63)
-		case opArsh:
-			v = uint64(int64(a) >> (b & 63))
-		case opNeg:
-			v = -a
-		default:
-			return fmt.Errorf("unknown ALU64 operation %#02x", op)
-		}
+		v, ok = aluOp[uint64, int64](op, dst.v, src.v, signed)
 	} else {
-		a, b := uint32(dst.v), uint32(src.v)
 		var w uint32
-		switch op {
-		case opAdd:
-			w = a + b
-		case opSub:
-			w = a - b
-		case opMul:
-			w = a * b
-		case opDiv:
-			switch {
-			case b == 0:
-				w = 0
-			case signed:
-				if int32(b) == -1 {
-					w = -a
-				} else {
-					w = uint32(int32(a) / int32(b))
-				}
-			default:
-				w = a / b
-			}
-		case opMod:
-			switch {
-			case b == 0:
-				w = a
-			case signed:
-				if int32(b) == -1 {
-					w = 0
-				} else {
-					w = uint32(int32(a) % int32(b))
-				}
-			default:
-				w = a % b
-			}
-		case opOr:
-			w = a | b
-		case opAnd:
-			w = a & b
-		case opXor:
-			w = a ^ b
-		case opLsh:
-			w = a << (b & 31)
-		case opRsh:
-			w = a >> (b & 31)
-		case opArsh:
-			w = uint32(int32(a) >> (b & 31))
-		case opNeg:
-			w = -a
-		default:
-			return fmt.Errorf("unknown ALU operation %#02x", op)
-		}
+		w, ok = aluOp[uint32, int32](op, uint32(dst.v), uint32(src.v), signed)
 		v = uint64(w) // 32-bit results are zero-extended
+	}
+	if !ok {
+		cls := "ALU"
+		if is64 {
+			cls = "ALU64"
+		}
+		return fmt.Errorf("unknown %s operation %#02x", cls, op)
 	}
 	m.r[in.dst] = reg{v: v}
 	return nil
+}
+
+// aluOp is one arithmetic instruction on 32-bit (U uint32, S int32) or
+// 64-bit words, as the kernel defines it: x/0 = 0, x%0 = x, shifts masked
+// to the word's width, and the signed forms' MinInt / -1 without a trap.
+func aluOp[U uint32 | uint64, S int32 | int64](op uint8, a, b U, signed bool) (U, bool) {
+	mask := U(unsafe.Sizeof(a)*8 - 1)
+	switch op {
+	case opAdd:
+		return a + b, true
+	case opSub:
+		return a - b, true
+	case opMul:
+		return a * b, true
+	case opDiv:
+		switch {
+		case b == 0:
+			return 0, true
+		case signed && S(b) == -1:
+			return -a, true
+		case signed:
+			return U(S(a) / S(b)), true
+		}
+		return a / b, true
+	case opMod:
+		switch {
+		case b == 0:
+			return a, true
+		case signed && S(b) == -1:
+			return 0, true
+		case signed:
+			return U(S(a) % S(b)), true
+		}
+		return a % b, true
+	case opOr:
+		return a | b, true
+	case opAnd:
+		return a & b, true
+	case opXor:
+		return a ^ b, true
+	case opLsh:
+		return a << (b & mask), true
+	case opRsh:
+		return a >> (b & mask), true
+	case opArsh:
+		return U(S(a) >> (b & mask)), true
+	case opNeg:
+		return -a, true
+	}
+	return 0, false
 }
 
 // byteswap handles BPF_END: in class ALU, to-little/to-big endian

@@ -117,18 +117,7 @@ func parseV1Num(s string) (int64, error) {
 // same major and minor (or '*'), and every requested access bit present in
 // this one rule. Like the kernel's match_exception, access is never pieced
 // together from two rules.
-func (r V1Rule) Matches(req Request) bool {
-	if r.Type != TypeAll && r.Type != req.Type {
-		return false
-	}
-	if r.Major >= 0 && r.Major != int64(req.Major) {
-		return false
-	}
-	if r.Minor >= 0 && r.Minor != int64(req.Minor) {
-		return false
-	}
-	return req.Access&^r.Access == 0
-}
+func (r V1Rule) Matches(req Request) bool { return matches(r.Type, r.Major, r.Minor, r.Access, req) }
 
 // EvaluateV1 judges req against a devices.list. The list is an allow list:
 // a cgroup whose default is deny shows its exceptions, and one whose default

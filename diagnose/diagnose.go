@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/diagnose/record"
 	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
-	"github.com/cudatrace/cudatrace/tracer/record"
 )
 
 // Options are one live diagnosis's inputs.
@@ -55,11 +55,14 @@ type deps struct {
 	targetEnv       func(pid int) (map[string]string, error)
 	targetContainer func(pid int) (snapshot.Container, bool)
 	targetIdentity  func(pid int) (snapshot.Identity, error)
-	analyze         func([]tracer.Event, *snapshot.Snapshot, annotate.Facts) annotate.Analysis
+	// cgroupPath resolves a cgroup v2 id recorded at a call
+	// (snapshot.CgroupV2PathByID).
+	cgroupPath func(id uint64) (string, error)
+	analyze    func([]tracer.Event, *snapshot.Snapshot, annotate.Facts) annotate.Analysis
 }
 
 var live = deps{collectView: snapshot.CollectView, addHost: snapshot.AddHost, targetEnv: snapshot.TargetEnv,
-	targetContainer: snapshot.TargetContainer, targetIdentity: snapshot.TargetIdentity, analyze: annotate.AnalyzeFacts}
+	targetContainer: snapshot.TargetContainer, targetIdentity: snapshot.TargetIdentity, cgroupPath: snapshot.CgroupV2PathByID, analyze: annotate.AnalyzeFacts}
 
 // Trace runs the backend on o.Spec and returns the analysed report.
 // release (never nil) waits for the backend to let go of what it still
@@ -178,6 +181,7 @@ func buildReport(spec tracer.Spec, res *tracer.Result, rec *record.Recorder, sna
 			Source:      "live",
 			Backend:     res.Backend,
 			SyscallHook: res.SyscallHook,
+			Variants:    res.KernelVariants,
 			Started:     res.Started,
 			Duration:    res.Ended.Sub(res.Started),
 			Events:      rec.Seen,

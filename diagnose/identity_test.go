@@ -130,3 +130,47 @@ func TestTraceReadsIdentitiesAtFirstEvents(t *testing.T) {
 		t.Errorf("%d other processes' identities read, want %d (the cap)", read, maxIdentities-1)
 	}
 }
+
+// A target gone before any of its /proc could be read (an eBPF event read
+// after a fast exit): the cgroup id the kernel recorded at the failing
+// call names its cgroup, so both snapshots read that cgroup's policy; an
+// identity read earlier keeps its UID and argv, its v2 cgroup replaced by
+// the one at the call (a runtime moves a job, then execs it).
+func TestFailureNamesTheRecordedCgroup(t *testing.T) {
+	privtest.Deadline(t)
+	for _, c := range []struct {
+		name  string
+		first *snapshot.Identity
+		want  snapshot.Identity
+	}{
+		{"never read", nil, snapshot.Identity{PID: 50, Cgroup: "/job/at-call", UID: -1}},
+		{"read at its start", &snapshot.Identity{PID: 50, Cgroup: "/job/setup", Argv: []string{"train"}, UID: 1000},
+			snapshot.Identity{PID: 50, Cgroup: "/job/at-call", Argv: []string{"train"}, UID: 1000}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			sys := &fakeSystem{gone: map[int]bool{50: true}}
+			d := *sys.deps()
+			d.targetIdentity = func(int) (snapshot.Identity, error) { return snapshot.Identity{UID: -1}, os.ErrNotExist }
+			var asked []uint64
+			d.cgroupPath = func(id uint64) (string, error) {
+				asked = append(asked, id)
+				if id == 4242 {
+					return "/job/at-call", nil
+				}
+				return "", os.ErrNotExist
+			}
+			s := newSession(SessionOptions{Identity: c.first}, d)
+			s.Event(&tracer.Event{Seq: 1, PID: 50, Kind: tracer.KindOpen, Syscall: "openat", Path: "/dev/nvidia-uvm", Ret: -1, CgroupID: 4242})
+			s.Report(tracer.Spec{PIDs: []int{50}}, &tracer.Result{Backend: "ebpf"}, time.Now(), "v-test")
+			if !slices.Equal(asked, []uint64{4242}) || len(sys.calls) != 2 {
+				t.Fatalf("cgroup ids asked %v, %d snapshots", asked, len(sys.calls))
+			}
+			for _, call := range sys.calls {
+				got := call.Identity
+				if got == nil || got.PID != c.want.PID || got.Cgroup != c.want.Cgroup || got.UID != c.want.UID || !slices.Equal(got.Argv, c.want.Argv) {
+					t.Errorf("snapshot of %d: identity %+v, want %+v", call.PID, got, c.want)
+				}
+			}
+		})
+	}
+}

@@ -102,8 +102,11 @@ func snapshotFromLog() *snapshot.Snapshot {
 
 func straceLimits(log *stracelog.Log) []string {
 	out := []string{"a strace log shows no cgroup programs, /proc/devices or node owners: the cause of an EPERM or EACCES is inferred"}
-	if !log.HasDevNumbers {
+	switch {
+	case !log.HasFDPaths:
 		out = append(out, "no -yy: device numbers of opened fds are unknown (record with strace -f -yy)")
+	case log.UnnumberedDevFDs && !log.HasDevNumbers:
+		out = append(out, "-y without -yy: device numbers of opened fds are unknown (record with strace -f -yy)")
 	}
 	if !log.HasPIDs {
 		out = append(out, "no pids: record with strace -f so child processes are told apart")

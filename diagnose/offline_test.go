@@ -110,3 +110,32 @@ func TestVerdictChange(t *testing.T) {
 		}
 	}
 }
+
+// -yy is told from the log itself: fd paths with no device node among
+// them (an NVIDIA open that failed, regular files only) may well be -yy,
+// so the report does not claim it was missing; a device fd without its
+// number is -y alone; no fd paths at all is no -y.
+func TestStraceLimitsYY(t *testing.T) {
+	const open = `1234  10:00:00.100000 openat(AT_FDCWD</root>, "/dev/nvidiactl", O_RDWR) = -1 EPERM (Operation not permitted)
+`
+	for _, tc := range []struct {
+		name, log, want string
+	}{
+		{"yy, no device opened", `1234  10:00:00.000001 openat(AT_FDCWD</root>, "/etc/ld.so.cache", O_RDONLY|O_CLOEXEC) = 3</etc/ld.so.cache>
+` + open, ""},
+		{"yy, a device opened", `1234  10:00:00.000001 openat(AT_FDCWD</root>, "/dev/null", O_RDONLY) = 3</dev/null<char 1:3>>
+` + open, ""},
+		{"y", `1234  10:00:00.000001 openat(AT_FDCWD</root>, "/dev/null", O_RDONLY) = 3</dev/null>
+` + open, "-y without -yy"},
+		{"neither", eperm, "no -yy"},
+	} {
+		log, err := stracelog.Parse(strings.NewReader(tc.log))
+		if err != nil {
+			t.Fatal(err)
+		}
+		limits := strings.Join(FromStraceLog(log, "v-test").Trace.Limits, "\n")
+		if tc.want == "" && strings.Contains(limits, "-yy") || tc.want != "" && !strings.Contains(limits, tc.want) {
+			t.Errorf("%s: limits %q, want %q", tc.name, limits, tc.want)
+		}
+	}
+}

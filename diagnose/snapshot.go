@@ -118,8 +118,10 @@ func (f *failureSnapshot) triggerAs(e *tracer.Event, path string, strong bool) {
 	// read (a zombie still shows them); what a zombie no longer shows
 	// (argv, its root) or a read cut short missed comes from an earlier
 	// read of the same process.
+	read := false
 	if f.deps.targetIdentity != nil {
 		if id, err := f.deps.targetIdentity(pid); err == nil {
+			read = true
 			id.PID = pid
 			if old := f.ids[pid]; old != nil {
 				if len(id.Argv) == 0 {
@@ -132,6 +134,19 @@ func (f *failureSnapshot) triggerAs(e *tracer.Event, path string, strong bool) {
 					id.SameRoot, id.RootKnown = old.SameRoot, old.RootKnown
 				}
 			}
+			f.setIdentityLocked(&id)
+		}
+	}
+	if !read && e.CgroupID != 0 && f.deps.cgroupPath != nil {
+		// Gone already (an event read after the process exited): the
+		// cgroup the kernel recorded at the call names its policy, even
+		// where no read of its /proc came in time.
+		if p, err := f.deps.cgroupPath(e.CgroupID); err == nil {
+			id := snapshot.Identity{PID: pid, UID: -1}
+			if old := f.ids[pid]; old != nil {
+				id = *old
+			}
+			id = id.InCgroupV2(p)
 			f.setIdentityLocked(&id)
 		}
 	}

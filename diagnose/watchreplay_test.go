@@ -25,7 +25,7 @@ func TestWatchH200Reports(t *testing.T) {
 		"1806-python3-node-missing.json":                   {"node-missing", "cuInit returned 999"},
 		"2202-python3-node-stale-major.json":               {"node-stale-major", "cuInit returned 999"},
 		"2501-python3-nodev.json":                          {"nodev", "cuInit returned 100 (CUDA_ERROR_NO_DEVICE)"},
-		"3333-rmprobe-version-mismatch.json":               {"version-mismatch", "cuInit cannot succeed"},
+		"3333-rmprobe-version-mismatch.json":               {"version-mismatch", "An NVIDIA device call failed"}, // rmprobe is no CUDA program
 		"3453-python3-cuda-failed-unexplained.json":        {"cuda-failed-unexplained", "cuInit returned 304 (CUDA_ERROR_OPERATING_SYSTEM)"},
 		"3471-python3-fd-limit.json":                       {"fd-limit", "EMFILE"},
 		"3593-python3-seccomp-denied.json":                 {"seccomp-denied", "cuInit returned 100"},

@@ -165,12 +165,11 @@ func checkSMI(h *host) []Check {
 	}
 	pc := Check{ID: "persistence-mode", Category: CatDriver, Status: Pass, Subject: "persistence mode"}
 	cm := Check{ID: "compute-mode", Category: CatDriver, Status: Pass, Subject: "compute mode"}
-	var off, modes, bad []string
+	var off, bad []string
 	for _, g := range h.sv.SMI {
 		if !strings.EqualFold(g.Persistence, "Enabled") {
 			off = append(off, g.Bus)
 		}
-		modes = append(modes, g.Bus+" "+g.ComputeMode)
 		switch g.ComputeMode {
 		case "Prohibited":
 			cm.Status = Fail

@@ -12,10 +12,9 @@ import (
 	"github.com/cilium/ebpf/asm"
 
 	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/diagnose/record"
 	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/snapshot"
-	"github.com/cudatrace/cudatrace/tracer"
-	"github.com/cudatrace/cudatrace/tracer/record"
 	"github.com/cudatrace/cudatrace/tracer/stracelog"
 )
 
@@ -266,9 +265,4 @@ func runcShaped(t testing.TB, rules []devRule, defaultAllow bool) []byte {
 		t.Fatal(err)
 	}
 	return buf.Bytes()
-}
-
-// ev is a shorthand for tests that need a handful of events.
-func ev(seq uint64, kind tracer.Kind, path string, ret int64) tracer.Event {
-	return tracer.Event{Seq: seq, PID: 100, TID: 100, Comm: "t", Kind: kind, Syscall: string(kind), Path: path, Ret: ret}
 }

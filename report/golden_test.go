@@ -18,7 +18,7 @@ var update = flag.Bool("update", false, "rewrite testdata/golden from the curren
 var goldenFormats = []struct {
 	f   report.Format
 	ext string
-}{{report.FormatText, "txt"}, {report.FormatMarkdown, "md"}, {report.FormatJSON, "json"}}
+}{{report.FormatText, "txt"}, {report.FormatMarkdown, "md"}, {report.FormatJSON, "json"}, {report.FormatHTML, "html"}}
 
 // replay is what `cudatrace report FILE` does: save, load the file back,
 // re-run the analysis on the stored events and snapshot.

@@ -14,6 +14,7 @@ import (
 	"github.com/olekukonko/tablewriter/tw"
 
 	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/diagnose/record"
 	"github.com/cudatrace/cudatrace/tracer"
 )
 
@@ -33,6 +34,7 @@ type RenderOptions struct {
 	Width     int  // terminal width; 0 means 100
 	AllEvents bool // every stored event instead of the condensed timeline
 	Quiet     bool // the verdict line only
+	Summary   bool // text: the verdict, then calls and errors per node and call (strace -c)
 }
 
 // Render writes rep in format f.
@@ -42,6 +44,8 @@ func Render(w io.Writer, rep *Report, f Format, o RenderOptions) error {
 		return WriteJSON(w, rep)
 	case FormatMarkdown:
 		return renderMarkdown(w, rep, o)
+	case FormatHTML:
+		return renderHTML(w, rep, o)
 	default:
 		return renderText(w, rep, o)
 	}
@@ -112,6 +116,16 @@ func renderText(w io.Writer, rep *Report, o RenderOptions) error {
 	fmt.Fprintln(&b, headline)
 	if o.Quiet {
 		_, err := io.WriteString(w, b.String())
+		return err
+	}
+	if o.Summary {
+		if _, err := io.WriteString(w, b.String()); err != nil {
+			return err
+		}
+		if err := writeSummary(w, rep, p); err != nil {
+			return err
+		}
+		_, err := fmt.Fprintf(w, "\n%s\n", esc(traceSummary(rep)))
 		return err
 	}
 	if a.Failing != nil {
@@ -260,11 +274,11 @@ func timelineRows(rep *Report, all bool) []timelineRow {
 	if f := rep.Analysis.Failing; f != nil {
 		failSeq = f.Seq
 	}
-	folded := make(map[Site]uint64, len(rep.Folded))
+	folded := make(map[record.Site]uint64, len(rep.Folded))
 	for i := range rep.Folded {
-		folded[rep.Folded[i].site()] = rep.Folded[i].Calls
+		folded[rep.Folded[i].Site()] = rep.Folded[i].Calls
 	}
-	shown := map[Site]bool{}
+	shown := map[record.Site]bool{}
 	row := func(e *tracer.Event) timelineRow {
 		r := timelineRow{time: "+" + fmtDur(e.Time), proc: esc(proc(e)), call: esc(timelineCall(e)), result: esc(resultCell(rep, e)), dev: esc(devCell(rep, e))}
 		if failSeq != 0 && e.Seq == failSeq {
@@ -282,7 +296,7 @@ func timelineRows(rep *Report, all bool) []timelineRow {
 			rows = append(rows, r)
 			continue
 		}
-		if k, ok := SiteOf(e); ok && folded[k] > 0 {
+		if k, ok := record.SiteOf(e); ok && folded[k] > 0 {
 			if !shown[k] {
 				shown[k] = true
 				r.repeat = folded[k]

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/diagnose/record"
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
 )
@@ -58,9 +59,12 @@ type Trace struct {
 	Source  string `json:"source"` // "live" or "strace-log"
 	Backend string `json:"backend,omitempty"`
 	// SyscallHook: where eBPF's syscall programs ran (tracer.Result).
-	SyscallHook string        `json:"syscall_hook,omitempty"`
-	Started     time.Time     `json:"started"`
-	Duration    time.Duration `json:"duration_ns"`
+	SyscallHook string `json:"syscall_hook,omitempty"`
+	// Variants: the eBPF programs' variants chosen for the kernel
+	// (tracer.Result.KernelVariants; docs/kernels.md).
+	Variants []string      `json:"kernel_variants,omitempty"`
+	Started  time.Time     `json:"started"`
+	Duration time.Duration `json:"duration_ns"`
 	// Events counts every event the tracer delivered; Stored those kept in
 	// Events (repeats of a call site beyond its first and last few are
 	// counted in Ioctls and Folded instead).
@@ -97,40 +101,12 @@ func (t Trace) Facts() annotate.Facts {
 	return f
 }
 
-// IoctlSummary counts ioctls per process, device and request.
-type IoctlSummary struct {
-	PID     int        `json:"pid"`
-	Dev     tracer.Dev `json:"dev"`
-	Request uint32     `json:"request"`
-	Count   uint64     `json:"count"`
-	Failed  uint64     `json:"failed"`
-}
-
-// FoldedSummary counts the calls of one site when there were more than the
-// report stores: the successful calls of one process on one path (opens,
-// stats, ...) past the first record.SamplePerSite, and the failures of one
-// process, call, path or device and request, and errno past the first
-// record.FailSamplePerSite and the last record.FailTailPerSite.
-type FoldedSummary struct {
-	PID     int         `json:"pid"`
-	Kind    tracer.Kind `json:"kind"`
-	Path    string      `json:"path"`
-	Dev     *tracer.Dev `json:"dev,omitempty"`     // ioctls
-	Request uint32      `json:"request,omitempty"` // ioctls
-	Errno   int         `json:"errno,omitempty"`   // failures: the error; absent for successful calls
-	Calls   uint64      `json:"calls"`             // in all; the first (and last) few are in events
-}
-
-func (f *FoldedSummary) site() Site {
-	k := Site{PID: f.PID, Kind: f.Kind, Path: f.Path, Request: f.Request, Errno: f.Errno}
-	if f.Kind == tracer.KindIoctl {
-		k.Path = ""
-		if f.Dev != nil {
-			k.Dev = *f.Dev
-		}
-	}
-	return k
-}
+// IoctlSummary and FoldedSummary are the recorder's counts, as the archive
+// stores them (diagnose/record defines them).
+type (
+	IoctlSummary  = record.IoctlSummary
+	FoldedSummary = record.FoldedSummary
+)
 
 // Errors from Load. Each is a one-line reason the CLI prints as is.
 var (
@@ -150,7 +126,7 @@ func (e *VersionError) Error() string {
 const maxReportSize = 1 << 30
 
 // maxStoredHint bounds trace.stored where Load takes it as a size hint:
-// the most events the recorder (tracer/record) stores, 200,000 plus 20,000
+// the most events the recorder (diagnose/record) stores, 200,000 plus 20,000
 // for the calls a verdict rests on.
 const maxStoredHint = 220_000
 

@@ -2,6 +2,7 @@ package report
 
 import (
 	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/diagnose/record"
 	"github.com/cudatrace/cudatrace/tracer"
 )
 
@@ -11,11 +12,11 @@ import (
 // a field, so it holds for reports written before failures were folded.
 func (rep *Report) Unstored() []annotate.Unstored {
 	type ioctlKey struct {
-		ioctlSite
+		record.IoctlSite
 		failed bool
 	}
 	storedIoctls := map[ioctlKey]uint64{}
-	storedSites := map[Site]uint64{}
+	storedSites := map[record.Site]uint64{}
 	for i := range rep.Events {
 		e := &rep.Events[i]
 		if e.Kind == tracer.KindIoctl {
@@ -23,8 +24,8 @@ func (rep *Report) Unstored() []annotate.Unstored {
 			if e.Dev != nil {
 				dev = *e.Dev
 			}
-			storedIoctls[ioctlKey{ioctlSite{e.PID, dev, e.Request}, e.Failed()}]++
-		} else if k, ok := SiteOf(e); ok {
+			storedIoctls[ioctlKey{record.IoctlSite{PID: e.PID, Dev: dev, Request: e.Request}, e.Failed()}]++
+		} else if k, ok := record.SiteOf(e); ok {
 			storedSites[k]++
 		}
 	}
@@ -36,7 +37,7 @@ func (rep *Report) Unstored() []annotate.Unstored {
 		}
 	}
 	for _, s := range rep.Ioctls {
-		site := ioctlSite{s.PID, s.Dev, s.Request}
+		site := record.IoctlSite{PID: s.PID, Dev: s.Dev, Request: s.Request}
 		failed := min(s.Failed, s.Count)
 		u := annotate.Unstored{PID: s.PID, Kind: tracer.KindIoctl, Dev: s.Dev}
 		u.Count = s.Count - failed
@@ -49,7 +50,7 @@ func (rep *Report) Unstored() []annotate.Unstored {
 		if f.Kind == tracer.KindIoctl {
 			continue // in Ioctls
 		}
-		add(annotate.Unstored{PID: f.PID, Kind: f.Kind, Path: f.Path, Failed: f.Errno != 0, Count: f.Calls}, storedSites[f.site()])
+		add(annotate.Unstored{PID: f.PID, Kind: f.Kind, Path: f.Path, Failed: f.Errno != 0, Count: f.Calls}, storedSites[f.Site()])
 	}
 	return out
 }

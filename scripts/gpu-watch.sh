@@ -21,7 +21,7 @@ CT=$PWD/bin/cudatrace
 [ "$(id -u)" = 0 ] || { echo "run as root" >&2; exit 1; }
 port=${METRICS_PORT:-9464}
 
-"$CT" watch --json --report-dir "$out/reports" --metrics "127.0.0.1:$port" \
+"$CT" watch --format json --report-dir "$out/reports" --metrics "127.0.0.1:$port" \
   >"$out/watch.jsonl" 2>"$out/watch.stderr" &
 wpid=$!
 for _ in $(seq 1 120); do

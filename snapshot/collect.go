@@ -245,8 +245,12 @@ func (c *collector) targetDir() (string, bool) {
 	if _, err := os.Stat(dir); err != nil {
 		if id := c.opts.Identity; id != nil && id.PID == c.opts.PID && id.cgroups != "" {
 			c.afterExit = true
+			how := "its cgroups and UID are as read while it ran"
+			if id.CgroupAtCall {
+				how = "its cgroup is the one the kernel recorded at its failing call"
+			}
 			c.snap.Unavailable = append(c.snap.Unavailable,
-				"target had exited: nodes and mounts are cudatrace's own view; its cgroups and UID are as read while it ran, and the cgroups' device policy was read after its exit")
+				"target had exited: nodes and mounts are cudatrace's own view; "+how+", and the cgroups' device policy was read after its exit")
 			return self, false
 		}
 		c.snap.Unavailable = append(c.snap.Unavailable,
@@ -524,10 +528,11 @@ func (c *collector) ancestorComms(pidDir string) []string {
 		if err != nil {
 			break
 		}
-		comm, ppid, ok := parseStatPPID(text)
-		if !ok {
+		st, err := procfs.ParseStat(text)
+		if err != nil {
 			break
 		}
+		comm, ppid := st.Comm, st.PPID
 		if i > 0 {
 			out = append(out, comm)
 		}
@@ -537,21 +542,6 @@ func (c *collector) ancestorComms(pidDir string) []string {
 		dir = filepath.Join(c.proc, strconv.Itoa(ppid))
 	}
 	return out
-}
-
-// parseStatPPID reads comm and the parent PID from /proc/PID/stat, whose
-// comm is in parentheses and may itself hold ") ".
-func parseStatPPID(text string) (comm string, ppid int, ok bool) {
-	open, end := strings.IndexByte(text, '('), strings.LastIndexByte(text, ')')
-	if open < 0 || end < open {
-		return "", 0, false
-	}
-	f := strings.Fields(text[end+1:])
-	if len(f) < 2 {
-		return "", 0, false
-	}
-	ppid, err := strconv.Atoi(f[1])
-	return text[open+1 : end], ppid, err == nil
 }
 
 // hostExists is whether a host path exists: a directory when p ends in

@@ -308,37 +308,6 @@ func TestCollectMountsCgroup2WhenMissing(t *testing.T) {
 	}
 }
 
-// TestCollectKernelLog writes a driver-looking line to the kernel log and
-// finds it in the window, and not in a window that starts after it.
-func TestCollectKernelLog(t *testing.T) {
-	privtest.RequireRoot(t)
-	start := time.Now()
-	marker := fmt.Sprintf("NVRM: cudatrace snapshot test %d-%d", os.Getpid(), start.UnixNano())
-	if err := os.WriteFile("/dev/kmsg", []byte(marker+"\n"), 0); err != nil {
-		privtest.Skip(t, "cannot write /dev/kmsg: "+err.Error())
-	}
-	found := func(since time.Time) bool {
-		s := Collect(Options{PID: os.Getpid(), KmsgSince: since})
-		for _, u := range s.Unavailable {
-			if strings.HasPrefix(u, "kernel log") {
-				t.Fatalf("unavailable: %s", u)
-			}
-		}
-		for _, l := range s.KernelLog {
-			if strings.Contains(l.Text, marker) {
-				return l.Seq > 0
-			}
-		}
-		return false
-	}
-	if !found(start.Add(-time.Second)) {
-		t.Errorf("%q not in the kernel log window", marker)
-	}
-	if found(start.Add(time.Hour)) {
-		t.Errorf("%q found in a window that starts an hour later", marker)
-	}
-}
-
 // TestCollectSelfLive checks Collect against what Go itself knows about
 // this process and host; it needs no root and no GPU.
 func TestCollectSelfLive(t *testing.T) {

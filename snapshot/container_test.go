@@ -107,13 +107,3 @@ func TestRuntimeFromAncestors(t *testing.T) {
 		}
 	}
 }
-
-func TestParseStatPPID(t *testing.T) {
-	comm, ppid, ok := parseStatPPID("42 (a) b) (c) S 7 42 42 0 -1 4194560")
-	if !ok || comm != "a) b) (c" || ppid != 7 {
-		t.Errorf("got %q %d %v", comm, ppid, ok)
-	}
-	if _, _, ok := parseStatPPID("42 (x"); ok {
-		t.Error("truncated stat parsed")
-	}
-}

@@ -31,6 +31,9 @@ type Identity struct {
 	// fails may be gone before any later read (CUDA_VISIBLE_DEVICES may be
 	// the cause).
 	Env map[string]string
+	// CgroupAtCall: its unified cgroup is the one the kernel recorded at a
+	// traced call (InCgroupV2), not one read from /proc.
+	CgroupAtCall bool
 	// cgroups is its /proc/PID/cgroup text: every hierarchy's path, so a
 	// snapshot reads the device policy as it would for the live process.
 	cgroups string

@@ -72,13 +72,26 @@ type kernelLog struct {
 	dropped     int
 }
 
-// readKmsg feeds every record of /dev/kmsg (or a plain file of records, in
-// tests) to keep. Only an open error is returned: it is what sends the
-// collector to syslog(2); a later read error is listed and ends the read.
+// readKmsg feeds every record of c.kmsgPath to keep (readKmsgFile). Only
+// an open error is returned: it is what sends the collector to syslog(2);
+// a later read error is listed and ends the read.
 func (k *kernelLog) readKmsg(path string) error {
+	err, readErr := readKmsgFile(path, k.keep)
+	if readErr != nil {
+		k.c.snap.Unavailable = append(k.c.snap.Unavailable, "kernel log: read: "+readErr.Error())
+	}
+	return err
+}
+
+// readKmsgFile reads the kernel log records of path, /dev/kmsg or its
+// stand-in (a plain file of records, or a FIFO, in tests: the tests read
+// a fake log, never writing to the host's), without blocking: the device
+// gives one record per read until EAGAIN. openErr is the open's error,
+// readErr a later read's (which ends the read).
+func readKmsgFile(path string, each func(kmsgRecord)) (openErr, readErr error) {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return err
+		return err, nil
 	}
 	defer func() { _ = unix.Close(fd) }() // read-only: a failed close loses nothing
 	buf := make([]byte, 16384)
@@ -88,14 +101,13 @@ func (k *kernelLog) readKmsg(path string) error {
 			continue // EPIPE: the record we were at was overwritten; go on with the next
 		}
 		if errors.Is(err, unix.EAGAIN) {
-			return nil
+			return nil, nil
 		}
 		if err != nil {
-			k.c.snap.Unavailable = append(k.c.snap.Unavailable, "kernel log: read: "+err.Error())
-			return nil
+			return nil, err
 		}
 		if n == 0 {
-			return nil
+			return nil, nil
 		}
 		// One record per read from /dev/kmsg, followed by " KEY=value"
 		// continuation lines; a plain file (tests) holds many records.
@@ -104,7 +116,7 @@ func (k *kernelLog) readKmsg(path string) error {
 				continue
 			}
 			if rec, ok := parseKmsgRecord(line); ok {
-				k.keep(rec)
+				each(rec)
 			}
 		}
 	}

@@ -2,12 +2,15 @@ package snapshot
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestParseSyslogBuffer(t *testing.T) {
@@ -92,5 +95,57 @@ func TestCollectKernelLogSyslogFallback(t *testing.T) {
 	if len(s.KernelLog) != 1 || !s.KernelLog[0].Older || s.KernelLog[0].T != nil ||
 		len(s.Unavailable) != 1 || !strings.Contains(s.Unavailable[0], "no time") {
 		t.Errorf("untimed: lines %+v unavailable %q", s.KernelLog, s.Unavailable)
+	}
+}
+
+// The kernel log is read as /dev/kmsg gives it, without blocking: records
+// until EAGAIN. A FIFO with a writer open stands in for the device (it
+// answers EAGAIN once drained), so no test writes to the host's log (a
+// later doctor there would report the test's lines as the driver's). The
+// window keeps the driver's lines since its start, and only errors before.
+func TestCollectKernelLogFromDevice(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "kmsg")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// O_RDWR: the open does not wait for a reader, and keeps a writer, so
+	// a drained FIFO answers EAGAIN, not EOF.
+	w, err := os.OpenFile(fifo, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	boot := time.Unix(1000, 0)
+	collect := func(since time.Time, records string) *Snapshot {
+		if _, err := w.WriteString(records); err != nil {
+			t.Fatal(err)
+		}
+		c := newCollector(Options{KmsgSince: since})
+		c.snap = &Snapshot{}
+		c.kmsgPath = fifo
+		c.readSyslog = func() ([]byte, error) { t.Error("syslog(2) read while the device opens"); return nil, errors.New("no") }
+		c.bootTime = func() time.Time { return boot }
+		c.collectKernelLog()
+		return c.snap
+	}
+	records := "6,200,5000000,-;NVRM: loading NVIDIA UNIX x86_64 Kernel Module  580.95.05\n" +
+		"3,201,6000000,-;NVRM: GPU 0000:00:06.0: RmInitAdapter failed! (0x62:0x65:1792)\n" +
+		"6,202,60000000,-;usb 1-1: new device\n" +
+		"4,203,61000000,-;NVRM: cudatrace fake-log test line\n"
+	s := collect(boot.Add(60*time.Second), records)
+	var got []string
+	for _, l := range s.KernelLog {
+		got = append(got, fmt.Sprintf("%d older=%v", l.Seq, l.Older))
+	}
+	if want := []string{"201 older=true", "203 older=false"}; !reflect.DeepEqual(got, want) || len(s.Unavailable) != 0 {
+		t.Fatalf("kernel lines %q, want %q; unavailable %q", got, want, s.Unavailable)
+	}
+	if l := s.KernelLog[1]; l.T == nil || *l.T != time.Second || l.Text != "NVRM: cudatrace fake-log test line" {
+		t.Errorf("line in the window = %+v", l)
+	}
+	// A window that starts an hour later keeps the error, as history, only.
+	s = collect(boot.Add(time.Hour), records)
+	if len(s.KernelLog) != 1 || s.KernelLog[0].Seq != 201 || !s.KernelLog[0].Older {
+		t.Errorf("an hour later: %+v", s.KernelLog)
 	}
 }

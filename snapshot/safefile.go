@@ -12,6 +12,8 @@ import (
 
 	securejoin "github.com/cyphar/filepath-securejoin"
 	"golang.org/x/sys/unix"
+
+	"github.com/cudatrace/cudatrace/internal/sysabi"
 )
 
 // Collect runs as root against a target it does not trust. The target
@@ -287,21 +289,12 @@ func readHandle(h *os.File, limit int64) ([]byte, error) {
 
 // fileKind names a file type other than a regular file; "" for one.
 func fileKind(mode uint32) string {
-	switch mode & unix.S_IFMT {
-	case unix.S_IFREG:
+	t, ok := sysabi.FileTypeOf(mode)
+	switch {
+	case !ok:
+		return "special file"
+	case t.Mode == unix.S_IFREG:
 		return ""
-	case unix.S_IFIFO:
-		return "FIFO"
-	case unix.S_IFCHR:
-		return "character device"
-	case unix.S_IFBLK:
-		return "block device"
-	case unix.S_IFSOCK:
-		return "socket"
-	case unix.S_IFDIR:
-		return "directory"
-	case unix.S_IFLNK:
-		return "symlink"
 	}
-	return "special file"
+	return t.Noun
 }

@@ -1,5 +1,11 @@
 package snapshot
 
+import "errors"
+
+// ErrNoSuchUser is the user lookup's answer for a name or UID that the
+// subject's /etc/passwd does not have.
+var ErrNoSuchUser = errors.New("no such user in /etc/passwd")
+
 // Survey is what `cudatrace doctor` reads: the host as a CUDA process about
 // to start would meet it, with no target running. It is plain data, so the
 // checks (package doctor) are pure functions over it and can be tested on
@@ -15,6 +21,9 @@ type Survey struct {
 	Subject string `json:"subject"`
 	// User is who will run CUDA (-u); nil means Base.Process.
 	User *Creds `json:"user,omitempty"`
+	// UserError says why User could not be resolved: ErrNoSuchUser, or
+	// what kept the subject's /etc/passwd from being read.
+	UserError error `json:"-"`
 
 	// CgroupDevicesV1 is true when the devices controller is mounted as a
 	// cgroup v1 hierarchy (v1 or hybrid host), so LXC applies

@@ -116,11 +116,14 @@ func SurveyHost(opts SurveyOptions) *Survey {
 	}
 	if opts.User != "" {
 		if rfs == nil {
-			sv.Unavailable = append(sv.Unavailable, "user "+opts.User+": the subject's /etc/passwd is unreadable")
-		} else if cr, err := lookupCreds(rfs, opts.User); err != nil {
-			sv.Unavailable = append(sv.Unavailable, "user "+opts.User+": "+err.Error())
+			sv.UserError = fmt.Errorf("cannot look the user up: %s could not be read: %s", root, shortErr(err))
+		} else if cr, uerr := lookupCreds(rfs, opts.User); uerr != nil {
+			sv.UserError = uerr
 		} else {
 			sv.User = cr
+		}
+		if sv.UserError != nil {
+			sv.Unavailable = append(sv.Unavailable, "user "+opts.User+": "+sv.UserError.Error())
 		}
 	}
 
@@ -159,6 +162,40 @@ func (sv *Survey) unavailable(what string, err error) {
 
 // surveyCgroup replaces the base snapshot's cgroups with those of an
 // explicit cgroup path, read as Collect reads a process's.
+// CheckCgroup reports whether cgroup cg (as /proc/PID/cgroup names it, or
+// under a cgroup mount point) exists in some hierarchy mounted here: an
+// error wrapping fs.ErrNotExist when every mount that covers it lacks it;
+// nil when one has it, or none covers it (nothing to tell by).
+func CheckCgroup(cg string) error {
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	rel := path.Clean("/" + cg)
+	var tried []string
+	for _, m := range parseSelfMounts(string(mi)) {
+		if m.FSType != "cgroup" && m.FSType != "cgroup2" {
+			continue
+		}
+		p := rel
+		if r, ok := strings.CutPrefix(rel, strings.TrimSuffix(m.MountPoint, "/")+"/"); ok {
+			p = strings.TrimSuffix(m.Root, "/") + "/" + r
+		}
+		if _, ok := underRoot(m.Root, p); !ok {
+			continue
+		}
+		dir := cgroupFile(m.MountPoint, m.Root, p)
+		if _, err := os.Stat(dir); err == nil || !errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		tried = append(tried, dir)
+	}
+	if len(tried) == 0 {
+		return nil
+	}
+	return fmt.Errorf("no such cgroup (not %s): %w", strings.Join(tried, ", "), fs.ErrNotExist)
+}
+
 func surveyCgroup(c *collector, cg string, mounts []selfMount) {
 	rel := path.Clean("/" + cg)
 	for _, m := range mounts {
@@ -459,7 +496,7 @@ func parseCDISpec(spec *CDISpec, data []byte) {
 // lookupCreds resolves a user as "NAME", "UID" or "UID:GID" from the
 // subject's /etc/passwd and /etc/group; a bare number needs no entry.
 func lookupCreds(r *rootFS, user string) (*Creds, error) {
-	passwd, _, _ := r.readFile("/etc/passwd", maxConfigBytes)
+	passwd, _, perr := r.readFile("/etc/passwd", maxConfigBytes)
 	group, _, _ := r.readFile("/etc/group", maxConfigBytes)
 	cr := &Creds{}
 	idPart, gidPart, hasGID := strings.Cut(user, ":")
@@ -484,7 +521,10 @@ func lookupCreds(r *rootFS, user string) (*Creds, error) {
 		}
 	}
 	if !found {
-		return nil, errors.New("no such user in /etc/passwd")
+		if perr != nil {
+			return nil, fmt.Errorf("cannot look the user up: /etc/passwd: %s", shortErr(perr))
+		}
+		return nil, ErrNoSuchUser
 	}
 	if hasGID {
 		g, err := strconv.ParseUint(gidPart, 10, 32)

@@ -108,9 +108,12 @@ type Result struct {
 	// "raw_tracepoint" (sys_enter/sys_exit, every syscall on the host) or
 	// "fentry" (the traced syscalls only). Empty for other backends.
 	SyscallHook string
-	Started     time.Time
-	Ended       time.Time
-	Events      uint64 // events delivered to the sink
+	// KernelVariants are the eBPF programs' variants chosen for this
+	// kernel, as "feature=variant" (memlock=raised, scans=bpf_loop, ...).
+	KernelVariants []string
+	Started        time.Time
+	Ended          time.Time
+	Events         uint64 // events delivered to the sink
 	// Folded are the calls counted but not delivered (Spec.FoldIoctlsAfter).
 	Folded   []Folded
 	Dropped  uint64 // events the kernel (or the tracer) lost; non-zero means incomplete

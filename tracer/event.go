@@ -90,6 +90,11 @@ type Event struct {
 	// uretprobe was on the file yet, and the process was not stopped
 	// while they were put on, so its first API returns may be missing.
 	Unprobed bool `json:"unprobed,omitempty"`
+	// CgroupID is the task's cgroup v2 id when the call returned (the
+	// inode number of its cgroup2 directory), where the backend records it
+	// in the kernel (eBPF): the device policy is found from it once the
+	// process is gone. 0: not recorded.
+	CgroupID uint64 `json:"cgroup_id,omitempty"`
 	// Exit events only.
 	ExitCode int `json:"exit_code,omitempty"`
 	Signal   int `json:"signal,omitempty"`

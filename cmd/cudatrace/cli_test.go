@@ -109,7 +109,7 @@ func TestHelp(t *testing.T) {
 		if r.code != exitOK {
 			t.Errorf("%v: exit %d, want 0", args, r.code)
 		}
-		for _, want := range []string{"Usage:", "Exit status:", "127  COMMAND not found", "3    report/explain/attach: a failing NVIDIA call was found", "--backend", "--output"} {
+		for _, want := range []string{"Usage:", "Exit status:", "127  COMMAND not found", "3    attached: a failing NVIDIA call was found", "Each command's own: cudatrace help COMMAND", "--backend", "--output"} {
 			if !strings.Contains(r.stdout, want) {
 				t.Errorf("%v: help lacks %q", args, want)
 			}
@@ -170,9 +170,10 @@ func TestReportBadInput(t *testing.T) {
 			}
 		})
 	}
-	// The minimal valid report loads: nothing failed, exit 0.
+	// The minimal valid report loads and prints; it holds no NVIDIA call,
+	// so it exits as explain does on a log of none (TestNothingNVIDIAExitsAlike).
 	r := runCLI(t, "report", write("valid.json", []byte(valid)), "--format", "json")
-	if r.code != exitOK {
+	if r.code != exitBadInput || !strings.Contains(r.stdout, `"schema"`) {
 		t.Errorf("valid minimal report: exit %d; stderr:\n%s", r.code, r.stderr)
 	}
 }

@@ -10,24 +10,45 @@ import (
 )
 
 // subcommand is one word cudatrace takes before anything to trace. Adding
-// one is adding a row to subcommands: help, completion, the man page and
-// the "did you mean" suggestion all read this table.
+// one is adding a row to subcommands: help (cudatrace help X and X --help
+// print the same), completion, the man page and the "did you mean"
+// suggestion all read this table and the flag set it defines.
 type subcommand struct {
 	name    string
-	args    string   // the operands, for the usage line: "FILE"
-	summary string   // one line, for the command list
-	about   string   // a paragraph, for its own help
-	flags   []string // the long names of the flags it takes (besides --help)
-	// exits lists the exit statuses it uses, from exitStatuses.
-	exits  []int
-	hidden bool
-	run    func(args []string, o *options, stdout, stderr io.Writer) error
+	args    string // the operands, for the usage line: "FILE"
+	summary string // one line, for the command list
+	about   string // paragraphs (blank-line separated), for its own help and the man page
+	// flagSet is the one definition of the command's flags: parsing,
+	// help, completion and the man page all take them from it. A run
+	// command's values land in o; a direct one binds its own.
+	flagSet func(o *options) *pflag.FlagSet
+	// exits are the exit statuses it uses, worded for it.
+	exits []exitRow
+	run   func(args []string, o *options, stdout, stderr io.Writer) error
 	// direct, when set, takes the arguments unparsed: a command with flags
 	// of its own (doctor's --pid takes one PID, -u a user to check).
 	direct func(args []string, stdout, stderr io.Writer) int
 }
 
-var renderFlags = []string{"format", "output", "all-events", "redact", "quiet"}
+// exitRow is one line of a command's exit-status table.
+type exitRow struct {
+	code int
+	text string
+}
+
+// renderFlags are the trace flags report and explain take too.
+var renderFlags = []string{"format", "color", "summary", "output", "all-events", "redact", "quiet"}
+
+// Exit rows the trace, report and explain forms share.
+var (
+	exitRowUsage    = exitRow{exitUsage, "usage error"}
+	exitRowFailure  = exitRow{exitFailure, "cudatrace failed (no privileges, BPF unavailable, I/O error, a file that cannot be read, the -o report not written; a launched COMMAND's own status wins)"}
+	exitRowNoneSeen = exitRow{exitOK, "no NVIDIA call failed (and CUDA, where its return code was traced, started)"}
+	exitRowFound    = exitRow{exitFound, "a failing NVIDIA call was found, or CUDA's traced return code was an error"}
+	exitRowBadInput = exitRow{exitBadInput, "the input is not a report or strace log (a device or FIFO is refused unread), or holds no NVIDIA call (report prints it first)"}
+	offlineExits    = []exitRow{exitRowNoneSeen, exitRowFailure, exitRowUsage, exitRowFound, exitRowBadInput}
+	simpleExits     = []exitRow{{exitOK, "done"}, exitRowUsage}
+)
 
 // subcommands is filled in by init: help and completion refer to it.
 var subcommands []subcommand
@@ -38,53 +59,77 @@ func init() {
 			name: "report", args: "FILE", summary: "re-render and re-analyse a saved JSON report (no root needed)",
 			about: "Loads a report written with -o, re-runs this build's analysis on its events and snapshot, " +
 				"and prints it. A note on stderr says when the verdict differs from the stored one.",
-			flags: renderFlags, exits: []int{0, 1, 2, 3, 4}, run: reportCommand,
+			flagSet: renderFlagSet("report"), exits: offlineExits, run: reportCommand,
 		},
 		{
 			name: "explain", args: "LOG [LOG...]", summary: "analyse 'strace -f -o LOG' output (several files for -ff)",
 			about: "Reads strace output (best recorded with strace -f -tt -yy) and explains the failing NVIDIA call. " +
 				"A log holds no cgroup programs or /proc/devices, so causes are inferred and marked so.",
-			flags: renderFlags, exits: []int{0, 1, 2, 3, 4}, run: explainCommand,
+			flagSet: renderFlagSet("explain"), exits: offlineExits, run: explainCommand,
 		},
 		{
 			name: "doctor", args: "[-u USER] [--pid PID | --cgroup PATH]", summary: "check, without a target, whether CUDA can start here",
-			about: "Checks the NVIDIA nodes, the device cgroup policy, every LXC/Proxmox/incus config and CDI spec, " +
-				"the driver and the environment; prints PASS/WARN/FAIL with a fix for each problem. " +
-				"'cudatrace doctor --help' lists its flags.",
-			exits: []int{0, 1, 2, 3, 5}, direct: doctorCommand,
+			about: doctorAbout, flagSet: func(*options) *pflag.FlagSet { return doctorFlagSet(new(doctorFlags)) },
+			exits: doctorExits, direct: doctorCommand,
 		},
 		{
 			name: "watch", args: "[flags]", summary: "diagnose every CUDA start on this host as it fails (eBPF)",
-			about: "Follows every process that opens an NVIDIA node or a CUDA/NVML library, and prints one line (JSON on a pipe) " +
-				"per process in which CUDA or a device call failed, with the cause, the fix and where it runs; " +
-				"--metrics serves Prometheus metrics. 'cudatrace watch --help' lists its flags.",
-			exits: []int{0, 1, 2}, direct: watchCommand,
+			about: watchAbout, flagSet: func(*options) *pflag.FlagSet { return watchFlagSet(new(watchFlags)) },
+			exits: watchExits, direct: watchCommand,
 		},
 		{
 			name: "help", args: "[COMMAND]", summary: "show help for cudatrace or one command",
-			exits: []int{0, 2}, run: helpCommand,
+			about:   "With a COMMAND, prints what 'cudatrace COMMAND --help' prints.",
+			flagSet: helpOnly("help"), exits: simpleExits, run: helpCommand,
 		},
 		{
 			name: "completion", args: "bash|zsh|fish", summary: "print a shell completion script",
 			about: "bash: source <(cudatrace completion bash), or save it as /etc/bash_completion.d/cudatrace. " +
 				"zsh: save it as _cudatrace in a directory on $fpath. " +
-				"fish: save it as ~/.config/fish/completions/cudatrace.fish.",
-			exits: []int{0, 2}, run: completionCommand,
+				"fish: save it as ~/.config/fish/completions/cudatrace.fish. " +
+				"make install puts all three where the shells look.",
+			flagSet: helpOnly("completion"), exits: simpleExits, run: completionCommand,
+		},
+		{
+			name: "man", summary: "print the man page (roff), generated from these flags",
+			about:   "cudatrace man | man -l - reads it; make install installs it as cudatrace(1).",
+			flagSet: helpOnly("man"), exits: simpleExits, run: func(_ []string, _ *options, stdout, _ io.Writer) error {
+				return writeManPage(stdout)
+			},
 		},
 		{
 			name: "version", summary: "print the version",
-			exits: []int{0}, run: func(_ []string, _ *options, stdout, _ io.Writer) error {
+			flagSet: helpOnly("version"), exits: simpleExits, run: func(_ []string, _ *options, stdout, _ io.Writer) error {
 				_, err := fmt.Fprintln(stdout, "cudatrace", toolVersion())
 				return err
 			},
 		},
-		{
-			name: "man", summary: "print the man page (roff), generated from these flags",
-			exits: []int{0}, hidden: true, run: func(_ []string, _ *options, stdout, _ io.Writer) error {
-				return writeManPage(stdout)
-			},
-		},
 	}
+}
+
+// renderFlagSet is report's and explain's flag set: the named trace
+// flags, the same definitions, plus --help.
+func renderFlagSet(name string) func(*options) *pflag.FlagSet {
+	return func(o *options) *pflag.FlagSet { return subsetFlagSet(name, renderFlags, o) }
+}
+
+func helpOnly(name string) func(*options) *pflag.FlagSet {
+	return func(o *options) *pflag.FlagSet { return subsetFlagSet(name, nil, o) }
+}
+
+// flagsOf is sc's flag set, bound to throwaway values: for help,
+// completion and the man page.
+func flagsOf(sc *subcommand) *pflag.FlagSet { return sc.flagSet(new(options)) }
+
+func subsetFlagSet(name string, names []string, o *options) *pflag.FlagSet {
+	full := newFlagSet(o, io.Discard)
+	fs := pflag.NewFlagSet("cudatrace "+name, pflag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.SortFlags = false
+	for _, n := range append(append([]string{}, names...), "help") {
+		fs.AddFlag(full.Lookup(n))
+	}
+	return fs
 }
 
 func lookupSubcommand(name string) *subcommand {
@@ -96,31 +141,6 @@ func lookupSubcommand(name string) *subcommand {
 	return nil
 }
 
-// flagSetFor is the flag set of one subcommand: the named flags of the
-// full set, the same definitions, plus --help.
-func flagSetFor(sc *subcommand, o *options, stderr io.Writer) *pflag.FlagSet {
-	full := newFlagSet(o, stderr)
-	fs := pflag.NewFlagSet("cudatrace "+sc.name, pflag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.SortFlags = false
-	for _, name := range append(append([]string{}, sc.flags...), "help") {
-		fs.AddFlag(full.Lookup(name))
-	}
-	return fs
-}
-
-// exitStatuses words each exit status for help and the man page.
-var exitStatuses = map[int]string{
-	0:   "no NVIDIA call failed (and CUDA, where its return code was traced, started)",
-	1:   "cudatrace failed (no privileges, BPF unavailable, I/O error)",
-	2:   "usage error",
-	3:   "a failing NVIDIA call was found",
-	4:   "input is not a report or strace log, or holds nothing NVIDIA-related",
-	5:   "doctor: no check FAILed, but one WARNed",
-	126: "COMMAND is not executable",
-	127: "COMMAND not found",
-}
-
 func subUsage(sc *subcommand) string {
 	return strings.TrimSpace("cudatrace " + sc.name + " " + subOperands(sc))
 }
@@ -128,38 +148,63 @@ func subUsage(sc *subcommand) string {
 // subOperands is what follows the word in the usage line.
 func subOperands(sc *subcommand) string {
 	u := sc.args
-	if len(sc.flags) > 0 {
-		u = strings.TrimSpace(u + " [flags]")
+	if u == "" || u[0] != '[' {
+		if hasFlags(flagsOf(sc)) {
+			u = strings.TrimSpace(u + " [flags]")
+		}
 	}
 	return u
 }
 
-// writeSubHelp prints one subcommand's help.
+// hasFlags reports whether fs has a visible flag besides --help.
+func hasFlags(fs *pflag.FlagSet) bool {
+	n := 0
+	fs.VisitAll(func(f *pflag.Flag) {
+		if !f.Hidden && f.Name != "help" {
+			n++
+		}
+	})
+	return n > 0
+}
+
+// writeSubHelp prints one subcommand's help: what both 'cudatrace help X'
+// and 'cudatrace X --help' print.
 func writeSubHelp(w io.Writer, sc *subcommand) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Usage: %s\n\n%s.\n", subUsage(sc), capitalise(sc.summary))
-	if sc.about != "" {
-		fmt.Fprintf(&b, "\n%s\n", wrap(sc.about, 78))
+	for _, para := range paragraphs(sc.about) {
+		fmt.Fprintf(&b, "\n%s\n", wrap(para, 78))
 	}
-	var o options
-	fmt.Fprintf(&b, "\nFlags:\n%s", flagUsages(flagSetFor(sc, &o, io.Discard)))
-	if len(sc.exits) > 1 {
-		b.WriteString("\nExit status:\n")
-		for _, c := range sc.exits {
-			fmt.Fprintf(&b, "  %-3d  %s\n", c, exitStatuses[c])
-		}
+	fmt.Fprintf(&b, "\nFlags:\n%s", flagUsages(flagsOf(sc)))
+	b.WriteString("\nExit status:\n")
+	for _, r := range sc.exits {
+		fmt.Fprintf(&b, "  %-3d  %s\n", r.code, wrapIndent(r.text, 70, 7))
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// paragraphs splits text at blank lines.
+func paragraphs(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, "\n\n") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// wrapIndent wraps s at width and indents the continuation lines.
+func wrapIndent(s string, width, indent int) string {
+	return strings.ReplaceAll(wrap(s, width), "\n", "\n"+strings.Repeat(" ", indent))
 }
 
 // commandList is the "Commands:" block of the main help.
 func commandList() string {
 	var b strings.Builder
 	for _, sc := range subcommands {
-		if !sc.hidden {
-			fmt.Fprintf(&b, "  %-11s %s\n", sc.name, sc.summary)
-		}
+		fmt.Fprintf(&b, "  %-11s %s\n", sc.name, sc.summary)
 	}
 	return b.String()
 }
@@ -180,9 +225,7 @@ func helpCommand(args []string, _ *options, stdout, _ io.Writer) error {
 func visibleNames() []string {
 	var out []string
 	for _, sc := range subcommands {
-		if !sc.hidden {
-			out = append(out, sc.name)
-		}
+		out = append(out, sc.name)
 	}
 	return out
 }

@@ -5,16 +5,21 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/spf13/pflag"
+
+	"github.com/cudatrace/cudatrace/report"
+	"github.com/cudatrace/cudatrace/tracer"
 )
 
 // Each subcommand has its own help, by --help, -h or cudatrace help CMD:
 // its usage line and only the flags it takes.
 func TestSubcommandHelp(t *testing.T) {
 	for _, sc := range subcommands {
+		want := runCLI(t, "help", sc.name).stdout
 		for _, args := range [][]string{{sc.name, "--help"}, {sc.name, "-h"}, {"help", sc.name}} {
 			r := runCLI(t, args...)
 			if r.code != exitOK || r.stderr != "" {
@@ -26,14 +31,24 @@ func TestSubcommandHelp(t *testing.T) {
 			if strings.Contains(r.stdout, "Commands:") || strings.Contains(r.stdout, "127") {
 				t.Errorf("%v: printed the global help:\n%s", args, r.stdout)
 			}
-			for _, f := range sc.flags {
-				if !strings.Contains(r.stdout, "--"+f) {
-					t.Errorf("%v: help lacks --%s", args, f)
+			// One help per command, whichever way it is asked for.
+			if r.stdout != want {
+				t.Errorf("%v differs from help %s:\n%s\n--- help %s:\n%s", args, sc.name, r.stdout, sc.name, want)
+			}
+			for _, f := range visibleFlags(flagsOf(&sc)) {
+				if !strings.Contains(r.stdout, "--"+f.Name) {
+					t.Errorf("%v: help lacks --%s", args, f.Name)
 				}
 			}
 			// doctor parses its own flags, --user among them (whose nodes to check).
 			if strings.Contains(r.stdout, "--backend") || (sc.direct == nil && strings.Contains(r.stdout, "--user")) {
 				t.Errorf("%v: help lists trace-only flags:\n%s", args, r.stdout)
+			}
+			// Its own exit table, every code it lists and no other.
+			for _, e := range sc.exits {
+				if !strings.Contains(r.stdout, "\n  "+strconv.Itoa(e.code)+" ") {
+					t.Errorf("%v: exit table lacks %d", args, e.code)
+				}
 			}
 		}
 	}
@@ -137,8 +152,21 @@ func TestManPage(t *testing.T) {
 		}
 	})
 	for _, sc := range subcommands {
-		if has := strings.Contains(page, ".B cudatrace "+sc.name+"\n"); has == sc.hidden {
-			t.Errorf("command %s: hidden %v, in the synopsis %v", sc.name, sc.hidden, has)
+		if !strings.Contains(page, ".B cudatrace "+sc.name+"\n") {
+			t.Errorf("command %s is not in the synopsis", sc.name)
+		}
+		// Its section lists its own flags and exit statuses.
+		sec := page[strings.Index(page, ".SS "+roff(subUsage(&sc))+"\n"):]
+		sec = sec[:strings.Index(sec[4:], "\n.S")+4]
+		for _, f := range visibleFlags(flagsOf(&sc)) {
+			if f.Name != "help" && !strings.Contains(sec, `\fB\-\-`+roff(f.Name)+`\fR`) {
+				t.Errorf("man page: %s's section lacks --%s", sc.name, f.Name)
+			}
+		}
+		for _, e := range sc.exits {
+			if !strings.Contains(sec, ".B "+strconv.Itoa(e.code)+"\n") {
+				t.Errorf("man page: %s's section lacks exit status %d", sc.name, e.code)
+			}
 		}
 	}
 	if _, err := exec.LookPath("man"); err != nil {
@@ -174,5 +202,96 @@ func TestWantColor(t *testing.T) {
 		if got := wantColor(func(k string) string { return tc.env[k] }); got != tc.want {
 			t.Errorf("%v: colour %v, want %v", tc.env, got, tc.want)
 		}
+	}
+}
+
+// --color always colours a pipe, never and NO_COLOR keep a report plain,
+// and a word other than auto, always or never is a usage error.
+func TestColorFlag(t *testing.T) {
+	file := filepath.Join("..", "..", "report", "testdata", "golden", "lxc-deny-uvm.json")
+	if r := runCLI(t, "report", file, "--color", "always"); !strings.Contains(r.stdout, "\x1b[") {
+		t.Errorf("--color always: no colour in %q", r.stdout)
+	}
+	t.Setenv("NO_COLOR", "1")
+	for _, args := range [][]string{{"report", file, "--color", "never"}, {"report", file}} {
+		if r := runCLI(t, args...); strings.Contains(r.stdout, "\x1b[") || r.code != exitFound {
+			t.Errorf("%v: exit %d, colour in %q", args, r.code, r.stdout)
+		}
+	}
+	r := runCLI(t, "report", file, "--color", "yes")
+	if r.code != exitUsage {
+		t.Errorf("--color yes: exit %d", r.code)
+	}
+	oneLineError(t, r, `--color "yes": use auto, always or never`)
+	// -c is strace's summary: calls and errors per node, no timeline.
+	r = runCLI(t, "report", file, "-c")
+	if !strings.Contains(r.stdout, "Summary: calls per node and call") || strings.Contains(r.stdout, "Timeline:") {
+		t.Errorf("-c:\n%s", r.stdout)
+	}
+}
+
+// watch spells the output format as every command does: --format, with
+// --json its documented alias; no command uses -f (strace's follow) for it.
+func TestWatchFormatFlag(t *testing.T) {
+	for args, want := range map[string]string{
+		"watch --format yaml":        `unknown format "yaml": use json or text`,
+		"watch --json --format text": "--json and --format text disagree",
+	} {
+		r := runCLI(t, strings.Fields(args)...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, want) {
+			t.Errorf("%s: exit %d, stderr %q", args, r.code, r.stderr)
+		}
+	}
+	for _, sc := range subcommands {
+		fs := flagsOf(&sc)
+		if f := fs.Lookup("format"); f != nil && f.Shorthand != "" {
+			t.Errorf("%s: --format has the short flag -%s", sc.name, f.Shorthand)
+		}
+		if f := fs.ShorthandLookup("f"); f != nil {
+			t.Errorf("%s: -f is --%s (strace's -f is follow)", sc.name, f.Name)
+		}
+	}
+}
+
+// A report of a run that made no NVIDIA call and a strace log of one end
+// with the same documented status, 4; the report is still printed.
+func TestNothingNVIDIAExitsAlike(t *testing.T) {
+	dir := t.TempDir()
+	rep := &report.Report{Schema: report.SchemaVersion, Tool: report.Tool{Name: "cudatrace", Version: "test"},
+		Trace: report.Trace{Source: "live", Backend: "ebpf", Events: 2, Stored: 2, Complete: true},
+		Events: []tracer.Event{
+			{Seq: 1, PID: 7, TID: 7, Comm: "true", Kind: tracer.KindExec, Syscall: "execve", Path: "/bin/true", Argv: []string{"true"}},
+			{Seq: 2, PID: 7, TID: 7, Comm: "true", Kind: tracer.KindExit},
+		}}
+	saved := filepath.Join(dir, "r.json")
+	if err := report.Save(saved, rep); err != nil {
+		t.Fatal(err)
+	}
+	log := filepath.Join(dir, "s.log")
+	if err := os.WriteFile(log, []byte("7 10:00:00.000001 execve(\"/bin/true\", [\"true\"], 0x7ffd /* 1 vars */) = 0\n7 10:00:00.000100 +++ exited with 0 +++\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := runCLI(t, "report", saved)
+	if r.code != exitBadInput || !strings.Contains(r.stdout, "Trace:") {
+		t.Errorf("report: exit %d, stdout %q", r.code, r.stdout)
+	}
+	oneLineError(t, r, "holds no NVIDIA call")
+	e := runCLI(t, "explain", log)
+	if e.code != exitBadInput {
+		t.Errorf("explain: exit %d, stderr %q", e.code, e.stderr)
+	}
+	for _, cmd := range []string{"report", "explain"} {
+		if h := runCLI(t, "help", cmd).stdout; !strings.Contains(h, "4    the input is not a report or strace log, or holds no NVIDIA call") {
+			t.Errorf("help %s does not document 4:\n%s", cmd, h)
+		}
+	}
+}
+
+// --format html: one self-contained page on stdout, for a bug ticket.
+func TestReportFormatHTML(t *testing.T) {
+	file := filepath.Join("..", "..", "report", "testdata", "golden", "lxc-deny-uvm.json")
+	r := runCLI(t, "report", file, "--format", "html")
+	if r.code != exitFound || !strings.HasPrefix(r.stdout, "<!DOCTYPE html>") || !strings.Contains(r.stdout, "cgroup2-denied") {
+		t.Errorf("exit %d, stdout %.200q", r.code, r.stdout)
 	}
 }

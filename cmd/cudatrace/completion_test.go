@@ -44,6 +44,15 @@ func TestBashCompletion(t *testing.T) {
 		{[]string{"help", "comp"}, []string{"completion"}, nil},
 		{[]string{"-o", "x.json", "--", "ech"}, []string{"echo"}, []string{"report"}},
 		{[]string{"-q", "ech"}, []string{"echo"}, nil},
+		// Each command completes its own flags and their values.
+		{[]string{"watch", "--"}, []string{"--format", "--json", "--report-dir", "--metrics", "--comm"}, []string{"--backend", "--all-events", "--user"}},
+		{[]string{"doctor", "--"}, []string{"--format", "--cgroup", "--pid", "--user", "--color"}, []string{"--all-events", "--backend", "-f"}},
+		{[]string{"doctor", "--format", ""}, []string{"text", "json", "markdown"}, nil},
+		{[]string{"watch", "--format", ""}, []string{"json", "text"}, []string{"markdown"}},
+		{[]string{"watch", "--metrics", ":9464", "--"}, []string{"--report-dir"}, nil},
+		{[]string{"--color", ""}, []string{"auto", "always", "never"}, nil},
+		{[]string{"ma"}, []string{"man"}, nil},
+		{[]string{"help", "m"}, []string{"man"}, nil},
 	} {
 		words := append([]string{"cudatrace"}, tc.words...)
 		quoted := make([]string, len(words))
@@ -86,11 +95,16 @@ func TestFishCompletion(t *testing.T) {
 	}
 	script := completionScript(t, "fish")
 	for line, want := range map[string]string{
-		"cudatrace rep":         "report",
-		"cudatrace --format ":   "json",
-		"cudatrace --back":      "--backend",
-		"cudatrace help ex":     "explain",
-		"cudatrace completion ": "zsh",
+		"cudatrace rep":                "report",
+		"cudatrace ma":                 "man",
+		"cudatrace --format ":          "json",
+		"cudatrace --back":             "--backend",
+		"cudatrace help ex":            "explain",
+		"cudatrace completion ":        "zsh",
+		"cudatrace watch --rep":        "--report-dir",
+		"cudatrace doctor --cg":        "--cgroup",
+		"cudatrace doctor --format ":   "markdown",
+		"cudatrace report x.json --al": "--all-events",
 	} {
 		out, err := exec.Command(fish, "--no-config", "-c", `source $argv[1]; complete -C $argv[2]`, script, line).CombinedOutput()
 		if err != nil {
@@ -102,6 +116,22 @@ func TestFishCompletion(t *testing.T) {
 		}
 		if !contains(got, want) {
 			t.Errorf("%q: completions %q lack %q", line, got, want)
+		}
+	}
+	// A command offers its own flags only, not the trace form's.
+	for line, not := range map[string][]string{
+		"cudatrace watch --":  {"--backend", "--pid", "--all-events", "--user"},
+		"cudatrace doctor --": {"--backend", "--all-events", "--duration"},
+		"cudatrace report --": {"--backend", "--user", "--pid"},
+	} {
+		out, err := exec.Command(fish, "--no-config", "-c", `source $argv[1]; complete -C $argv[2]`, script, line).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%q: %v\n%s", line, err, out)
+		}
+		for _, l := range strings.Split(string(out), "\n") {
+			if w := strings.SplitN(l, "\t", 2)[0]; contains(not, w) {
+				t.Errorf("%q: offers %s, another command's flag", line, w)
+			}
 		}
 	}
 }

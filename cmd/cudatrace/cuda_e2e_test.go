@@ -38,7 +38,7 @@ func apiEvents(tr traceRun, fn string) []tracer.Event {
 func TestCUDAReturnCodeDenyUVM(t *testing.T) {
 	privtest.RequireRoot(t)
 	dir := fakeLib(t)
-	for _, backend := range []string{"ebpf", "ptrace"} {
+	for _, backend := range backends {
 		t.Run(backend, func(t *testing.T) {
 			tr := traceIn(t, denyUVM(), backend, nil, libTarget(dir)...)
 			if !strings.Contains(tr.stdout, "cuInit 999") {
@@ -124,7 +124,7 @@ func TestCUDALibraryOpenedFromElsewhere(t *testing.T) {
 		t.Fatal(err)
 	}
 	os.Chmod(filepath.Dir(other), 0o755)
-	for _, backend := range []string{"ebpf", "ptrace"} {
+	for _, backend := range backends {
 		t.Run(backend, func(t *testing.T) {
 			tr := traceIn(t, denyUVM(), backend, nil, filepath.Join(dir, "app"), lib)
 			requireCUDAFailed(t, tr, 999, lib)
@@ -137,7 +137,7 @@ func TestCUDALibraryOpenedFromElsewhere(t *testing.T) {
 // backends record it and name the filter.
 func TestSeccompRefusedIoctl(t *testing.T) {
 	privtest.RequireRoot(t)
-	for _, backend := range []string{"ebpf", "ptrace"} {
+	for _, backend := range backends {
 		t.Run(backend, func(t *testing.T) {
 			env := standIn()
 			env.SeccompDeny = []string{"ioctl"}

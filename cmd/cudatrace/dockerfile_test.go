@@ -27,7 +27,13 @@ func TestDockerfile(t *testing.T) {
 		switch {
 		case strings.HasPrefix(line, "FROM "):
 			stages = append(stages, strings.Fields(line)[1])
-			if m := regexp.MustCompile(`^golang:(\d+\.\d+)`).FindStringSubmatch(strings.Fields(line)[1]); m != nil {
+			img := strings.Fields(line)[1]
+			// podman resolves no short names: every image but scratch is
+			// fully qualified (registry/namespace/name).
+			if img != "scratch" && strings.Count(strings.SplitN(img, ":", 2)[0], "/") < 2 {
+				t.Errorf("FROM %s: not a fully qualified image name (docker.io/library/...)", img)
+			}
+			if m := regexp.MustCompile(`^docker\.io/library/golang:(\d+\.\d+)`).FindStringSubmatch(img); m != nil {
 				goVersion = m[1]
 			}
 		case strings.HasPrefix(line, "RUN ") && strings.Contains(line, "go build"):
@@ -48,6 +54,10 @@ func TestDockerfile(t *testing.T) {
 	}
 	if m := regexp.MustCompile(`(?m)^go (\d+\.\d+)`).FindSubmatch(mod); m == nil || string(m[1]) != goVersion {
 		t.Errorf("the build image's Go %s is not go.mod's %s", goVersion, m[1])
+	}
+	// The example matches deploy/kubernetes: no CAP_KILL (nothing is stopped host-wide).
+	if strings.Contains(string(b), "--cap-add=KILL") {
+		t.Error("the example adds CAP_KILL, which deploy/kubernetes/README.md says watch does not need")
 	}
 	if !strings.Contains(string(b), "org.opencontainers.image.version=\"${VERSION}\"") {
 		t.Error("the image carries no version label")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -17,53 +18,68 @@ import (
 // with exitFound (3).
 const exitWarn = 5
 
-const doctorUsage = `Usage: cudatrace doctor [-u USER] [--pid PID | --cgroup PATH]
+const doctorAbout = `Checks the NVIDIA device nodes, the device cgroup policy (emulated, v1 and
+v2), every LXC/Proxmox/incus container config and CDI spec on this host, the driver (modules,
+versions, firmware, fabric manager, kernel log) and the environment; prints PASS/WARN/FAIL with
+a fix for each problem. Unprivileged it checks what it can; the rest says SKIP and why. It
+changes nothing.`
 
-Check, without running anything, whether CUDA can start here. Checks the NVIDIA device nodes, the device cgroup policy (emulated, v1 and
-v2), every LXC/Proxmox/incus container config and CDI spec on this host,
-the driver (modules, versions, firmware, fabric manager, kernel log) and
-the environment. Unprivileged it checks what it can; the rest says SKIP
-and why. It changes nothing.
+var doctorExits = []exitRow{
+	{exitOK, "every check passed (or was skipped)"},
+	{exitFailure, "doctor itself failed (the subject's root or /etc/passwd could not be read for -u)"},
+	{exitUsage, "usage error (also: no such process, cgroup or user)"},
+	{exitFound, "at least one check FAILed: CUDA cannot start until it is fixed"},
+	{exitWarn, "no FAIL, but at least one WARN"},
+}
 
-Flags:
-%s
-Exit status:
-  0  every check passed (or was skipped)
-  1  doctor itself failed
-  2  usage error
-  3  at least one check FAILed: CUDA cannot start until it is fixed
-  5  no FAIL, but at least one WARN
-`
+// doctorFlags holds doctor's flags; doctorFlagSet is where they are
+// defined.
+type doctorFlags struct {
+	user, cgroup, format, color string
+	pid                         int
+	help                        bool
+	procDevices, smi, hostRoot  string
+}
+
+func doctorFlagSet(v *doctorFlags) *pflag.FlagSet {
+	fs := pflag.NewFlagSet("cudatrace doctor", pflag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.SortFlags = false
+	fs.StringVarP(&v.user, "user", "u", "", "check node permissions for `USER` (name, UID or UID:GID) instead of the subject's own")
+	completeWith(fs, "user", completeUser)
+	fs.IntVarP(&v.pid, "pid", "p", 0, "check the cgroup, nodes and environment of process `PID`")
+	completeWith(fs, "pid", completePID)
+	fs.StringVar(&v.cgroup, "cgroup", "", "check the device policy of cgroup `PATH` (e.g. /lxc/101 or /sys/fs/cgroup/lxc/101)")
+	fs.StringVar(&v.format, "format", "text", "print `FORMAT`: text, json or markdown")
+	completeWords(fs, "format", "text json markdown")
+	fs.StringVar(&v.color, "color", "auto", "colour the text output: `WHEN` auto (a terminal, and NO_COLOR unset or empty), always or never")
+	completeWords(fs, "color", colorWhens)
+	fs.StringVar(&v.smi, "nvidia-smi", "", "ask nvidia-smi at `PATH` for compute and persistence mode (- asks nothing)")
+	completeWith(fs, "nvidia-smi", completeFile)
+	fs.BoolVarP(&v.help, "help", "h", false, "show this help")
+	fs.StringVar(&v.procDevices, "proc-devices", "", "read device majors from this file (testing)")
+	fs.StringVar(&v.hostRoot, "host-root", "", "read container configs and CDI specs under this root (testing)")
+	for _, n := range []string{"proc-devices", "host-root"} {
+		_ = fs.MarkHidden(n) // the flags were just defined
+	}
+	return fs
+}
 
 // doctorCommand parses doctor's flags, surveys the host and prints the
 // result; it returns the exit status.
 func doctorCommand(args []string, stdout, stderr io.Writer) int {
-	var (
-		user, cgroup, format string
-		pid                  int
-		help                 bool
-		procDevices, smi     string
-		hostRoot             string
-	)
-	fs := pflag.NewFlagSet("cudatrace doctor", pflag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.StringVarP(&user, "user", "u", "", "check node permissions for `USER` (name, UID or UID:GID) instead of the subject's own")
-	fs.IntVarP(&pid, "pid", "p", 0, "check the cgroup, nodes and environment of process `PID`")
-	fs.StringVar(&cgroup, "cgroup", "", "check the device policy of cgroup `PATH` (e.g. /lxc/101 or /sys/fs/cgroup/lxc/101)")
-	fs.StringVarP(&format, "format", "f", "text", "print `FORMAT`: text, json or markdown")
-	fs.BoolVarP(&help, "help", "h", false, "show this help")
-	fs.StringVar(&procDevices, "proc-devices", "", "read device majors from this file (testing)")
-	fs.StringVar(&smi, "nvidia-smi", "", "nvidia-smi to ask for compute and persistence mode; - asks nothing")
-	fs.StringVar(&hostRoot, "host-root", "", "read container configs and CDI specs under this root (testing)")
-	for _, n := range []string{"proc-devices", "host-root"} {
-		_ = fs.MarkHidden(n) // the flags were just defined
-	}
-	if err := fs.Parse(args); err != nil || help {
-		if help || err == pflag.ErrHelp {
-			fmt.Fprintf(stdout, doctorUsage, flagUsages(fs))
-			return exitOK
+	var v doctorFlags
+	fs := doctorFlagSet(&v)
+	if err := fs.Parse(args); err != nil || v.help {
+		if v.help || err == pflag.ErrHelp {
+			return finish(writeSubHelp(stdout, lookupSubcommand("doctor")), stderr)
 		}
 		fmt.Fprintf(stderr, "cudatrace doctor: %v\nRun 'cudatrace doctor --help' for usage.\n", err)
+		return exitUsage
+	}
+	user, cgroup, format, pid := v.user, v.cgroup, v.format, v.pid
+	if err := checkColor(v.color); err != nil {
+		fmt.Fprintf(stderr, "cudatrace doctor: %v\n", err)
 		return exitUsage
 	}
 	switch {
@@ -95,20 +111,31 @@ func doctorCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "cudatrace doctor: --cgroup %q: .. is not allowed\n", cgroup)
 		return exitUsage
 	}
+	if cgroup != "" {
+		if err := snapshot.CheckCgroup(cgroup); err != nil {
+			fmt.Fprintf(stderr, "cudatrace doctor: --cgroup %s: %v\n", doctor.Escape(cgroup), err)
+			return exitUsage
+		}
+	}
 
 	sv := snapshot.SurveyHost(snapshot.SurveyOptions{PID: pid, Cgroup: cgroup, User: user,
-		HostRoot: hostRoot, ProcDevicesPath: procDevices, NvidiaSMI: smi})
+		HostRoot: v.hostRoot, ProcDevicesPath: v.procDevices, NvidiaSMI: v.smi})
 	if user != "" && sv.User == nil {
-		fmt.Fprintf(stderr, "cudatrace doctor: -u %s: no such user\n", doctor.Escape(user))
-		return exitUsage
+		code := exitFailure
+		if sv.UserError == nil || errors.Is(sv.UserError, snapshot.ErrNoSuchUser) {
+			code = exitUsage
+		}
+		msg := "no such user"
+		if sv.UserError != nil {
+			msg = sv.UserError.Error()
+		}
+		fmt.Fprintf(stderr, "cudatrace doctor: -u %s: %s\n", doctor.Escape(user), msg)
+		return code
 	}
 	res := doctor.Run(sv)
 	res.Tool = toolVersion()
 	ro := report.RenderOptions{}
-	if file, ok := stdout.(*os.File); ok {
-		ro.Width = terminalWidth(file)
-		ro.Color = ro.Width > 0 && wantColor(os.Getenv)
-	}
+	ro.Width, ro.Color = terminalStyle(stdout, v.color)
 	if err := report.RenderDoctor(stdout, res, f, ro); err != nil {
 		fmt.Fprintf(stderr, "cudatrace doctor: print: %v\n", err)
 		return exitFailure

@@ -177,6 +177,27 @@ func TestDoctorInScenarios(t *testing.T) {
 func itoa(n uint32) string     { return strconv.FormatUint(uint64(n), 10) }
 func lastElem(p string) string { return p[strings.LastIndex(p, "/")+1:] }
 
+// -u USER is looked up in the subject's root: when that cannot be read
+// (/proc/1/root, unprivileged), doctor says so, not "no such user".
+func TestDoctorUserUnreadableRoot(t *testing.T) {
+	privtest.RequireRoot(t)
+	needBinaries(t)
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		privtest.Skip(t, "no setpriv (apt-get install util-linux)")
+	}
+	r := runBinary(t, exec.Command(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups",
+		cudatraceBin, "doctor", "-u", "root", "--pid", "1", "--nvidia-smi", "-"))
+	if r.code != exitFailure || !strings.Contains(r.stderr, "/proc/1/root could not be read") || strings.Contains(r.stderr, "no such user") {
+		t.Errorf("exit %d, stderr %q; want %d and why /proc/1/root could not be read", r.code, r.stderr, exitFailure)
+	}
+	// Where the root can be read (this test's own), root is found.
+	r = runBinary(t, exec.Command(cudatraceBin, "doctor", "-u", "root", "--pid", strconv.Itoa(os.Getpid()), "--nvidia-smi", "-", "--format", "json"))
+	if strings.Contains(r.stderr, "-u root") {
+		t.Errorf("as root: %q", r.stderr)
+	}
+}
+
 func TestDoctorUsage(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -190,6 +211,10 @@ func TestDoctorUsage(t *testing.T) {
 		{[]string{"doctor", "--cgroup", "/../x"}, ".. is not allowed"},
 		{[]string{"doctor", "--bogus"}, "unknown flag"},
 		{[]string{"doctor", "-u", "no-such-user-xyz", "--nvidia-smi", "-"}, "no such user"},
+		{[]string{"doctor", "--cgroup", "/no-such-cgroup-xyz", "--nvidia-smi", "-"}, "--cgroup /no-such-cgroup-xyz: no such cgroup"},
+		{[]string{"doctor", "--cgroup", "/sys/fs/cgroup/no-such-cgroup-xyz", "--nvidia-smi", "-"}, "no such cgroup"},
+		{[]string{"doctor", "--color", "sometimes"}, `--color "sometimes"`},
+		{[]string{"doctor", "-f", "json"}, "unknown shorthand flag: 'f'"},
 	} {
 		r := runBinary(t, exec.Command(cudatraceBin, tc.args...))
 		if r.code != exitUsage || !strings.Contains(r.stderr, tc.want) || strings.Count(strings.TrimSpace(r.stderr), "\n") > 1 {
@@ -197,7 +222,7 @@ func TestDoctorUsage(t *testing.T) {
 		}
 	}
 	r := runBinary(t, exec.Command(cudatraceBin, "doctor", "--help"))
-	if r.code != 0 || !strings.Contains(r.stdout, "5  no FAIL, but at least one WARN") || !strings.Contains(r.stdout, "--cgroup PATH") {
+	if r.code != 0 || !strings.Contains(r.stdout, "5    no FAIL, but at least one WARN") || !strings.Contains(r.stdout, "--cgroup PATH") {
 		t.Errorf("help: %d %q", r.code, r.stdout)
 	}
 }

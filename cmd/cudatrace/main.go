@@ -159,7 +159,7 @@ func runSubcommand(sc *subcommand, args []string, stdout, stderr io.Writer) int 
 		return sc.direct(args, stdout, stderr)
 	}
 	var o options
-	fs := flagSetFor(sc, &o, stderr)
+	fs := sc.flagSet(&o)
 	err := fs.Parse(args)
 	if errors.Is(err, pflag.ErrHelp) || (err == nil && o.help) {
 		return finish(writeSubHelp(stdout, sc), stderr)

@@ -16,6 +16,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/moby/sys/mountinfo"
 
+	"github.com/cudatrace/cudatrace/internal/privtest"
 	"github.com/cudatrace/cudatrace/internal/scenario"
 	"github.com/cudatrace/cudatrace/tracer/launch"
 )
@@ -36,11 +37,18 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	os.Chmod(dir, 0o755)
-	cudatraceBin = filepath.Join(dir, "cudatrace")
-	fakecudaBin = filepath.Join(dir, "fakecuda")
-	buildErr = build(cudatraceBin, "./cmd/cudatrace")
-	if buildErr == nil {
-		buildErr = build(fakecudaBin, scenario.FakeCUDAPackage)
+	if pre := os.Getenv(privtest.EnvPrebuilt); pre != "" {
+		// The kernel matrix's guest has no Go: scripts/test-kernels.sh
+		// built them.
+		cudatraceBin = filepath.Join(pre, "cudatrace")
+		fakecudaBin = filepath.Join(pre, "fakecuda")
+	} else {
+		cudatraceBin = filepath.Join(dir, "cudatrace")
+		fakecudaBin = filepath.Join(dir, "fakecuda")
+		buildErr = scenario.Build(cudatraceBin, "./cmd/cudatrace")
+		if buildErr == nil {
+			buildErr = scenario.Build(fakecudaBin, scenario.FakeCUDAPackage)
+		}
 	}
 
 	var before leftovers
@@ -58,21 +66,6 @@ func TestMain(m *testing.M) {
 		}
 	}
 	os.Exit(code)
-}
-
-// build compiles a package of this module, statically.
-func build(out, pkg string) error {
-	root, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return fmt.Errorf("go env GOMOD: %v", err)
-	}
-	cmd := exec.Command("go", "build", "-o", out, pkg)
-	cmd.Dir = filepath.Dir(strings.TrimSpace(string(root)))
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
-	}
-	return nil
 }
 
 func needBinaries(t *testing.T) {

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -23,9 +22,7 @@ func writeManPage(w io.Writer) error {
 	b.WriteString(".B cudatrace\n[\\fIflags\\fR] [\\fB\\-\\-\\fR] \\fICOMMAND\\fR [\\fIARGS\\fR...]\n.br\n")
 	b.WriteString(".B cudatrace\n[\\fIflags\\fR] \\fB\\-p\\fR \\fIPID\\fR[,\\fIPID\\fR...]\n")
 	for _, sc := range subcommands {
-		if !sc.hidden {
-			fmt.Fprintf(&b, ".br\n.B cudatrace %s\n%s\n", sc.name, roff(subOperands(&sc)))
-		}
+		fmt.Fprintf(&b, ".br\n.B cudatrace %s\n%s\n", sc.name, roff(subOperands(&sc)))
 	}
 	b.WriteString(".SH DESCRIPTION\n")
 	b.WriteString(roff("cudatrace traces the /dev/nvidia* calls of COMMAND (with its children and threads) or of running processes, "+
@@ -40,32 +37,31 @@ func writeManPage(w io.Writer) error {
 	}
 	b.WriteString(".SH COMMANDS\n")
 	for _, sc := range subcommands {
-		if sc.hidden {
-			continue
+		fmt.Fprintf(&b, ".SS %s\n%s.\n", roff(subUsage(&sc)), roff(capitalise(sc.summary)))
+		for _, para := range paragraphs(sc.about) {
+			b.WriteString(".PP\n" + roff(strings.Join(strings.Fields(para), " ")) + "\n")
 		}
-		fmt.Fprintf(&b, ".TP\n.B %s\n%s.", roff(strings.TrimPrefix(subUsage(&sc), "cudatrace ")), roff(capitalise(sc.summary)))
-		if sc.about != "" {
-			b.WriteString(" " + roff(sc.about))
-		}
-		b.WriteString("\n")
-		if len(sc.flags) > 0 {
-			var names []string
-			for _, n := range sc.flags {
-				names = append(names, "\\fB\\-\\-"+n+"\\fR")
+		if fl := visibleFlags(flagsOf(&sc)); hasFlags(flagsOf(&sc)) {
+			b.WriteString(".PP\nFlags:\n.RS\n")
+			for _, f := range fl {
+				if f.Name != "help" {
+					b.WriteString(manFlag(f))
+				}
 			}
-			fmt.Fprintf(&b, "Flags: %s.\n", strings.Join(names, ", "))
+			b.WriteString(".RE\n")
 		}
+		b.WriteString(".PP\nExit status:\n.RS\n")
+		for _, r := range sc.exits {
+			fmt.Fprintf(&b, ".TP\n.B %d\n%s.\n", r.code, roff(capitalise(r.text)))
+		}
+		b.WriteString(".RE\n")
 	}
 	b.WriteString(".SH \"EXIT STATUS\"\n")
 	b.WriteString(".TP\n.I COMMAND's own\nWhen launching: its exit code, or 128+N if signal N killed it.\n")
-	codes := make([]int, 0, len(exitStatuses))
-	for c := range exitStatuses {
-		codes = append(codes, c)
+	for _, r := range traceExits {
+		fmt.Fprintf(&b, ".TP\n.B %d\n%s.\n", r.code, roff(capitalise(r.text)))
 	}
-	slices.Sort(codes)
-	for _, c := range codes {
-		fmt.Fprintf(&b, ".TP\n.B %d\n%s.\n", c, roff(capitalise(exitStatuses[c])))
-	}
+	b.WriteString(".PP\nEach command's own are under COMMANDS.\n")
 	b.WriteString(".SH EXAMPLES\n")
 	for _, ex := range []string{
 		"sudo cudatrace -- python3 -c 'import torch; torch.zeros(1).cuda()'",

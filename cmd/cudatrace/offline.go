@@ -19,11 +19,14 @@ func reportCommand(args []string, o *options, stdout, stderr io.Writer) error {
 	if err := checkFormat(o.format); err != nil {
 		return err
 	}
+	if err := checkColor(o.color); err != nil {
+		return err
+	}
 	if err := checkOutput(o, stderr); err != nil {
 		return err
 	}
 	if len(args) != 1 {
-		return fail(exitUsage, "usage: cudatrace report FILE [--format text|json|markdown]")
+		return fail(exitUsage, "usage: cudatrace report FILE [--format text|json|markdown|html]")
 	}
 	rep, err := report.LoadFile(args[0])
 	if err != nil {
@@ -36,12 +39,23 @@ func reportCommand(args []string, o *options, stdout, stderr io.Writer) error {
 		// The stored finding ids come from the file: escape them.
 		fmt.Fprintf(stderr, "cudatrace: note: this version's analysis differs from the stored one (%s)\n", annotate.Printable(changed))
 	}
-	return emit(rep, o, stdout, stderr, false)
+	if err := emit(rep, o, stdout, stderr, false); err != nil {
+		return err
+	}
+	// Printed, as it is a report; but one of nothing NVIDIA-related gets
+	// explain's status for a log of nothing NVIDIA-related.
+	if len(rep.Summary()) == 0 {
+		return fail(exitBadInput, "%s holds no NVIDIA call: no /dev/nvidia* or CUDA/NVML call was traced", annotate.Printable(args[0]))
+	}
+	return nil
 }
 
 // explainCommand analyses strace output.
 func explainCommand(args []string, o *options, stdout, stderr io.Writer) error {
 	if err := checkFormat(o.format); err != nil {
+		return err
+	}
+	if err := checkColor(o.color); err != nil {
 		return err
 	}
 	if err := checkOutput(o, stderr); err != nil {

@@ -42,17 +42,7 @@ Flags:
 %s
 Exit status:
   COMMAND's own  when launching: its exit code, or 128+N if signal N killed it
-                 (also when the -o report could not be written: that is said last)
-  0    report/explain/attach: no NVIDIA call failed
-  1    cudatrace failed (no privileges, BPF unavailable, I/O error, the -o
-       report not written)
-  2    usage error
-  3    report/explain/attach: a failing NVIDIA call was found
-  4    input is not a report or strace log (a device or FIFO is refused unread),
-       or holds nothing NVIDIA-related
-  doctor: 0 all checks pass, 3 a check FAILed, 5 a WARN but no FAIL (see 'cudatrace doctor --help')
-  126  COMMAND is not executable
-  127  COMMAND not found
+%s  Each command's own: cudatrace help COMMAND (doctor: 0, 3 FAIL, 5 WARN).
 
 Examples:
   sudo cudatrace -- python3 -c 'import torch; torch.zeros(1).cuda()'
@@ -65,8 +55,23 @@ Examples:
 // writeMainHelp prints cudatrace --help.
 func writeMainHelp(w io.Writer) error {
 	var o options
-	_, err := fmt.Fprintf(w, usageText, commandList(), flagUsages(newFlagSet(&o, io.Discard)))
+	var exits strings.Builder
+	for _, r := range traceExits {
+		fmt.Fprintf(&exits, "  %-3d  %s\n", r.code, wrapIndent(r.text, 70, 7))
+	}
+	_, err := fmt.Fprintf(w, usageText, commandList(), flagUsages(newFlagSet(&o, io.Discard)), exits.String())
 	return err
+}
+
+// traceExits are the trace form's exit statuses besides the launched
+// COMMAND's own.
+var traceExits = []exitRow{
+	{exitOK, "attached: no NVIDIA call failed (and CUDA, where its return code was traced, started)"},
+	exitRowFailure,
+	exitRowUsage,
+	{exitFound, "attached: a failing NVIDIA call was found, or CUDA's traced return code was an error"},
+	{exitNoExec, "COMMAND is not executable"},
+	{exitNotFound, "COMMAND not found"},
 }
 
 // outputPath is -o's value: an empty one is a usage error, not "no file".
@@ -88,6 +93,8 @@ type options struct {
 	output    string
 	out       *report.Output // -o, opened by checkOutput before anything runs
 	format    string
+	color     string
+	summary   bool
 	user      string
 	pids      []int
 	duration  time.Duration
@@ -109,11 +116,19 @@ type options struct {
 
 func registerFlags(fs *pflag.FlagSet, o *options) {
 	fs.VarP((*outputPath)(&o.output), "output", "o", "also write the JSON report to `FILE` (- for stdout); a device or FIFO is written through")
-	fs.StringVar(&o.format, "format", "text", "print `FORMAT`: text, json or markdown")
+	completeWith(fs, "output", completeFile)
+	fs.StringVar(&o.format, "format", "text", "print `FORMAT`: text, json, markdown or html (one self-contained file)")
+	completeWords(fs, "format", "text json markdown html")
+	fs.StringVar(&o.color, "color", "auto", "colour the text report: `WHEN` auto (a terminal, and NO_COLOR unset or empty), always or never")
+	completeWords(fs, "color", colorWhens)
+	fs.BoolVarP(&o.summary, "summary", "c", false, "print a summary instead of the timeline, as strace -c: calls and errors per node and call")
 	fs.StringVarP(&o.user, "user", "u", "", "run COMMAND as `USER` or UID[:GID] (permission failures depend on who opens)")
+	completeWith(fs, "user", completeUser)
 	fs.VarP((*pidList)(&o.pids), "pid", "p", "attach to `PID` (repeatable, or comma-separated)")
+	completeWith(fs, "pid", completePID)
 	fs.DurationVar(&o.duration, "duration", 0, "stop tracing after `DURATION` (e.g. 30s); attached processes keep running")
 	fs.StringVar(&o.backend, "backend", "auto", "tracer `NAME`: auto (eBPF, else ptrace), ebpf or ptrace")
+	completeWords(fs, "backend", "auto ebpf ptrace")
 	fs.BoolVarP(&o.follow, "follow", "f", true, "follow forks and threads, as strace -f (always on; accepted for habit)")
 	fs.BoolVar(&o.allEvents, "all-events", false, "list every recorded call, not only the condensed timeline")
 	fs.BoolVar(&o.redact, "redact", false, "replace user names, home paths and arguments in the report")

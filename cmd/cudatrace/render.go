@@ -103,11 +103,8 @@ func emit(rep *report.Report, o *options, stdout, stderr io.Writer, launched boo
 
 // render prints the report in format f on w.
 func render(w io.Writer, rep *report.Report, f report.Format, o *options) error {
-	ro := report.RenderOptions{AllEvents: o.allEvents, Quiet: o.quiet}
-	if file, ok := w.(*os.File); ok {
-		ro.Width = terminalWidth(file)
-		ro.Color = ro.Width > 0 && wantColor(os.Getenv)
-	}
+	ro := report.RenderOptions{AllEvents: o.allEvents, Quiet: o.quiet, Summary: o.summary}
+	ro.Width, ro.Color = terminalStyle(w, o.color)
 	if err := report.Render(w, rep, f, ro); err != nil {
 		if errors.Is(err, syscall.EPIPE) {
 			// The reader left (`| head`): nobody to tell.
@@ -125,6 +122,33 @@ func terminalWidth(f *os.File) int {
 		return 0
 	}
 	return int(ws.Col)
+}
+
+// colorWhens are --color's values.
+const colorWhens = "auto always never"
+
+func checkColor(when string) error {
+	switch when {
+	case "auto", "always", "never":
+		return nil
+	}
+	return fail(exitUsage, "--color %q: use auto, always or never", when)
+}
+
+// terminalStyle is w's width (0: not a terminal) and whether to colour
+// what goes there: --color always or never decides; auto colours a
+// terminal unless NO_COLOR or TERM=dumb says not to.
+func terminalStyle(w io.Writer, when string) (width int, color bool) {
+	if file, ok := w.(*os.File); ok {
+		width = terminalWidth(file)
+	}
+	switch when {
+	case "always":
+		return width, true
+	case "never":
+		return width, false
+	}
+	return width, width > 0 && wantColor(os.Getenv)
 }
 
 // wantColor applies the conventions for a terminal: NO_COLOR set to

@@ -47,9 +47,10 @@ func newStatusLine(stderr io.Writer, target string, attached bool) *statusLine {
 	return &statusLine{w: f, width: width, ansi: os.Getenv("TERM") != "dumb", target: target, attached: attached}
 }
 
-// count is called from the Sink for every event the backend delivers.
+// count is called from the Sink for every event the backend delivers;
+// execs and exits are not NVIDIA calls, and are not counted.
 func (s *statusLine) count(e *tracer.Event) {
-	if s == nil || e.Kind == tracer.KindExit {
+	if s == nil || e.Kind == tracer.KindExit || e.Kind == tracer.KindExec {
 		return
 	}
 	s.calls.Add(1)

@@ -132,6 +132,9 @@ func TestStatusText(t *testing.T) {
 	s.count(&tracer.Event{Kind: tracer.KindOpen, Ret: -1})
 	s.count(&tracer.Event{Kind: tracer.KindAPI, Ret: 999})
 	s.count(&tracer.Event{Kind: tracer.KindExit})
+	// execs are not NVIDIA calls either, failed or not.
+	s.count(&tracer.Event{Kind: tracer.KindExec, Ret: 0})
+	s.count(&tracer.Event{Kind: tracer.KindExec, Ret: -2})
 	if got, want := s.text(), "cudatrace: tracing python3: 5 NVIDIA c…"; got != want {
 		t.Errorf("text() = %q, want %q", got, want)
 	}

@@ -19,6 +19,9 @@ func traceCommand(argv []string, o *options, stdout, stderr io.Writer) error {
 	if err := checkFormat(o.format); err != nil {
 		return err
 	}
+	if err := checkColor(o.color); err != nil {
+		return err
+	}
 	if err := checkOutput(o, stderr); err != nil {
 		return err
 	}
@@ -68,7 +71,7 @@ func traceCommand(argv []string, o *options, stdout, stderr io.Writer) error {
 		}
 		spec.Cred = cred
 	}
-	if err := nvidiaSpec(&spec, o.procDevices, o.deviceMajors, !o.noFold); err != nil {
+	if err := diagnose.NVIDIASpec(&spec, o.procDevices, o.deviceMajors, !o.noFold); err != nil {
 		return fail(exitFailure, "%v", err)
 	}
 
@@ -125,10 +128,10 @@ func traceCommand(argv []string, o *options, stdout, stderr io.Writer) error {
 
 func checkFormat(f string) error {
 	switch f {
-	case "text", "json", "markdown", "md":
+	case "text", "json", "markdown", "md", "html":
 		return nil
 	}
-	return fail(exitUsage, "unknown format %q: use text, json or markdown", f)
+	return fail(exitUsage, "unknown format %q: use text, json, markdown or html", f)
 }
 
 func traceError(err error, o *options) error {

@@ -19,53 +19,48 @@ import (
 	"github.com/cudatrace/cudatrace/watch"
 )
 
-const watchUsage = `Usage: cudatrace watch [flags]
+const watchAbout = `Watch the whole host: every process that opens an NVIDIA device node or a
+CUDA/NVML library is followed from that open on (with the processes it forks). When CUDA or
+NVML fails in one, or one of its device calls fails, its snapshot is taken at once and it is
+diagnosed as a trace would be; at its exit one line is printed on stdout: JSON (keys in
+docs/watch.md), or a readable line (--format text, the default on a terminal). Processes in
+which nothing failed are counted, and printed only with -v. Runs until SIGTERM or SIGINT (or
+--duration), then prints the diagnoses of processes that failed and still run, and exits 0.
+Needs the eBPF backend (root, or CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN).
 
-Watch the whole host: every process that opens an NVIDIA device node or a
-CUDA/NVML library is followed from that open on (with the processes it
-forks). When CUDA or NVML fails in one, or one of its device calls fails,
-its snapshot is taken at once and it is diagnosed as a trace would be; at
-its exit one line is printed on stdout: JSON (keys in docs/watch.md), or a
-readable line when stdout is a terminal and --json is not given. Processes
-in which nothing failed are counted, and printed only with -v. Runs until
-SIGTERM or SIGINT (or --duration), then prints the diagnoses of processes
-that failed and still run, and exits 0. Needs the eBPF backend (root, or
-CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN).
+The filters are decided at a process's first event, before any snapshot work: --cgroup,
+--container and --pod-uid from its cgroup path, --comm from its name (a process is watched from
+its first event under that name). The kernel still follows every process; what the filters
+leave out is neither recorded nor reported.`
 
-The filters are decided at a process's first event, before any snapshot
-work: --cgroup, --container and --pod-uid from its cgroup path, --comm from
-its name (a process is watched from its first event under that name). The
-kernel still follows every process; what the filters leave out is neither
-recorded nor reported.
-
-Flags:
-%s
-Exit status:
-  0  stopped by SIGTERM, SIGINT or --duration
-  1  watch failed (eBPF unavailable, no privileges, the metrics server failed)
-  2  usage error (also the ptrace backend: host-wide tracing needs eBPF;
-     --report-dir not a writable directory; --metrics unparsable or in use)
-`
+var watchExits = []exitRow{
+	{exitOK, "stopped by SIGTERM, SIGINT or --duration"},
+	{exitFailure, "watch failed (eBPF unavailable, no privileges, the metrics server failed)"},
+	{exitUsage, "usage error (also the ptrace backend: host-wide tracing needs eBPF; --report-dir not a writable directory; --metrics unparsable or in use)"},
+}
 
 type watchFlags struct {
-	json, verbose, help, debug  bool
-	reportDir, metrics, backend string
-	reportKeep, maxProcesses    int
-	duration                    time.Duration
-	filter                      watch.Filter
-	procDevices                 string
-	deviceMajors                []uint
-	ringBufBytes                int
+	json, verbose, help, debug          bool
+	format, reportDir, metrics, backend string
+	reportKeep, maxProcesses            int
+	duration                            time.Duration
+	filter                              watch.Filter
+	procDevices                         string
+	deviceMajors                        []uint
+	ringBufBytes                        int
 }
 
 func watchFlagSet(f *watchFlags) *pflag.FlagSet {
 	fs := pflag.NewFlagSet("cudatrace watch", pflag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.SortFlags = false
-	fs.BoolVar(&f.json, "json", false, "print JSON lines even on a terminal")
+	fs.StringVar(&f.format, "format", "", "print `FORMAT`: json (lines) or text (default: text on a terminal, else json)")
+	completeWords(fs, "format", "json text")
+	fs.BoolVar(&f.json, "json", false, "the same as --format json")
 	fs.BoolVarP(&f.verbose, "verbose", "v", false, "also print the processes in which nothing failed")
 	fs.StringVar(&f.reportDir, "report-dir", "", "keep each diagnosis's full JSON report in `DIR` as REPORT_ID.json (cudatrace report renders it)")
 	fs.IntVar(&f.reportKeep, "report-keep", watch.DefaultReportKeep, "keep the newest `N` reports in --report-dir, removing older ones")
+	completeWith(fs, "report-dir", completeDir)
 	fs.StringVar(&f.metrics, "metrics", "", "serve Prometheus metrics on `ADDR` (HOST:PORT or :PORT) at /metrics")
 	fs.DurationVar(&f.duration, "duration", 0, "stop after `DURATION` (e.g. 1h); default: until SIGTERM or SIGINT")
 	fs.StringVar(&f.filter.CgroupPrefix, "cgroup", "", "watch only processes whose cgroup path is `PATH` or below it")
@@ -93,8 +88,7 @@ func watchCommand(args []string, stdout, stderr io.Writer) int {
 	fs := watchFlagSet(&f)
 	if err := fs.Parse(args); err != nil || f.help {
 		if f.help || errors.Is(err, pflag.ErrHelp) {
-			fmt.Fprintf(stdout, watchUsage, flagUsages(fs))
-			return exitOK
+			return finish(writeSubHelp(stdout, lookupSubcommand("watch")), stderr)
 		}
 		fmt.Fprintf(stderr, "cudatrace watch: %v\nRun 'cudatrace watch --help' for usage.\n", err)
 		return exitUsage
@@ -106,6 +100,10 @@ func watchCommand(args []string, stdout, stderr io.Writer) int {
 	switch {
 	case fs.NArg() > 0:
 		return usage("unexpected argument %q: watch traces the whole host", fs.Arg(0))
+	case f.format != "" && f.format != "json" && f.format != "text":
+		return usage("unknown format %q: use json or text", f.format)
+	case f.json && f.format == "text":
+		return usage("--json and --format text disagree")
 	case f.backend == "ptrace":
 		return usage("--backend ptrace: host-wide tracing needs the eBPF backend")
 	case f.backend != "auto" && f.backend != "ebpf":
@@ -125,8 +123,14 @@ func watchCommand(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "cudatrace watch: watching this host (eBPF, syscall hook %s)\n", s.SyscallHook)
 		},
 	}
-	if file, ok := stdout.(*os.File); !ok || terminalWidth(file) == 0 {
-		o.JSON = true // a pipe or file: JSON lines whatever the flag
+	switch {
+	case f.json || f.format == "json":
+		o.JSON = true
+	case f.format == "text":
+	default:
+		if file, ok := stdout.(*os.File); !ok || terminalWidth(file) == 0 {
+			o.JSON = true // a pipe or file: JSON lines unless --format text
+		}
 	}
 	o.Host = snapshot.NodeName() // the node, not the pod, when run as a DaemonSet
 	if f.reportDir != "" {
@@ -149,7 +153,7 @@ func watchCommand(args []string, stdout, stderr io.Writer) int {
 	} else {
 		close(serveDone)
 	}
-	if err := nvidiaSpec(&o.Spec, f.procDevices, f.deviceMajors, true); err != nil {
+	if err := diagnose.NVIDIASpec(&o.Spec, f.procDevices, f.deviceMajors, true); err != nil {
 		fmt.Fprintf(stderr, "cudatrace watch: %v\n", err)
 		return exitFailure
 	}

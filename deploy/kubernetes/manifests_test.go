@@ -132,8 +132,17 @@ func TestDaemonSet(t *testing.T) {
 		t.Fatalf("%d containers, %d init containers; want one watch container", len(pod.Containers), len(pod.InitContainers))
 	}
 	c := pod.Containers[0]
-	if len(c.Args) == 0 || c.Args[0] != "watch" || !slices.Contains(c.Args, "--json") {
-		t.Errorf("args %q: want watch --json", c.Args)
+	if len(c.Args) == 0 || c.Args[0] != "watch" || flagValue(c.Args, "--format") != "json" {
+		t.Errorf("args %q: want watch --format=json", c.Args)
+	}
+	checkImage(t, c.Image)
+
+	// hostPID and the capabilities are refused under baseline: the
+	// namespace enforces privileged, and says so for audit and warn too.
+	for _, mode := range []string{"enforce", "audit", "warn"} {
+		if v := ns.Labels["pod-security.kubernetes.io/"+mode]; v != "privileged" {
+			t.Errorf("namespace label pod-security.kubernetes.io/%s=%q, want privileged", mode, v)
+		}
 	}
 
 	sc := c.SecurityContext
@@ -254,9 +263,14 @@ func TestDaemonSet(t *testing.T) {
 	if lp := c.LivenessProbe; lp == nil || lp.HTTPGet == nil || lp.HTTPGet.Path != "/metrics" || lp.HTTPGet.Port.String() != "metrics" {
 		t.Errorf("liveness probe %+v, want GET /metrics on the metrics port", c.LivenessProbe)
 	}
-	for what, ann := range map[string]map[string]string{"pod": ds.Spec.Template.Annotations, "service": svc.Annotations} {
-		if ann["prometheus.io/scrape"] != "true" || ann["prometheus.io/port"] != port {
-			t.Errorf("%s annotations %v do not point Prometheus at port %s", what, ann, port)
+	// One scrape annotation, the pods': on the Service as well, each pod
+	// would be scraped twice (pod and endpoints discovery).
+	if ann := ds.Spec.Template.Annotations; ann["prometheus.io/scrape"] != "true" || ann["prometheus.io/port"] != port {
+		t.Errorf("pod annotations %v do not point Prometheus at port %s", ann, port)
+	}
+	for k := range svc.Annotations {
+		if strings.HasPrefix(k, "prometheus.io/") {
+			t.Errorf("the Service has %s too: pods would be scraped twice", k)
 		}
 	}
 	if !selects(svc.Spec.Selector, ds.Spec.Template.Labels) {
@@ -264,6 +278,38 @@ func TestDaemonSet(t *testing.T) {
 	}
 	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].TargetPort.String() != "metrics" || itoa(svc.Spec.Ports[0].Port) != port {
 		t.Errorf("Service ports %+v, want %s to the metrics port", svc.Spec.Ports, port)
+	}
+}
+
+// pinnedTag is the image tag every manifest names; checkImage keeps them
+// to it, and README.md says how to build and push it.
+const pinnedTag = "v0.1.0"
+
+// checkImage: a fully qualified reference with a pinned version tag, not a
+// moving one (latest with IfNotPresent leaves nodes on a stale build).
+func checkImage(t *testing.T, ref string) {
+	t.Helper()
+	name, tag, ok := strings.Cut(ref, ":")
+	if !ok || strings.Count(name, "/") < 2 {
+		t.Errorf("image %q: want REGISTRY/NAMESPACE/NAME:TAG", ref)
+	}
+	if tag != pinnedTag {
+		t.Errorf("image %q: want the pinned tag %s", ref, pinnedTag)
+	}
+}
+
+// The README states the minimum Kubernetes version the manifests need
+// (appArmorProfile is a field from 1.30) and how to build and push the
+// pinned image.
+func TestREADMEVersions(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Kubernetes 1.30", "make image-push IMAGE=", ":" + pinnedTag} {
+		if !strings.Contains(string(readme), want) {
+			t.Errorf("README.md does not say %q", want)
+		}
 	}
 }
 
@@ -342,6 +388,8 @@ func TestNPDPatch(t *testing.T) {
 	}
 	if img == nil {
 		t.Error("no image volume with the cudatrace binary")
+	} else {
+		checkImage(t, img.Reference)
 	}
 	if hostCgroupMount(pod) == nil {
 		t.Error("no read-only hostPath of /sys/fs/cgroup: doctor could not read PID 1's device programs from NPD's cgroup namespace")

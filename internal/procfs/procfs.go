@@ -16,7 +16,11 @@ type Stat struct {
 	Comm  string // as the kernel shows it, up to 15 bytes; may hold spaces and parentheses
 	State byte   // R, S, D, Z, X, ...
 	PPID  int
+	Flags uint64 // the kernel's PF_* flags (include/linux/sched.h)
 }
+
+// PFKthread is PF_KTHREAD in Stat.Flags: a kernel thread.
+const PFKthread = 0x00200000
 
 // Gone reports whether the process is a zombie or dead.
 func (s Stat) Gone() bool { return s.State == 'Z' || s.State == 'X' }
@@ -43,7 +47,12 @@ func ParseStat(line string) (Stat, error) {
 	if err != nil {
 		return Stat{}, errStat
 	}
-	return Stat{PID: pid, Comm: line[open+1 : end], State: f[0][0], PPID: ppid}, nil
+	st := Stat{PID: pid, Comm: line[open+1 : end], State: f[0][0], PPID: ppid}
+	// state ppid pgrp session tty_nr tpgid flags: flags is the seventh.
+	if len(f) > 6 {
+		st.Flags, _ = strconv.ParseUint(f[6], 10, 64)
+	}
+	return st, nil
 }
 
 // ReadStat reads /proc/PID/stat.

@@ -8,10 +8,12 @@ import (
 
 func TestParseStat(t *testing.T) {
 	for line, want := range map[string]Stat{
-		"845 (python3) S 844 845 1 0 -1 4194560 ...": {PID: 845, Comm: "python3", State: 'S', PPID: 844},
+		"845 (python3) S 844 845 1 0 -1 4194560 ...": {PID: 845, Comm: "python3", State: 'S', PPID: 844, Flags: 4194560},
+		"2 (kthreadd) S 0 0 0 0 -1 2129984 0 0":      {PID: 2, Comm: "kthreadd", State: 'S', PPID: 0, Flags: 2129984},
 		"7 (a) b) (c) Z 1 7 7 0":                     {PID: 7, Comm: "a) b) (c", State: 'Z', PPID: 1},
 		"9 (with space ) X 2 0":                      {PID: 9, Comm: "with space ", State: 'X', PPID: 2},
 		"12 (\x1b[2J) R 3 0":                         {PID: 12, Comm: "\x1b[2J", State: 'R', PPID: 3},
+		"42 (a) Z (b) S 1 1 1 0 -1 2097152 0 0":      {PID: 42, Comm: "a) Z (b", State: 'S', PPID: 1, Flags: PFKthread},
 	} {
 		got, err := ParseStat(line)
 		if err != nil || got != want {
@@ -22,6 +24,9 @@ func TestParseStat(t *testing.T) {
 		if _, err := ParseStat(bad); err == nil {
 			t.Errorf("ParseStat(%q) accepted", bad)
 		}
+	}
+	if k, _ := ParseStat("2 (kthreadd) S 0 0 0 0 -1 2129984 0 0"); k.Flags&PFKthread == 0 {
+		t.Errorf("kthreadd's flags %#x lack PF_KTHREAD", k.Flags)
 	}
 	self, err := ReadStat(os.Getpid())
 	if err != nil || self.PID != os.Getpid() || self.PPID != os.Getppid() || self.Gone() {

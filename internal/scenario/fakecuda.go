@@ -1,12 +1,15 @@
 package scenario
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/cudatrace/cudatrace/internal/privtest"
 )
 
 // FakeCUDAPackage is fakecuda's import path relative to the module root.
@@ -78,11 +81,10 @@ func buildShared(t testing.TB, pkg, name string) string {
 		dir = sharedTempDir(t, "cudatrace-fakecuda-")
 	}
 	bin := filepath.Join(dir, name)
-	cmd := exec.Command("go", "build", "-o", bin, pkg)
-	cmd.Dir = ModuleRoot(t)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("scenario: build %s: %v\n%s", name, err, out)
+	if p, ok := privtest.Prebuilt(t, name); ok {
+		bin = p
+	} else if err := Build(bin, pkg); err != nil {
+		t.Fatalf("scenario: %v", err)
 	}
 	if shared.enabled {
 		if shared.paths == nil {
@@ -91,6 +93,21 @@ func buildShared(t testing.TB, pkg, name string) string {
 		shared.paths[pkg] = bin
 	}
 	return bin
+}
+
+// Build compiles pkg (relative to the module root) statically into bin.
+func Build(bin, pkg string) error {
+	root, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return fmt.Errorf("go env GOMOD: %v", err)
+	}
+	cmd := exec.Command("go", "build", "-o", bin, pkg)
+	cmd.Dir = filepath.Dir(strings.TrimSpace(string(root)))
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("build %s: %v\n%s", pkg, err, out)
+	}
+	return nil
 }
 
 // ModuleRoot is the directory holding go.mod, from `go env GOMOD`.

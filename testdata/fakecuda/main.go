@@ -37,6 +37,8 @@ type options struct {
 	interval    time.Duration
 	sleepBefore time.Duration
 	exitNonzero bool
+	noIoctls    bool
+	cuInitLib   bool
 	memfd       bool
 	verbose     bool
 	hostDev     bool
@@ -56,6 +58,8 @@ func parseFlags(args []string) (*options, error) {
 	fs.DurationVar(&o.interval, "interval", 100*time.Millisecond, "pause between --loop iterations")
 	fs.DurationVar(&o.sleepBefore, "sleep-before", 0, "pause before the first sequence")
 	fs.BoolVar(&o.exitNonzero, "exit-nonzero", false, "exit 1 when cuInit is not 0")
+	fs.BoolVar(&o.cuInitLib, "cuinit-lib", false, "return cuInit's result through the cuInit of a libcuda.so.1 written to $TMPDIR, so a uretprobe sees it (amd64)")
+	fs.BoolVar(&o.noIoctls, "no-ioctls", false, "issue no ioctl, as if each worked: stand-in nodes answer every one with ENOTTY, which no NVIDIA driver does (make demo)")
 	fs.BoolVar(&o.memfd, "memfd", false, "call memfd_create after nvidiactl (a seccomp denial gives cuInit 304)")
 	fs.BoolVar(&o.verbose, "v", false, "log each call and its result to stderr")
 	fs.BoolVar(&o.hostDev, "host-dev", false, "as root, really create missing nodes in this host's /dev (outside a scenario)")
@@ -149,6 +153,17 @@ func run(o *options) int {
 	}
 	time.Sleep(o.sleepBefore)
 	status := 0
+	var lib *loadedLib
+	if o.cuInitLib {
+		// Loaded first, as a CUDA program's loader maps libcuda before
+		// cuInit runs.
+		var err error
+		if lib, err = loadFakeLibcuda(&sequence{}, os.TempDir()); err != nil {
+			fmt.Fprintln(os.Stderr, "fakecuda:", err)
+			return 1
+		}
+		defer lib.unload()
+	}
 	for i := 0; o.loop == 0 || i < o.loop; i++ {
 		if i > 0 {
 			time.Sleep(o.interval)
@@ -157,6 +172,9 @@ func run(o *options) int {
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "fakecuda:", err)
 			return 1
+		}
+		if lib != nil {
+			code = lib.call(code)
 		}
 		fmt.Printf("cuInit %d\n", code)
 		status = 0
@@ -191,6 +209,7 @@ func cuInit(o *options) (int, error) {
 		libcuda:     o.libcuda,
 		memfd:       o.memfd,
 	}
+	q.noIoctls = o.noIoctls
 	if o.verbose {
 		q.log = os.Stderr
 	}

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
 
@@ -91,8 +90,12 @@ func StartAPIProbes(start time.Time) (*APIProbes, error) {
 	}
 	spec.Maps[bpfMapEvents].MaxEntries = apiRingBytes
 	p := &APIProbes{}
+	v := kernelSupport()
+	if v.missing != nil {
+		return nil, v.missing
+	}
 	var to any = &p.objs
-	if features.HaveBPFLinkUprobeMulti() != nil {
+	if !v.uprobeMulti {
 		to = &p.objs.apiObjects // per-symbol links remain
 	}
 	opts, err := loadOptions(kernelBTF())

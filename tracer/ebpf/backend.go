@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
@@ -104,7 +103,7 @@ func (backend) Run(ctx context.Context, spec tracer.Spec, sink tracer.Sink) (res
 	}
 	s.phases = phases
 
-	res = &tracer.Result{Backend: "ebpf", SyscallHook: s.hook, Launched: launching}
+	res = &tracer.Result{Backend: "ebpf", SyscallHook: s.hook, KernelVariants: s.variants, Launched: launching}
 	startKtime := monotonicNow()
 	res.Started = time.Now()
 	dec := newDecoder(startKtime)
@@ -258,15 +257,17 @@ var onLoad func(*ebpf.Collection)
 
 // session is one loaded set of programs and maps.
 type session struct {
-	coll   *ebpf.Collection
-	links  []link.Link
-	hook   string // hookRawTracepoint or hookFentry
-	rd     *ringbuf.Reader
-	debug  bool
-	phases *phaseLog
-	exits  chan struct{} // a traced process exited (attach: is any left?)
-	fold   foldAfter
-	api    *apiProbes
+	coll  *ebpf.Collection
+	links []link.Link
+	hook  string // hookRawTracepoint or hookFentry
+	// variants are the kernel's, as chosen for this load (kernelVariants.list).
+	variants []string
+	rd       *ringbuf.Reader
+	debug    bool
+	phases   *phaseLog
+	exits    chan struct{} // a traced process exited (attach: is any left?)
+	fold     foldAfter
+	api      *apiProbes
 }
 
 // load reads the object, makes the maps and loads the programs; phases
@@ -286,20 +287,24 @@ func load(spec tracer.Spec, ringBytes int, phases *phaseLog) (*session, error) {
 	if ringBytes != 0 {
 		cspec.Maps[bpfMapEvents].MaxEntries = uint32(ringBytes)
 	}
-	if features.HaveBPFLinkUprobeMulti() != nil {
+	// The features the programs need, and the variants chosen, probed once
+	// (RLIMIT_MEMLOCK raised there where the kernel charges it).
+	v := kernelSupport()
+	if v.missing != nil {
+		return nil, v.missing
+	}
+	if !v.uprobeMulti {
 		// Before 6.6: these programs cannot load; per-symbol links remain.
 		delete(cspec.Programs, bpfProgCtApiEnterMulti)
 		delete(cspec.Programs, bpfProgCtApiRetMulti)
 	}
-	// No RLIMIT_MEMLOCK to lift: it was charged before 5.11, and the
-	// programs need 5.17 (bpf_loop).
 	phases.mark("object")
 	maps, err := createMaps(cspec)
 	if err != nil {
 		return nil, loadError(err, spec.Debug)
 	}
 	phases.mark("maps")
-	if err := configure(cspec, cache, fold, spec.HostWide); err != nil {
+	if err := configure(cspec, cache, fold, spec.HostWide, v); err != nil {
 		closeMaps(maps)
 		return nil, err
 	}
@@ -315,10 +320,13 @@ func load(spec tracer.Spec, ringBytes int, phases *phaseLog) (*session, error) {
 	}
 	phases.mark("programs")
 	phases.note(fmt.Sprintf("syscall hook: %s (%s)", hook, hookWhy))
+	v.rdonlyCast = haveKfunc(cache, "bpf_rdonly_cast") && !fieldReads
+	v.loop = v.loop && !boundedLoops
+	phases.note(v.String())
 	if onLoad != nil {
 		onLoad(coll)
 	}
-	s := &session{coll: coll, hook: hook, debug: spec.Debug, fold: fold, exits: make(chan struct{}, 1),
+	s := &session{coll: coll, hook: hook, variants: v.list(), debug: spec.Debug, fold: fold, exits: make(chan struct{}, 1),
 		api: newAPIProbes(coll.Programs[bpfProgCtApiEnter], coll.Programs[bpfProgCtApiRet], coll.Maps[bpfMapProbedLibs])}
 	s.api.enterMulti, s.api.retMulti = coll.Programs[bpfProgCtApiEnterMulti], coll.Programs[bpfProgCtApiRetMulti]
 	s.api.awaited, s.api.awaiting = coll.Maps[bpfMapAwaitedLibs], coll.Variables[bpfVarAwaitingLibs]

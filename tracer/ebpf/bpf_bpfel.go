@@ -36,6 +36,7 @@ type bpfEvent struct {
 	Ret       int64
 	Uptr      uint64
 	PathUptr  uint64
+	CgroupId  uint64
 	Tgid      uint32
 	Tid       uint32
 	Request   uint32
@@ -220,6 +221,7 @@ const (
 	bpfVarUnusedOpenFlags     = "unused_open_flags"
 	bpfVarUnusedStatxLayout   = "unused_statx_layout"
 	bpfVarUnusedSyscall       = "unused_syscall"
+	bpfVarUseBpfLoop          = "use_bpf_loop"
 	bpfVarUseRdonlyCast       = "use_rdonly_cast"
 	bpfVarWakeupBytes         = "wakeup_bytes"
 )
@@ -326,6 +328,7 @@ type bpfVariableSpecs struct {
 	UnusedOpenFlags    *ebpf.VariableSpec `ebpf:"unused_open_flags"`
 	UnusedStatxLayout  *ebpf.VariableSpec `ebpf:"unused_statx_layout"`
 	UnusedSyscall      *ebpf.VariableSpec `ebpf:"unused_syscall"`
+	UseBpfLoop         *ebpf.VariableSpec `ebpf:"use_bpf_loop"`
 	UseRdonlyCast      *ebpf.VariableSpec `ebpf:"use_rdonly_cast"`
 	WakeupBytes        *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
@@ -414,6 +417,7 @@ type bpfVariables struct {
 	UnusedOpenFlags    *ebpf.Variable `ebpf:"unused_open_flags"`
 	UnusedStatxLayout  *ebpf.Variable `ebpf:"unused_statx_layout"`
 	UnusedSyscall      *ebpf.Variable `ebpf:"unused_syscall"`
+	UseBpfLoop         *ebpf.Variable `ebpf:"use_bpf_loop"`
 	UseRdonlyCast      *ebpf.Variable `ebpf:"use_rdonly_cast"`
 	WakeupBytes        *ebpf.Variable `ebpf:"wakeup_bytes"`
 }

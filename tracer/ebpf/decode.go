@@ -180,6 +180,7 @@ func (d *decoder) begin(e *bpfEvent, kind tracer.Kind) *tracer.Event {
 	}
 	ev.PID = int(e.Tgid)
 	ev.TID = int(e.Tid)
+	ev.CgroupID = e.CgroupId
 	ev.Comm = d.internLast(cstr(e.Comm[:]), &d.lastComm)
 	ev.Kind = kind
 	return ev

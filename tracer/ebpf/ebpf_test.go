@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/cudatrace/cudatrace/internal/fakeinband"
 	"github.com/cudatrace/cudatrace/internal/privtest"
+	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
 	"github.com/cudatrace/cudatrace/tracer/launch"
 )
@@ -163,6 +165,7 @@ func (r *recorder) dump() string {
 // /dev/nvidia (so the path filters apply), here c 1:3 like /dev/null.
 func fakeNode(t *testing.T, stem string) string {
 	t.Helper()
+	privtest.RequireRoot(t) // before mknod: as an ordinary user the test skips, not fails
 	p := fmt.Sprintf("/dev/%s-cudatrace-test-%08x", stem, rand.Uint32())
 	if err := unix.Mknod(p, unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil {
 		t.Fatalf("mknod %s: %v", p, err)
@@ -683,6 +686,15 @@ func TestFdWalkWithoutRdonlyCast(t *testing.T) {
 	wantDev(t, ioctl, 1, 3)
 }
 
+// Before 5.17 (no bpf_loop) the path scans run as bounded loops: the
+// library's name and nvidia-modprobe's are found as with bpf_loop.
+func TestScansWithoutBpfLoop(t *testing.T) {
+	boundedLoops = true
+	t.Cleanup(func() { boundedLoops = false })
+	t.Run("library", TestLibraryAndProcOpens)
+	t.Run("node-repair", TestNodeRepairCalls)
+}
+
 // A node under /dev/nvidia* whose major is another driver's (a stale
 // node): its ioctls are recorded, so the ENOTTY they get is seen; the same
 // device opened elsewhere by a process that never used the NVIDIA path
@@ -705,5 +717,53 @@ func TestIoctlOnNvidiaPathOfAnotherDriver(t *testing.T) {
 	e := one(t, rec, "ioctl on the node", func(e *tracer.Event) bool { return e.Kind == tracer.KindIoctl && e.FD >= 0 })
 	if e.Dev == nil || e.Dev.Major != 1 || e.Dev.Minor != 3 || e.Errno() != unix.ENOTTY {
 		t.Errorf("ioctl %+v, want TCGETS on c 1:3 failing ENOTTY", *e)
+	}
+}
+
+// Each event carries the cgroup its task was in when the call returned,
+// recorded in the kernel: a target that moves into another cgroup and
+// fails there names that one, which resolves to its path after the target
+// is gone (nothing of it is left in /proc to read).
+func TestEventsCarryCgroupID(t *testing.T) {
+	mnt := ""
+	mi, _ := os.ReadFile("/proc/self/mountinfo")
+	for _, l := range strings.Split(string(mi), "\n") {
+		// ID PARENT MAJ:MIN ROOT MOUNTPOINT ... - cgroup2 ...
+		if f := strings.Fields(l); len(f) > 4 && f[3] == "/" && strings.Contains(l, " - cgroup2 ") {
+			mnt = f[4]
+		}
+	}
+	if mnt == "" {
+		privtest.Skip(t, "no cgroup2 mount rooted at / here")
+	}
+	dir := filepath.Join(mnt, fmt.Sprintf("cudatrace-cgid-%08x", rand.Uint32()))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		privtest.Skip(t, "cannot make a cgroup: "+err.Error())
+	}
+	t.Cleanup(func() { os.Remove(dir) })
+	var st, own unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	selfCg, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Stat(filepath.Join(mnt, snapshot.CgroupPathOf(string(selfCg))), &own); err != nil {
+		t.Fatal(err)
+	}
+	missing := fmt.Sprintf("/dev/nvidia-uvm-cudatrace-test-missing-%08x", rand.Uint32())
+	res, rec := traceCmd(t, tracer.Spec{}, fmt.Sprintf(
+		"{ true < %s; } 2>/dev/null; echo $$ > %s/cgroup.procs; { true < %s; } 2>/dev/null; exit 0", missing, dir, missing))
+	checkComplete(t, res)
+	opens := rec.find(byPath(missing))
+	if len(opens) != 2 {
+		t.Fatalf("%d opens of %s, want 2:\n%s", len(opens), missing, rec.dump())
+	}
+	if opens[0].CgroupID != own.Ino || opens[1].CgroupID != st.Ino {
+		t.Errorf("cgroup ids %d then %d, want %d (cudatrace's) then %d (%s)", opens[0].CgroupID, opens[1].CgroupID, own.Ino, st.Ino, dir)
+	}
+	if p, err := snapshot.CgroupV2PathByID(opens[1].CgroupID); err != nil || p != "/"+filepath.Base(dir) {
+		t.Errorf("the failing call's cgroup after the exit: %q, %v", p, err)
 	}
 }

@@ -11,8 +11,8 @@ import (
 
 	"github.com/cudatrace/cudatrace/internal/privtest"
 
+	"github.com/cudatrace/cudatrace/diagnose/record"
 	"github.com/cudatrace/cudatrace/tracer"
-	"github.com/cudatrace/cudatrace/tracer/record"
 )
 
 // rawSample lays out one ring-buffer sample as the BPF side writes it.
@@ -50,7 +50,7 @@ func w1Samples() [][]byte {
 }
 
 // BenchmarkPipeline is the user-space cost per event of an eBPF trace:
-// decoding a sample, then the Recorder (tracer/record) (what cudatrace's sink
+// decoding a sample, then the Recorder (diagnose/record) (what cudatrace's sink
 // does). Reading the ring itself is the kernel's and cilium/ebpf's part.
 func BenchmarkPipeline(b *testing.B) {
 	samples := w1Samples()
@@ -92,7 +92,7 @@ func BenchmarkLoad(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if err := configure(spec, btf.NewCache(), foldAfter{}, false); err != nil {
+			if err := configure(spec, btf.NewCache(), foldAfter{}, false, kernelSupport()); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -114,7 +114,7 @@ func BenchmarkLoad(b *testing.B) {
 		b.Fatal(err)
 	}
 	cache := btf.NewCache()
-	if err := configure(spec, cache, foldAfter{}, false); err != nil {
+	if err := configure(spec, cache, foldAfter{}, false, kernelSupport()); err != nil {
 		b.Fatal(err)
 	}
 	made, err := createMaps(spec)
@@ -158,7 +158,7 @@ func BenchmarkLoad(b *testing.B) {
 				b.Fatal(err)
 			}
 			cache := btf.NewCache()
-			if err := configure(spec, cache, foldAfter{}, false); err != nil {
+			if err := configure(spec, cache, foldAfter{}, false, kernelSupport()); err != nil {
 				b.Fatal(err)
 			}
 			for b.Loop() {

@@ -78,6 +78,10 @@ func Probe() error {
 			return unavailable("BPF not supported: no kernel BTF: %v", err)
 		}
 	}
+	// Below the minimum kernel: one line naming the feature missing.
+	if err := kernelSupport().missing; err != nil {
+		return err
+	}
 	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
 		Type:         ebpf.SocketFilter,
 		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()},

@@ -55,6 +55,10 @@ func syscallTable() ([nrTableSize]uint8, error) {
 // read per field, as on kernels before 6.2 (no bpf_rdonly_cast).
 var fieldReads bool
 
+// boundedLoops, set by tests, makes the programs scan paths with bounded
+// loops, as on kernels before 5.17 (no bpf_loop).
+var boundedLoops bool
+
 // foldAfter is how many successful calls per site are sent before the rest
 // are only counted (tracer.Spec.FoldIoctlsAfter); zero sends all.
 type foldAfter struct{ ioctls, calls uint32 }
@@ -63,7 +67,8 @@ type foldAfter struct{ ioctls, calls uint32 }
 // BTF, parsed once for configure and the load.
 // hostWide (cudatrace watch) follows any process that opens something of
 // NVIDIA's, and stops no one's process at an unprobed library.
-func configure(spec *ebpf.CollectionSpec, cache *btf.Cache, fold foldAfter, hostWide bool) error {
+// v is the kernel's probed variants (kernelSupport).
+func configure(spec *ebpf.CollectionSpec, cache *btf.Cache, fold foldAfter, hostWide bool, v kernelVariants) error {
 	// Below a quarter full, the reader's own timer (pump.go) collects
 	// events; above it, every submit wakes it.
 	wakeup := uint64(spec.Maps[bpfMapEvents].MaxEntries / 4)
@@ -89,6 +94,7 @@ func configure(spec *ebpf.CollectionSpec, cache *btf.Cache, fold foldAfter, host
 		"fold_ioctls_after":      fold.ioctls,
 		"fold_calls_after":       fold.calls,
 		"use_rdonly_cast":        !fieldReads,
+		"use_bpf_loop":           v.loop && !boundedLoops,
 		"hold_unprobed_libs":     !hostWide,
 		"host_wide":              hostWide,
 		"self_tgid":              uint32(os.Getpid()),

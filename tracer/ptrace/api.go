@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
@@ -51,6 +53,13 @@ type apiLoad struct {
 // for a grace period).
 func (s *session) startAPILaunch(res *tracer.Result, pid int) {
 	libs := snapshot.OpenCUDALibraries(fmt.Sprintf("/proc/%d/root", pid), os.Getenv("LD_LIBRARY_PATH"))
+	s.awaited = map[[2]uint64]bool{}
+	for _, l := range libs {
+		var st unix.Stat_t
+		if unix.Fstat(int(l.File.Fd()), &st) == nil {
+			s.awaited[[2]uint64{st.Dev, st.Ino}] = true
+		}
+	}
 	ch := make(chan apiLoad, 1)
 	s.apiLoading = ch
 	s.apiRes = res
@@ -134,9 +143,18 @@ func (s *session) untraceAPI(tgid int) {
 }
 
 // openedAPI probes a CUDA or NVML library the stopped task just opened,
-// unless that file is probed already.
+// unless that file is probed already: one named as such, or one of the
+// files the background probing is for under any name (a symlink), known
+// by its inode, so that an open that comes before that probing (a loaded
+// host's background load can take longer than the target's start) is
+// probed all the same.
 func (s *session) openedAPI(t *task, c *call, ret int64) {
-	if ret < 0 || c.ev.Kind != tracer.KindOpen || !nvdev.IsLibrary(c.ev.Path) {
+	if ret < 0 || c.ev.Kind != tracer.KindOpen {
+		return
+	}
+	if awaited := c.fileOK && s.awaited[c.file]; awaited {
+		delete(s.awaited, c.file) // probed below, once
+	} else if !nvdev.IsLibrary(c.ev.Path) {
 		return
 	}
 	s.installAPI(true) // nothing can call into it until it is probed

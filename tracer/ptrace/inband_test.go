@@ -3,10 +3,10 @@ package ptrace
 import (
 	"testing"
 
+	"github.com/cudatrace/cudatrace/diagnose/record"
 	"github.com/cudatrace/cudatrace/internal/fakeinband"
 	"github.com/cudatrace/cudatrace/internal/privtest"
 	"github.com/cudatrace/cudatrace/tracer"
-	"github.com/cudatrace/cudatrace/tracer/record"
 )
 
 // ptrace delivers every call with its in-band status word (read from the

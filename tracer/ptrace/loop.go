@@ -90,6 +90,10 @@ type Stats struct {
 	// MaxStopsPerCall is the most stops one traced syscall took, from its
 	// entry (or seccomp) stop to its completion.
 	MaxStopsPerCall int
+	// Requests are the resumes, listens and detaches that ended a stop;
+	// Stale the stops dropped because their thread was killed while they
+	// waited (the invariants above handle: Stops = Requests + Stale).
+	Requests, Stale uint64
 }
 
 // session is the state of one Run, owned by the tracer thread.
@@ -131,7 +135,11 @@ type session struct {
 	// installs them at the first stop after they are ready, and waits for
 	// them only at a library's open (nothing can call into one before).
 	apiLoading chan apiLoad
-	apiRes     *tracer.Result // where a failed background load is said
+	apiRes     *tracer.Result
+	// awaited (launch): the files the background probing is for, by
+	// st_dev and st_ino; each is probed at the exit of its first open,
+	// whatever its name, if that comes first (openedAPI).
+	awaited map[[2]uint64]bool // where a failed background load is said
 	// hold lets the sink read a failing process's view at the exit stop
 	// of its failed call, before it can exit (tracer.StopSink).
 	hold *tracer.StopHolder
@@ -216,6 +224,35 @@ func (s *session) loop(shouldStop func() bool) {
 	}
 }
 
+// The stop-handling invariants. The loop ends only when every task it
+// tracks is gone, so each one below is what keeps it from waiting forever
+// (or from running a tracee past a stop it never saw):
+//
+//   - Every stop wait4 reports ends in exactly one request: a resume
+//     (PTRACE_CONT or PTRACE_SYSCALL, with the signal a signal-delivery
+//     stop was to deliver), PTRACE_LISTEN for a group-stop, or
+//     PTRACE_DETACH; or it is dropped, unanswered, because it went stale
+//     while queued (below). A handler that returns without one of these
+//     leaves its tracee in ptrace_stop for good.
+//   - A killed thread's late stops are dropped: SIGKILL (exit_group, an
+//     exec's de_thread) wakes a thread out of a stop whose report is still
+//     queued, and it stops again at PTRACE_EVENT_EXIT, reported apart. Its
+//     queued stop is checked before any request acts on it (the syscall
+//     info's op, stillAt for event stops): a request would act on the exit
+//     stop, and a stale fork event's message (the exit code) would name a
+//     task that never exits. The exit stop itself is always resumed.
+//   - Group-stops are parked with PTRACE_LISTEN, not resumed (the process
+//     stays stopped, as without a tracer) and not counted as stale; a new
+//     task's first stop, PTRACE_EVENT_STOP, is resumed whatever its signal.
+//   - An exec from a thread other than the leader changes that thread's
+//     tid to the leader's: the old leader vanishes unreported, and the
+//     exec stop comes from the leader's tid with the old tid as its event
+//     message (execStop moves the record). While it is under way no stop
+//     of its process may wait in the queue, since a request meant for the
+//     old leader would reach the new program (deferExec, queue.go).
+//   - A tid met before its creator's fork/clone event (wait4 reports the
+//     newest tracee first) is adopted at once; the event later finds it
+//     known, or gone, and registers nothing twice (announce).
 func (s *session) handle(pid int, ws unix.WaitStatus) {
 	t := s.tasks[pid]
 	if t == nil {
@@ -262,12 +299,14 @@ func (s *session) handle(pid int, ws unix.WaitStatus) {
 		s.seccompStop(t)
 	case sig == unix.SIGTRAP && (event == unix.PTRACE_EVENT_FORK || event == unix.PTRACE_EVENT_VFORK || event == unix.PTRACE_EVENT_CLONE):
 		if !stillAt(t.tid, event) {
+			s.stats.Stale++
 			return // stale (queue.go): its event message is another stop's
 		}
 		s.announced(t, event)
 		s.resume(t, 0)
 	case sig == unix.SIGTRAP && event == unix.PTRACE_EVENT_EXEC:
 		if !stillAt(t.tid, event) {
+			s.stats.Stale++
 			return
 		}
 		s.execStop(t)
@@ -275,6 +314,7 @@ func (s *session) handle(pid int, ws unix.WaitStatus) {
 		if !fresh && isStopSignal(sig) {
 			// Group-stop: stay stopped, but let SIGCONT wake us.
 			t.listening = true
+			s.stats.Requests++
 			_ = listen(t.tid) // it may have exited already: the wait loop sees that
 			return
 		}
@@ -298,6 +338,7 @@ func isStopSignal(sig unix.Signal) bool {
 // is pending (or always, when attached); otherwise it runs until the next
 // traced syscall.
 func (s *session) resume(t *task, sig int) {
+	s.stats.Requests++
 	var err error
 	if s.mode == stopEverySyscall || t.call != nil || t.filtered {
 		err = toSyscall(t.tid, sig)
@@ -317,6 +358,7 @@ func (s *session) seccompStop(t *task) {
 	}
 	var si syscallInfo
 	if err := getSyscallInfo(t.tid, &si); err != nil || si.Op != unix.PTRACE_SYSCALL_INFO_SECCOMP {
+		s.stats.Stale++
 		return // stale (queue.go): killed, it is gone or at its exit stop, reported apart
 	}
 	if s.deferExec(t, &si, true) {
@@ -380,6 +422,7 @@ func (s *session) syscallStop(t *task) {
 	}
 	var si syscallInfo
 	if err := getSyscallInfo(t.tid, &si); err != nil || si.Op == unix.PTRACE_SYSCALL_INFO_NONE {
+		s.stats.Stale++
 		return // stale (queue.go)
 	}
 	if si.Op == unix.PTRACE_SYSCALL_INFO_ENTRY && s.deferExec(t, &si, false) {
@@ -428,8 +471,9 @@ func (s *session) finish(t *task, c *call, ret int64) { s.finishRefused(t, c, re
 // answered before the kernel ran it.
 func (s *session) finishRefused(t *task, c *call, ret int64, refused bool) {
 	s.noteStops(t)
-	s.openedAPI(t, c, ret)
-	if e := s.rules.exit(t.tid, t.fds(), c, ret); e != nil {
+	e := s.rules.exit(t.tid, t.fds(), c, ret)
+	s.openedAPI(t, c, ret) // after exit, which reads the opened file's id
+	if e != nil {
 		e.NoEntry = refused && e.Failed()
 		s.emit(t, e)
 		if !s.quiet {
@@ -457,6 +501,10 @@ func (s *session) execStop(t *task) {
 			t = ex
 		}
 	}
+	// de_thread waits until the other threads are reaped (the old leader
+	// released unreported) before the exec stop: t is its process's only
+	// thread now, and any other record of it is one that never reports.
+	s.forgetOthers(t.tgid, t)
 	t.comm = readComm(t.tid)
 	if c := t.call; c != nil && (c.id == sysExecve || c.id == sysExecveat) {
 		// Named after the program it started, not cudatrace's own loader.
@@ -524,6 +572,11 @@ func (s *session) reap(t *task, ws unix.WaitStatus) {
 	if t.tid != t.tgid && !(s.zombieLeaders[t.tgid] && s.lastOf(t.tgid)) {
 		return
 	}
+	// A traced leader is reported once its threads are all gone, their
+	// exits taken: a record of its process still here is one whose tid
+	// will never report (a thread that exec'd and died before its exec
+	// stop took the leader's tid, and this exit is its own).
+	s.forgetOthers(t.tgid, nil)
 	e := &tracer.Event{Kind: tracer.KindExit, Syscall: "exit"}
 	if ws.Signaled() {
 		e.Signal = int(ws.Signal())
@@ -538,6 +591,17 @@ func (s *session) reap(t *task, ws unix.WaitStatus) {
 	s.untraceAPI(t.tgid)
 	if t.tid == s.root {
 		s.rootSt = &tracer.ExitStatus{Code: e.ExitCode, Signal: e.Signal}
+	}
+}
+
+// forgetOthers drops every record of process tgid but keep: it has no
+// other thread left (an exec stop, its exit), so they cannot report again.
+func (s *session) forgetOthers(tgid int, keep *task) {
+	for _, o := range s.tasks {
+		if o.tgid == tgid && o != keep {
+			s.debugf("tid %d of process %d gone unreported; forgotten", o.tid, tgid)
+			s.drop(o)
+		}
 	}
 }
 
@@ -592,6 +656,7 @@ func (s *session) detachAt(t *task, sig unix.Signal, event int) {
 	case event == 0:
 		deliver = int(sig)
 	}
+	s.stats.Requests++
 	if err := detach(t.tid, deliver); err != nil {
 		// ESRCH: it is dying; its exit will be reported and reaped.
 		s.debugf("detach %d: %v", t.tid, err)

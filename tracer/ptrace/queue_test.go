@@ -294,3 +294,66 @@ func TestExecWaitsForItsProcessStops(t *testing.T) {
 		t.Fatal("a stop deferred behind its own thread's exit")
 	}
 }
+
+// A process's exit and an exec stop leave no other record of its process:
+// the kernel reports a traced leader only once its other threads are
+// reaped, and stops an exec only once de_thread has reaped them. A record
+// left (a thread that took the leader's tid by its exec and died before
+// the exec stop: that exit is the leader's) would never report, and the
+// loop would wait for it forever.
+func TestNoRecordOutlivesItsProcess(t *testing.T) {
+	s := newSession(stopSeccomp, tracer.Spec{}, tracer.SinkFunc(func(*tracer.Event) {}))
+	s.root = 100
+	leader := &task{tid: 100, tgid: 100}
+	execing := &task{tid: 101, tgid: 100, execing: true}
+	other := &task{tid: 200, tgid: 200}
+	for _, tk := range []*task{leader, execing, other} {
+		s.tasks[tk.tid] = tk
+	}
+	s.execs = 1
+	s.handle(100, unix.WaitStatus(9)) // killed by SIGKILL
+	if len(s.tasks) != 1 || s.tasks[200] != other || s.execs != 0 {
+		t.Fatalf("after the leader's exit: tasks %v, execs %d; want only process 200's", s.tasks, s.execs)
+	}
+	if s.rootSt == nil || s.rootSt.Signal != 9 {
+		t.Errorf("root status %+v", s.rootSt)
+	}
+}
+
+// Every stop ends in exactly one request (a resume, a listen, a detach)
+// or is dropped as stale (its thread killed while it waited), never both
+// and never neither: the loop's first invariant, counted, with killed
+// threads' late stops (exit_group over forkers), an exec's tid change
+// under queued stops, and a group-stop, each with a slow sink (long
+// rounds, as on a loaded host).
+func TestEveryStopEndsOnce(t *testing.T) {
+	for _, w := range []struct {
+		name string
+		argv []string
+		code int
+	}{
+		{"killed threads", helperArgv("fork-exit", "8", "30", "7"), 7},
+		{"exec from a thread", helperArgv("spin-exec", "4", "/bin/sh", "-c", "exit 5"), 5},
+		// The child continues the shell ($$ in a subshell too) until it is gone, so the
+		// SIGCONT cannot come before the stop for good.
+		{"group-stop", []string{"/bin/sh", "-c", `(while kill -CONT $$ 2>/dev/null; do sleep 0.02; done) & kill -STOP $$; exit 3`}, 3},
+	} {
+		t.Run(w.name, func(t *testing.T) {
+			for i := range 5 {
+				b := New().(*Backend)
+				c := &collector{onAdd: func(*tracer.Event) { time.Sleep(100 * time.Microsecond) }}
+				res, err := b.Run(privtest.Deadline(t), tracer.Spec{Argv: w.argv, DeviceMajors: []uint32{1}}, c)
+				if err != nil {
+					t.Fatalf("Run: %v", err)
+				}
+				if res.Exit == nil || res.Exit.Code != w.code {
+					t.Fatalf("run %d: exit %+v, want %d", i, res.Exit, w.code)
+				}
+				st := b.Stats()
+				if st.Stops == 0 || st.Stops != st.Requests+st.Stale {
+					t.Fatalf("run %d: %d stops, %d requests, %d stale: each stop must end exactly once", i, st.Stops, st.Requests, st.Stale)
+				}
+			}
+		})
+	}
+}

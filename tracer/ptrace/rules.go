@@ -44,9 +44,12 @@ type call struct {
 	// open: whether the path alone qualifies; otherwise the new fd must be
 	// an NVIDIA character device.
 	pathMatched bool
-	dev         tracer.Dev
-	arg         [64]byte
-	status      tracer.ParamWord
+	// file (open, fileOK): the opened file's st_dev and st_ino.
+	file   [2]uint64
+	fileOK bool
+	dev    tracer.Dev
+	arg    [64]byte
+	status tracer.ParamWord
 }
 
 // setDev points the event at d, kept in c.
@@ -193,7 +196,9 @@ func (r *rules) exit(tid, fdDir int, c *call, ret int64) *tracer.Event {
 	switch c.id {
 	case sysOpen, sysCreat, sysOpenat, sysOpenat2:
 		if ret >= 0 {
-			if st, ok := fdStat(fdDir, int(ret)); ok && isDevMode(st.Mode) {
+			st, ok := fdStat(fdDir, int(ret))
+			c.file, c.fileOK = [2]uint64{st.Dev, st.Ino}, ok
+			if ok && isDevMode(st.Mode) {
 				c.setDev(tracer.Dev{Major: unix.Major(st.Rdev), Minor: unix.Minor(st.Rdev)})
 				if st.Mode&unix.S_IFMT == unix.S_IFCHR && r.majors[c.dev.Major] {
 					c.pathMatched = true
@@ -316,13 +321,14 @@ func fdStat(fdDir, fd int) (unix.Stat_t, bool) {
 	// is right.
 	var stx unix.Statx_t
 	_, _, e := unix.RawSyscall6(unix.SYS_STATX, uintptr(fdDir), uintptr(unsafe.Pointer(&name[0])),
-		unix.AT_STATX_DONT_SYNC, unix.STATX_TYPE|unix.STATX_MODE, uintptr(unsafe.Pointer(&stx)), 0)
+		unix.AT_STATX_DONT_SYNC, unix.STATX_TYPE|unix.STATX_MODE|unix.STATX_INO, uintptr(unsafe.Pointer(&stx)), 0)
 	if e == unix.ENOSYS { // before Linux 4.11
 		_, _, e = unix.RawSyscall6(unix.SYS_NEWFSTATAT, uintptr(fdDir), uintptr(unsafe.Pointer(&name[0])), uintptr(unsafe.Pointer(&st)), 0, 0, 0)
 		return st, e == 0
 	}
 	st.Mode = uint32(stx.Mode)
 	st.Rdev = unix.Mkdev(stx.Rdev_major, stx.Rdev_minor)
+	st.Dev, st.Ino = unix.Mkdev(stx.Dev_major, stx.Dev_minor), stx.Ino
 	return st, e == 0
 }
 

@@ -6,28 +6,24 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/cudatrace/cudatrace/internal/sysabi"
 	"github.com/cudatrace/cudatrace/tracer"
 	"golang.org/x/sys/unix"
 )
 
-// The tables below are Linux x86-64 values, written out rather than taken
-// from x/sys/unix: the log comes from an x86-64 host whatever this binary
-// was built for, and the open flags differ between architectures.
+// The tables below other than openFlags are Linux x86-64 values, written
+// out rather than taken from x/sys/unix: the log comes from an x86-64 host
+// whatever this binary was built for.
 
-var openFlags = map[string]uint64{
-	"O_RDONLY": 0, "O_WRONLY": 0x1, "O_RDWR": 0x2,
-	"O_CREAT": 0x40, "O_EXCL": 0x80, "O_NOCTTY": 0x100, "O_TRUNC": 0x200,
-	"O_APPEND": 0x400, "O_NONBLOCK": 0x800, "O_NDELAY": 0x800, "O_DSYNC": 0x1000,
-	"O_ASYNC": 0x2000, "FASYNC": 0x2000, "O_DIRECT": 0x4000, "O_LARGEFILE": 0x8000,
-	"O_DIRECTORY": 0x10000, "O_NOFOLLOW": 0x20000, "O_NOATIME": 0x40000,
-	"O_CLOEXEC": 0x80000, "O_SYNC": 0x101000, "O_RSYNC": 0x101000,
-	"O_PATH": 0x200000, "O_TMPFILE": 0x410000,
-}
+// openFlags: the names are internal/sysabi's, the project's one table of
+// them, with this build's values, so an imported call renders as a live
+// one does.
+var openFlags = sysabi.OpenFlagValues()
 
 const (
-	oCloexec = 0x80000
+	oCloexec = unix.O_CLOEXEC // openFlags' values, this build's
 	// creat(path, mode) is open(path, O_CREAT|O_WRONLY|O_TRUNC, mode).
-	creatFlags = 0x40 | 0x1 | 0x200
+	creatFlags = unix.O_CREAT | unix.O_WRONLY | unix.O_TRUNC
 )
 
 var atFlags = map[string]uint64{

@@ -225,10 +225,38 @@ func (in *interp) syscall(tk *task, name, body string, t int64, hasTime bool) {
 	if !in.log.HasDevNumbers && (res.anno.dev != nil || strings.Contains(body, "<char ") || strings.Contains(body, "<block ")) {
 		in.log.HasDevNumbers = true
 	}
+	if !in.log.UnnumberedDevFDs && unnumberedDevFD(body) {
+		in.log.UnnumberedDevFDs = true
+	}
 	if h != nil {
 		// One call value, reused: handlers do not keep it.
 		in.cur = call{tk: tk, name: name, args: args, res: res, t: t, hasTime: hasTime}
 		h(in, &in.cur)
+	}
+}
+
+// unnumberedDevFD reports whether a line holds an fd annotation of a
+// device node without its device number: "3</dev/null>" (-y), where -yy
+// prints "3</dev/null<char 1:3>>". Files under /dev/shm and /dev/mqueue are
+// not device nodes and carry no number either way.
+func unnumberedDevFD(line string) bool {
+	for rest := line; ; {
+		i := strings.Index(rest, "</dev/")
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+1:]
+		end := strings.IndexByte(rest, '>')
+		if end < 0 {
+			return false
+		}
+		seg := rest[:end]
+		if strings.HasPrefix(seg, "/dev/shm/") || strings.HasPrefix(seg, "/dev/mqueue/") {
+			continue
+		}
+		if !strings.Contains(seg, "<") {
+			return true
+		}
 	}
 }
 

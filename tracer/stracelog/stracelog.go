@@ -38,6 +38,10 @@ type Log struct {
 	// matched to NVIDIA devices only through the opens the log shows;
 	// without HasDevNumbers (-yy) opens carry no device number.
 	HasPIDs, HasTimes, HasFDPaths, HasDevNumbers bool
+	// UnnumberedDevFDs: an fd annotation names a device node (/dev/...)
+	// without its number, as -y prints and -yy never does. A log with fd
+	// paths and none of these may well be -yy that opened no device.
+	UnnumberedDevFDs bool
 	// Lines is how many lines were read; Skipped how many were not strace
 	// output or were cut off. Syscalls that do not concern NVIDIA devices
 	// are understood and dropped, not skipped.

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"syscall"
 	"unsafe"
 
@@ -48,6 +49,12 @@ func Exec(spec Spec, argv []string) error {
 		}
 	}
 	if spec.NoFile > 0 {
+		// The limit is to count the target's own fds: one its starter
+		// leaked (flock(1)'s lock fd, a CI runner's pipe) would shift every
+		// result by one.
+		if err := cloexecInherited(); err != nil {
+			return err
+		}
 		// syscall.Setrlimit, not unix.Prlimit: the Go runtime raised the soft
 		// limit at start and would restore the old one at exec unless told.
 		lim := syscall.Rlimit{Cur: spec.NoFile, Max: spec.NoFile}
@@ -121,4 +128,21 @@ func connect(path string) (int, error) {
 		return -1, fmt.Errorf("connect to seccomp supervisor %s: %w", path, err)
 	}
 	return sock, nil
+}
+
+// cloexecInherited marks every fd above stderr close-on-exec.
+func cloexecInherited() error {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		// The directory's own fd is gone by now; EBADF for it is expected.
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
+			if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC); err != nil && err != unix.EBADF {
+				return fmt.Errorf("fd %d: %w", fd, err)
+			}
+		}
+	}
+	return nil
 }

@@ -1,4 +1,4 @@
-package main
+package diagnose
 
 import (
 	"os"
@@ -8,10 +8,10 @@ import (
 	"testing"
 
 	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/diagnose/record"
 	"github.com/cudatrace/cudatrace/internal/privtest"
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
-	"github.com/cudatrace/cudatrace/tracer/record"
 )
 
 // One function fills the NVIDIA settings of every command's Spec (trace,
@@ -25,7 +25,7 @@ func TestNvidiaSpec(t *testing.T) {
 		t.Fatal(err)
 	}
 	var spec tracer.Spec
-	if err := nvidiaSpec(&spec, pd, []uint{7}, true); err != nil {
+	if err := NVIDIASpec(&spec, pd, []uint{7}, true); err != nil {
 		t.Fatal(err)
 	}
 	if want := []uint32{195, 508, 511, 7}; !slices.Equal(spec.DeviceMajors, want) {
@@ -40,13 +40,13 @@ func TestNvidiaSpec(t *testing.T) {
 	}
 
 	var unfolded tracer.Spec
-	if err := nvidiaSpec(&unfolded, filepath.Join(t.TempDir(), "missing"), nil, false); err != nil {
+	if err := NVIDIASpec(&unfolded, filepath.Join(t.TempDir(), "missing"), nil, false); err != nil {
 		t.Fatalf("a missing /proc/devices: %v", err)
 	}
 	if !slices.Equal(unfolded.DeviceMajors, []uint32{195}) || unfolded.FoldIoctlsAfter != 0 || unfolded.FoldCallsAfter != 0 || len(unfolded.InbandStatus) == 0 {
 		t.Errorf("no driver, no folding: %+v", unfolded)
 	}
-	if err := nvidiaSpec(&unfolded, t.TempDir(), nil, false); err == nil || !strings.HasPrefix(err.Error(), "read ") {
+	if err := NVIDIASpec(&unfolded, t.TempDir(), nil, false); err == nil || !strings.HasPrefix(err.Error(), "read ") {
 		t.Errorf("a directory as /proc/devices: %v, want a read error", err)
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"slices"
 
 	"github.com/cudatrace/cudatrace/annotate"
-	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/tracer"
 )
 
@@ -79,12 +78,6 @@ type arrival struct {
 	ev tracer.Event
 }
 
-type ioctlSite struct {
-	pid     int
-	dev     tracer.Dev
-	request uint32
-}
-
 // Recorder is the tracer.Sink that builds a report's event list: the first
 // few calls of every site, the last few failures of each, and counts of
 // all.
@@ -95,10 +88,10 @@ type Recorder struct {
 	head     []tracer.Event // in arrival order
 	headAt   []uint64       // each head event's arrival number
 	tailLen  int            // events held in the sites' tails
-	sites    map[report.Site]*site
-	order    []report.Site // sites' keys in first-seen order
-	ioctls   map[ioctlSite]*report.IoctlSummary
-	ioctlSeq []ioctlSite
+	sites    map[Site]*site
+	order    []Site // sites' keys in first-seen order
+	ioctls   map[IoctlSite]*IoctlSummary
+	ioctlSeq []IoctlSite
 	merged   []tracer.Event // Events' result until the next event
 	limit    int            // stored events past which only decisive ones are (maxStored)
 }
@@ -111,7 +104,7 @@ func New() *Recorder { return NewLimited(maxStored) }
 // live process, so each gets a smaller share.
 func NewLimited(limit int) *Recorder {
 	limit = min(max(limit, 1), maxStored)
-	return &Recorder{sites: make(map[report.Site]*site), ioctls: make(map[ioctlSite]*report.IoctlSummary), limit: limit}
+	return &Recorder{sites: make(map[Site]*site), ioctls: make(map[IoctlSite]*IoctlSummary), limit: limit}
 }
 
 // Event implements tracer.Sink.
@@ -123,7 +116,7 @@ func (r *Recorder) Event(e *tracer.Event) {
 		if e.Dev != nil {
 			dev = *e.Dev
 		}
-		if s := r.ioctlSummary(ioctlSite{e.PID, dev, e.Request}); s != nil {
+		if s := r.ioctlSummary(IoctlSite{e.PID, dev, e.Request}); s != nil {
 			s.Count++
 			if e.Failed() {
 				s.Failed++
@@ -136,7 +129,7 @@ func (r *Recorder) Event(e *tracer.Event) {
 		r.store(e, true)
 		return
 	}
-	k, ok := report.SiteOf(e)
+	k, ok := SiteOf(e)
 	if !ok {
 		r.store(e, true)
 		return
@@ -161,7 +154,7 @@ func (r *Recorder) Event(e *tracer.Event) {
 	}
 }
 
-func headSize(k report.Site) int {
+func headSize(k Site) int {
 	switch {
 	case k.Errno != 0:
 		return FailSamplePerSite
@@ -278,12 +271,12 @@ func cmpUint(a, b uint64) int {
 func (r *Recorder) AddFolded(folded []tracer.Folded) {
 	for _, f := range folded {
 		r.Seen += f.Count
-		k := report.Site{PID: f.PID, Kind: f.Kind, Path: f.Path}
+		k := Site{PID: f.PID, Kind: f.Kind, Path: f.Path}
 		if f.Kind == tracer.KindIoctl {
-			if s := r.ioctlSummary(ioctlSite{f.PID, f.Dev, f.Request}); s != nil {
+			if s := r.ioctlSummary(IoctlSite{f.PID, f.Dev, f.Request}); s != nil {
 				s.Count += f.Count
 			}
-			k = report.Site{PID: f.PID, Kind: f.Kind, Dev: f.Dev, Request: f.Request}
+			k = Site{PID: f.PID, Kind: f.Kind, Dev: f.Dev, Request: f.Request}
 		}
 		if s := r.site(k); s != nil {
 			s.calls += f.Count
@@ -293,8 +286,8 @@ func (r *Recorder) AddFolded(folded []tracer.Folded) {
 }
 
 // Ioctls returns the per-site ioctl counts in first-seen order.
-func (r *Recorder) Ioctls() []report.IoctlSummary {
-	out := make([]report.IoctlSummary, 0, len(r.ioctlSeq))
+func (r *Recorder) Ioctls() []IoctlSummary {
+	out := make([]IoctlSummary, 0, len(r.ioctlSeq))
 	for _, s := range r.ioctlSeq {
 		out = append(out, *r.ioctls[s])
 	}
@@ -303,13 +296,13 @@ func (r *Recorder) Ioctls() []report.IoctlSummary {
 
 // ioctlSummary returns site's summary, adding it (in first-seen order) if
 // new, or nil when maxSites are counted already.
-func (r *Recorder) ioctlSummary(site ioctlSite) *report.IoctlSummary {
+func (r *Recorder) ioctlSummary(site IoctlSite) *IoctlSummary {
 	s := r.ioctls[site]
 	if s == nil {
 		if len(r.ioctls) >= maxSites {
 			return nil
 		}
-		s = &report.IoctlSummary{PID: site.pid, Dev: site.dev, Request: site.request}
+		s = &IoctlSummary{PID: site.PID, Dev: site.Dev, Request: site.Request}
 		r.ioctls[site] = s
 		r.ioctlSeq = append(r.ioctlSeq, site)
 	}
@@ -318,7 +311,7 @@ func (r *Recorder) ioctlSummary(site ioctlSite) *report.IoctlSummary {
 
 // site returns k's state, adding it (in first-seen order) if new, or nil
 // when maxSites are followed already.
-func (r *Recorder) site(k report.Site) *site {
+func (r *Recorder) site(k Site) *site {
 	s := r.sites[k]
 	if s == nil {
 		if len(r.sites) >= maxSites {
@@ -334,14 +327,14 @@ func (r *Recorder) site(k report.Site) *site {
 // Folded returns, in the order the sites were first seen, every site with
 // calls that are counted but not stored, except successful ioctls (Ioctls
 // counts those): Calls is how many there were in all.
-func (r *Recorder) Folded() []report.FoldedSummary {
-	var out []report.FoldedSummary
+func (r *Recorder) Folded() []FoldedSummary {
+	var out []FoldedSummary
 	for _, k := range r.order {
 		s := r.sites[k]
 		if s.calls == uint64(s.stored+len(s.tail)) || (k.Kind == tracer.KindIoctl && k.Errno == 0) {
 			continue
 		}
-		f := report.FoldedSummary{PID: k.PID, Kind: k.Kind, Path: k.Path, Errno: k.Errno, Calls: s.calls}
+		f := FoldedSummary{PID: k.PID, Kind: k.Kind, Path: k.Path, Errno: k.Errno, Calls: s.calls}
 		if k.Kind == tracer.KindIoctl {
 			d := k.Dev
 			f.Dev, f.Request = &d, k.Request

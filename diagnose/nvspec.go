@@ -1,4 +1,4 @@
-package main
+package diagnose
 
 import (
 	"errors"
@@ -7,19 +7,19 @@ import (
 	"strings"
 
 	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/diagnose/record"
 	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
-	"github.com/cudatrace/cudatrace/tracer/record"
 )
 
-// nvidiaSpec fills the backend's NVIDIA settings, the same for a trace, an
+// NVIDIASpec fills the backend's NVIDIA settings, the same for a trace, an
 // attach and cudatrace watch: which majors are NVIDIA devices (from
 // procDevices, plus extra), where the running driver puts its in-band
 // results, and, with fold, the repeats the backend may count rather than
 // send. A missing procDevices is no NVIDIA driver; an unreadable one an
 // error.
-func nvidiaSpec(spec *tracer.Spec, procDevices string, extra []uint, fold bool) error {
+func NVIDIASpec(spec *tracer.Spec, procDevices string, extra []uint, fold bool) error {
 	text, err := os.ReadFile(procDevices)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("read %s: %v", procDevices, err)

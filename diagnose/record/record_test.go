@@ -5,7 +5,6 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/tracer"
 	"github.com/cudatrace/cudatrace/tracer/stracelog"
 )
@@ -89,7 +88,7 @@ func TestRecorderAggregatesIoctls(t *testing.T) {
 	}
 
 	got := r.Ioctls()
-	wantSum := []report.IoctlSummary{
+	wantSum := []IoctlSummary{
 		{PID: 42, Dev: ctl, Request: control, Count: 24, Failed: 4},
 		{PID: 42, Dev: uvm, Request: uvmInit, Count: 5},
 		{PID: 43, Dev: ctl, Request: control, Count: 10},

@@ -1,0 +1,51 @@
+package ebpf
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/cudatrace/cudatrace/internal/privtest"
+	"github.com/cudatrace/cudatrace/tracer"
+)
+
+// The first required feature the kernel lacks is named in one line that
+// lets auto fall back; the features after it are not probed. (On a real
+// kernel below the minimum: the kernel matrix's 5.10, TestBelowMinimumKernel.)
+func TestMissingFeatureNamed(t *testing.T) {
+	privtest.RequireRoot(t) // probeKernel lifts RLIMIT_MEMLOCK where charged
+	saved := requiredFeatures
+	t.Cleanup(func() { requiredFeatures = saved })
+	probedAfter := false
+	requiredFeatures = append(requiredFeatures[:0:0], saved[0],
+		feature{"a feature", "9.9", func() error { return ebpf.ErrNotSupported }},
+		feature{"another", "9.10", func() error { probedAfter = true; return nil }},
+	)
+	v := probeKernel()
+	if v.missing == nil {
+		t.Fatal("a kernel lacking a required feature passed the probe")
+	}
+	msg := v.missing.Error()
+	if !errors.Is(v.missing, tracer.ErrUnavailable) || strings.Contains(msg, "\n") ||
+		!strings.Contains(msg, "need a feature (Linux 9.9 or newer") || !strings.Contains(msg, MinimumKernel) {
+		t.Errorf("reason %q (unavailable: %v), want one line naming the feature, its kernel and the minimum", msg, errors.Is(v.missing, tracer.ErrUnavailable))
+	}
+	if probedAfter {
+		t.Error("features after the first missing one were probed")
+	}
+}
+
+// This kernel (the suite's) has every required feature, and the variants
+// name one choice per feature.
+func TestKernelVariants(t *testing.T) {
+	privtest.RequireRoot(t)
+	v := kernelSupport()
+	if v.missing != nil {
+		t.Fatalf("this kernel lacks a feature: %v", v.missing)
+	}
+	if l := v.list(); len(l) != 4 || !strings.HasPrefix(l[0], "memlock=") || !strings.HasPrefix(l[1], "scans=") {
+		t.Errorf("variants %q", l)
+	}
+}
