@@ -96,6 +96,35 @@ type analyzer struct {
 	unstored []Unstored  // calls counted but not in ev
 	cuda     *CUDAResult // CUDA's own verdict
 	cudaIdx  int         // index of the failing api event, -1 when none
+
+	// lastOK indexes the last successful call of each process, kind and
+	// path (built on first use): asking whether a failure was recovered
+	// is then one lookup, not a scan of every later event (a log of 200k
+	// processes each failing once was quadratic).
+	lastOK map[okSite]int
+}
+
+type okSite struct {
+	pid  int
+	kind tracer.Kind
+	path string
+}
+
+// lastSuccess is the index of pid's last successful kind call on path, -1
+// when there is none.
+func (a *analyzer) lastSuccess(pid int, kind tracer.Kind, path string) int {
+	if a.lastOK == nil {
+		a.lastOK = map[okSite]int{}
+		for j := range a.ev {
+			if o := &a.ev[j]; !o.Failed() {
+				a.lastOK[okSite{o.PID, o.Kind, o.Path}] = j
+			}
+		}
+	}
+	if j, ok := a.lastOK[okSite{pid, kind, path}]; ok {
+		return j
+	}
+	return -1
 }
 
 // hasError is whether any finding explains a failure.
@@ -237,13 +266,7 @@ func (a *analyzer) pinpoint() {
 // same path successfully (a retry that worked, or a node libcuda repaired).
 func (a *analyzer) recovered(i int) bool {
 	e := &a.ev[i]
-	for j := i + 1; j < len(a.ev); j++ {
-		o := &a.ev[j]
-		if o.PID == e.PID && o.Kind == e.Kind && o.Path == e.Path && !o.Failed() {
-			return true
-		}
-	}
-	return false
+	return a.lastSuccess(e.PID, e.Kind, e.Path) > i
 }
 
 // findRetry finds libcuda's immediate retry of a failed open (O_CLOEXEC

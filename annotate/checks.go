@@ -303,13 +303,7 @@ func (a *analyzer) checkMIGCaps() {
 // successfully.
 func (a *analyzer) recoveredAny(i int, kind tracer.Kind) bool {
 	e := &a.ev[i]
-	for j := i + 1; j < len(a.ev); j++ {
-		o := &a.ev[j]
-		if o.PID == e.PID && o.Kind == kind && o.Path == e.Path && !o.Failed() {
-			return true
-		}
-	}
-	return false
+	return a.lastSuccess(e.PID, kind, e.Path) > i
 }
 
 type modprobeRun struct {

@@ -212,6 +212,7 @@ func buildReport(spec tracer.Spec, res *tracer.Result, rec *record.Recorder, sna
 	if rep.Trace.Started.IsZero() {
 		rep.Trace.Started = started
 	}
+	report.MaskSecrets(rep) // before the analysis: its failing call quotes an argv
 	rep.Analysis = analyze(rep.Events, snap, rep.Facts())
 	return rep
 }

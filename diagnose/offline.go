@@ -19,6 +19,7 @@ import (
 // the file: escape changed before printing it.
 func Reanalyse(rep *report.Report) (changed string) {
 	stored := rep.Analysis
+	report.MaskSecrets(rep) // a report of an older version may hold them
 	snap := rep.Snapshot
 	if snap == nil {
 		snap = &snapshot.Snapshot{}
@@ -83,6 +84,7 @@ func FromStraceLog(log *stracelog.Log, version string) *report.Report {
 	if n := len(log.Events); n > 0 {
 		rep.Trace.Duration = log.Events[n-1].Time
 	}
+	report.MaskSecrets(rep)
 	rep.Analysis = annotate.AnalyzeFacts(rep.Events, snap, rep.Trace.Facts())
 	return rep
 }

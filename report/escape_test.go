@@ -164,3 +164,34 @@ func TestRenderEscapesTargetStrings(t *testing.T) {
 		}
 	}
 }
+
+// A comm or path shaped as a Markdown link stays text in --format
+// markdown: pasted into a ticket it must not become a clickable link.
+func TestMarkdownNoLinksFromTarget(t *testing.T) {
+	rep := buildFixture(t, fixtures[0])
+	evil := "[x](http://e.vil/)"
+	rep.Analysis.Verdict = "openat by " + evil + "[5] → EPERM"
+	for i := range rep.Analysis.Findings {
+		rep.Analysis.Findings[i].Detail = append(rep.Analysis.Findings[i].Detail, "path /tmp/"+evil, "quoted `"+evil+"`")
+	}
+	var b strings.Builder
+	if err := report.Render(&b, rep, report.FormatMarkdown, report.RenderOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, line := range strings.Split(out, "\n") {
+		// Inside a code span the link is text already.
+		outside := line
+		for strings.Count(outside, "`") >= 2 {
+			i := strings.Index(outside, "`")
+			j := i + 1 + strings.Index(outside[i+1:], "`")
+			outside = outside[:i] + outside[j+1:]
+		}
+		if strings.Contains(outside, "](http") {
+			t.Errorf("a link from the target's text: %q", line)
+		}
+	}
+	if !strings.Contains(out, `[x]\(http://e.vil/)`) {
+		t.Errorf("the link's text is not shown as text:\n%s", out)
+	}
+}

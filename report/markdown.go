@@ -222,7 +222,29 @@ func writeSnapshotMarkdown(b *strings.Builder, s *snapshot.Snapshot) {
 // mdEscape is finding text in a paragraph or list item: no HTML. Its
 // backticks stay: findings quote calls as code spans.
 func mdEscape(s string) string {
-	return strings.NewReplacer("<", "&lt;", ">", "&gt;").Replace(esc(s))
+	return noLinks(strings.NewReplacer("<", "&lt;", ">", "&gt;").Replace(esc(s)))
+}
+
+// noLinks breaks "](" outside code spans, so that a comm or path such as
+// [x](http://…) stays text and is not a link in a ticket (inside a code
+// span it is text already, and a backslash would show).
+func noLinks(s string) string {
+	if !strings.Contains(s, "](") {
+		return s
+	}
+	var b strings.Builder
+	code := false
+	for i := 0; i < len(s); i++ {
+		switch {
+		case s[i] == '`':
+			code = !code
+		case !code && s[i] == ']' && i+1 < len(s) && s[i+1] == '(':
+			b.WriteString("]\\")
+			continue
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
 
 // mdText is a plain value in prose: mdEscape, and a backtick in it cannot

@@ -10,12 +10,27 @@ import (
 
 var homePath = regexp.MustCompile(`/home/[^/\s"':]+`)
 
+// MaskSecrets masks credentials in every argv of the report by the rule
+// the environment follows (snapshot.MaskArgv): a report carries no
+// secrets, --redact or not. It is applied when a report is built, and
+// again to reports written by older versions when they are redacted.
+func MaskSecrets(rep *Report) {
+	rep.Target.Argv = snapshot.MaskArgv(rep.Target.Argv)
+	for i := range rep.Events {
+		rep.Events[i].Argv = snapshot.MaskArgv(rep.Events[i].Argv)
+	}
+	if f := rep.Analysis.Failing; f != nil {
+		f.Argv = snapshot.MaskArgv(f.Argv)
+	}
+}
+
 // Redact removes what a bug ticket should not carry: user names, home
 // directories, the host name and arguments beyond argv[0]. Device facts,
 // numbers and findings stay, since they are the evidence. Every free-text
 // field is scrubbed, not only the ones that hold the name by design: a
 // kernel log line or a mount source can carry it too.
 func Redact(rep *Report) {
+	MaskSecrets(rep)
 	r := redactor{}
 	if u := rep.Target.User; u != "" && !systemUser[u] {
 		r.add(u, "<user>")

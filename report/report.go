@@ -10,7 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -268,7 +268,7 @@ func load(r io.Reader) (*Report, error) {
 		return nil, &VersionError{*h.Schema}
 	}
 	var rep Report
-	if err := json.Unmarshal(rawObject(rest), &rep); err != nil {
+	if err := unmarshalMembers(rest, &rep); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrCorrupt, jsonError(err))
 	}
 	if events != nil {
@@ -285,14 +285,33 @@ type reportHeader struct {
 // header decodes the schema and tool among the members read so far.
 func header(members map[string]json.RawMessage) (reportHeader, error) {
 	var h reportHeader
-	err := json.Unmarshal(rawObject(members), &h)
+	err := unmarshalMembers(members, &h, "schema", "tool")
 	return h, err
 }
 
-// rawObject puts members back into one JSON object.
-func rawObject(members map[string]json.RawMessage) []byte {
-	b, _ := json.Marshal(members) // RawMessages from the decoder are valid JSON
-	return b
+// unmarshalMembers decodes the named members (all, with none named) into
+// v, one at a time: a huge member (a 300 MB string) is scanned once, not
+// copied into one object with the rest first.
+func unmarshalMembers(members map[string]json.RawMessage, v any, keys ...string) error {
+	if keys == nil {
+		for k := range members {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys) // the first error is the same every time
+	}
+	for _, k := range keys {
+		raw, ok := members[k]
+		if !ok {
+			continue
+		}
+		name, _ := json.Marshal(k) // a string marshals
+		obj := make([]byte, 0, len(name)+len(raw)+3)
+		obj = append(append(append(append(append(obj, '{'), name...), ':'), raw...), '}')
+		if err := json.Unmarshal(obj, v); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // storedHint is trace.stored when it came before the events, bounded so
@@ -303,7 +322,7 @@ func storedHint(members map[string]json.RawMessage) int {
 			Stored int `json:"stored"`
 		} `json:"trace"`
 	}
-	if json.Unmarshal(rawObject(members), &t) != nil {
+	if unmarshalMembers(members, &t, "trace") != nil {
 		return 0
 	}
 	return min(max(t.Trace.Stored, 0), maxStoredHint)
@@ -365,8 +384,10 @@ func (l *limitReader) Read(p []byte) (int, error) {
 }
 
 // LoadFile is Load on a path.
+// Only a regular file is read: /dev/zero would be read until killed, a
+// FIFO with no writer would block.
 func LoadFile(path string) (*Report, error) {
-	f, err := os.Open(path)
+	f, err := snapshot.OpenRegular(path)
 	if err != nil {
 		return nil, err
 	}

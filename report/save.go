@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -16,6 +17,20 @@ import (
 // replaced atomically. A character device or FIFO (/dev/null, a named pipe,
 // a terminal) is written through: renaming a file over it, as root, would
 // replace /dev/null itself.
+//
+// The path is looked at once, before the trace (OpenOutput): a launched
+// target, perhaps another user, may change it while it runs (plant a FIFO
+// that would block root's open forever, or a symlink to /dev/kmsg). So
+// what the report is written to is fixed then:
+//   - a file: the directory is opened then and kept; the report goes to a
+//     new temporary file created in that directory (O_EXCL, no symlink
+//     followed) and is renamed over the name there (renameat replaces the
+//     entry whatever it has become, never writes through it). A directory
+//     moved or swapped for a symlink meanwhile is not followed.
+//   - a stream: the node is identified then (device and inode); at save
+//     it is looked up O_PATH, must still be that node, and only then is
+//     opened, non-blocking. A FIFO with no reader is waited for at most
+//     fifoWait, and a reader that stops reading at most streamStall.
 type target int
 
 const (
@@ -23,34 +38,98 @@ const (
 	targetStream
 )
 
-// CheckOutput says, before a trace that may run for hours, whether Save
-// can write path: its directory exists and takes new files, and path is
-// not a directory, a socket or a symlink to a regular file. The error is
-// one line naming path.
-func CheckOutput(path string) error {
+// How long a stream may keep the save waiting: the report must not hang
+// root cudatrace on a reader it does not control.
+const (
+	fifoWait    = 10 * time.Second
+	streamStall = 30 * time.Second
+)
+
+// Output is a report destination vetted and fixed before the trace.
+type Output struct {
+	path string
+	kind target
+	dir  *os.File // targetFile: path's directory, opened at OpenOutput
+	base string
+	dev  uint64 // targetStream: the node's device and inode
+	ino  uint64
+	mode os.FileMode // 0: 0666 less the umask, as any file the user creates
+}
+
+// OpenOutput says, before a trace that may run for hours, whether the
+// report can be written to path (its directory exists and takes new
+// files; path is not a directory, a socket or a symlink to a regular
+// file), and fixes what it will be written to. The error is one line
+// naming path. Close the Output when done.
+func OpenOutput(path string) (*Output, error) {
+	if path == "" {
+		return nil, errors.New("an empty output path: give a file name, or - for stdout")
+	}
 	kind, err := classify(path)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	o := &Output{path: path, kind: kind}
 	if kind == targetStream {
 		if err := unix.Access(path, unix.W_OK); err != nil {
-			return fmt.Errorf("%s: cannot write: %w", path, err)
+			return nil, fmt.Errorf("%s: cannot write: %w", path, err)
 		}
-		return nil
+		var st unix.Stat_t
+		if err := unix.Stat(path, &st); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		o.dev, o.ino = st.Dev, st.Ino
+		return o, nil
 	}
+	dirName := filepath.Dir(path)
+	o.base = filepath.Base(path)
+	d, err := os.OpenFile(dirName, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, dirError(path, dirName, err)
+	}
+	o.dir = d
 	// Create and remove a file where Save will create its temporary one:
 	// the only test that sees read-only mounts, quotas, NFS root squash
 	// and the rest the way the real write will.
-	f, err := createTemp(path)
+	f, name, err := o.createTemp()
 	if err != nil {
-		return err
+		o.Close()
+		return nil, err
 	}
-	name := f.Name()
 	closeErr := f.Close()
-	if err := os.Remove(name); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
+	if err := unix.Unlinkat(int(d.Fd()), name, 0); err != nil {
+		o.Close()
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	return closeErr
+	if closeErr != nil {
+		o.Close()
+		return nil, closeErr
+	}
+	return o, nil
+}
+
+// OpenOutputIn fixes a report destination named base in the already open
+// directory dir, with the given file mode (not subject to the umask).
+func OpenOutputIn(dir *os.File, base string, mode os.FileMode) *Output {
+	return &Output{path: filepath.Join(dir.Name(), base), kind: targetFile, dir: dir, base: base, mode: mode}
+}
+
+// Close releases what OpenOutput opened.
+func (o *Output) Close() {
+	if o != nil && o.dir != nil {
+		_ = o.dir.Close() // a directory opened to create in: nothing to lose
+		o.dir = nil
+	}
+}
+
+// Path is the path as given.
+func (o *Output) Path() string { return o.path }
+
+// CheckOutput is OpenOutput for a path that will be saved with Save.
+func CheckOutput(path string) error {
+	o, err := OpenOutput(path)
+	o.Close()
+	return err
 }
 
 // classify looks at what is at path now.
@@ -102,23 +181,35 @@ func typeName(m fs.FileMode) string {
 	return m.Type().String()
 }
 
-// createTemp creates the temporary file Save renames over path, in path's
-// directory. Unlike os.CreateTemp (always 0600) it is created 0666 less
-// the umask, so the report gets the mode any file the user creates gets.
-func createTemp(path string) (*os.File, error) {
-	dir, base := filepath.Dir(path), filepath.Base(path)
+// createTemp creates the temporary file Save renames over the name, in
+// the directory opened at OpenOutput. Unlike os.CreateTemp (always 0600)
+// it is created 0666 less the umask, so the report gets the mode any file
+// the user creates gets, unless the Output has a mode of its own.
+func (o *Output) createTemp() (*os.File, string, error) {
 	for range 100 {
-		name := filepath.Join(dir, "."+base+".tmp"+strconv.FormatUint(uint64(rand.Uint32()), 10))
-		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o666)
-		if errors.Is(err, fs.ErrExist) {
+		name := "." + o.base + ".tmp" + strconv.FormatUint(uint64(rand.Uint32()), 10)
+		perm := uint32(0o666)
+		if o.mode != 0 {
+			perm = uint32(o.mode.Perm())
+		}
+		fd, err := unix.Openat(int(o.dir.Fd()), name, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, perm)
+		if errors.Is(err, unix.EEXIST) {
 			continue
 		}
 		if err != nil {
-			return nil, dirError(path, dir, err)
+			return nil, "", dirError(o.path, filepath.Dir(o.path), err)
 		}
-		return f, nil
+		if o.mode != 0 {
+			// The umask applied at creation; the mode asked for is exact.
+			if err := unix.Fchmod(fd, perm); err != nil {
+				_ = unix.Close(fd)
+				_ = unix.Unlinkat(int(o.dir.Fd()), name, 0)
+				return nil, "", fmt.Errorf("%s: %w", o.path, err)
+			}
+		}
+		return os.NewFile(uintptr(fd), filepath.Join(filepath.Dir(o.path), name)), name, nil
 	}
-	return nil, fmt.Errorf("%s: cannot create a temporary file in %s", path, dir)
+	return nil, "", fmt.Errorf("%s: cannot create a temporary file in %s", o.path, filepath.Dir(o.path))
 }
 
 // dirError words a failure to create a file in dir.
@@ -144,68 +235,153 @@ func dirError(path, dir string, err error) error {
 	return fmt.Errorf("%s: cannot create a file in %s: %w", path, dir, err)
 }
 
-// Save writes the report to path. A regular file is replaced atomically:
-// a temporary file in the same directory, fsynced, then renamed over path,
-// so a crash never leaves half a report. A character device or FIFO is
-// written through. Anything else is refused (see CheckOutput).
+// Save writes the report to path (see Output). It is OpenOutput and
+// Output.Save at once, for a path nothing else can change meanwhile.
 func Save(path string, rep *Report) error {
-	kind, err := classify(path)
+	o, err := OpenOutput(path)
 	if err != nil {
 		return err
 	}
-	if kind == targetStream {
-		return writeStream(path, rep)
+	defer o.Close()
+	_, err = o.Save(rep)
+	return err
+}
+
+// Save writes the report where OpenOutput fixed. A file is replaced
+// atomically: a temporary file in the directory first opened, fsynced,
+// then renamed over the name there, so a crash never leaves half a report.
+// A stream is written through. moved, when not "", says where the report
+// went instead of the path as given: its directory was moved meanwhile.
+func (o *Output) Save(rep *Report) (moved string, err error) {
+	if o.kind == targetStream {
+		return "", o.writeStream(rep)
 	}
-	tmp, err := createTemp(path)
+	tmp, name, err := o.createTemp()
 	if err != nil {
-		return err
+		return "", err
 	}
-	defer func() { _ = os.Remove(tmp.Name()) }() // a no-op after a successful rename
+	dfd := int(o.dir.Fd())
+	renamed := false
+	defer func() {
+		if !renamed {
+			_ = unix.Unlinkat(dfd, name, 0)
+		}
+	}()
 	if err := WriteJSON(tmp, rep); err != nil {
 		_ = tmp.Close()
-		return fmt.Errorf("%s: %w", path, err)
+		return "", fmt.Errorf("%s: %w", o.path, err)
 	}
 	if err := tmp.Sync(); err != nil {
 		_ = tmp.Close()
-		return fmt.Errorf("%s: %w", path, err)
+		return "", fmt.Errorf("%s: %w", o.path, err)
 	}
 	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
+		return "", fmt.Errorf("%s: %w", o.path, err)
 	}
-	// What is at path may have changed since classify; rename replaces a
-	// regular file or nothing, never a node.
-	if now, err := classify(path); err != nil {
-		return err
-	} else if now != targetFile {
-		return fmt.Errorf("%s changed into a device or FIFO while tracing: not replaced", path)
+	// renameat replaces the entry, whatever it has become since
+	// OpenOutput (a FIFO, a symlink, a device node planted there): it
+	// never opens or writes through it. A directory there is refused.
+	if err := unix.Renameat(dfd, name, dfd, o.base); err != nil {
+		if errors.Is(err, unix.EISDIR) || errors.Is(err, unix.ENOTEMPTY) || errors.Is(err, unix.EEXIST) {
+			return "", fmt.Errorf("%s changed into a directory while tracing: not replaced", o.path)
+		}
+		return "", fmt.Errorf("%s: %w", o.path, err)
 	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
+	renamed = true
 	// Make the rename itself durable; the report is complete either way,
 	// so a directory that cannot be synced is not an error.
-	if d, err := os.Open(filepath.Dir(path)); err == nil {
-		_ = d.Sync()
-		_ = d.Close()
-	}
-	return nil
+	_ = o.dir.Sync()
+	return o.movedTo(), nil
 }
 
-// writeStream writes through to a character device or FIFO, checking
-// after the open that it still is one.
-func writeStream(path string, rep *Report) error {
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+// movedTo says where the directory opened at OpenOutput is now, when the
+// path as given no longer leads to it; "" when it does.
+func (o *Output) movedTo() string {
+	var want, now unix.Stat_t
+	if unix.Fstat(int(o.dir.Fd()), &want) != nil {
+		return ""
+	}
+	if unix.Stat(filepath.Dir(o.path), &now) == nil && now.Dev == want.Dev && now.Ino == want.Ino {
+		return ""
+	}
+	dir, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(int(o.dir.Fd())))
+	if err != nil {
+		dir = "a directory no longer reachable by that path"
+	}
+	return filepath.Join(dir, o.base)
+}
+
+// writeStream writes through to the character device or FIFO identified
+// at OpenOutput: looked up O_PATH (an open could run a device's open
+// routine, or block on a FIFO), checked to be that same node, then
+// opened non-blocking.
+func (o *Output) writeStream(rep *Report) error {
+	h, err := os.OpenFile(o.path, unix.O_PATH|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return err
 	}
-	st, err := f.Stat()
-	if err != nil || !isStream(st.Mode()) {
-		_ = f.Close()
-		return fmt.Errorf("%s changed while tracing: not written", path)
+	defer func() { _ = h.Close() }() // O_PATH: nothing to lose
+	var st unix.Stat_t
+	if err := unix.Fstat(int(h.Fd()), &st); err != nil {
+		return fmt.Errorf("%s: %w", o.path, err)
 	}
-	if err := WriteJSON(f, rep); err != nil {
+	if st.Dev != o.dev || st.Ino != o.ino {
+		return fmt.Errorf("%s changed while tracing: not written", o.path)
+	}
+	reopen := "/proc/self/fd/" + strconv.Itoa(int(h.Fd()))
+	flags := unix.O_WRONLY | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC
+	var fd int
+	for deadline := time.Now().Add(fifoWait); ; {
+		fd, err = unix.Open(reopen, flags, 0)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if !errors.Is(err, unix.ENXIO) || st.Mode&unix.S_IFMT != unix.S_IFIFO {
+			break
+		}
+		// A FIFO with no reader yet.
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: a FIFO nobody read within %v: not written", o.path, fifoWait)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", o.path, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFIFO {
+		// A device's writes block as its driver says; only the open had to
+		// be non-blocking (a FIFO keeps O_NONBLOCK: the poller's deadlines).
+		if err := unix.SetNonblock(fd, false); err != nil {
+			_ = unix.Close(fd)
+			return fmt.Errorf("%s: %w", o.path, err)
+		}
+	}
+	f := os.NewFile(uintptr(fd), o.path)
+	w := &stallWriter{f: f}
+	if err := WriteJSON(w, rep); err != nil {
 		_ = f.Close()
-		return fmt.Errorf("%s: %w", path, err)
+		return fmt.Errorf("%s: %w", o.path, err)
 	}
 	return f.Close()
+}
+
+// stallWriter gives up on a stream that takes nothing for streamStall.
+type stallWriter struct{ f *os.File }
+
+func (w *stallWriter) Write(p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		// A character device has no poller: this fails and its writes
+		// block as the device's do.
+		_ = w.f.SetWriteDeadline(time.Now().Add(streamStall))
+		m, err := w.f.Write(p[n:min(len(p), n+64<<10)])
+		n += m
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return n, fmt.Errorf("the reader took nothing for %v", streamStall)
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }

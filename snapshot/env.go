@@ -1,6 +1,9 @@
 package snapshot
 
-import "strings"
+import (
+	"regexp"
+	"strings"
+)
 
 // diagnosticEnv are the only environment variables a report keeps, each
 // because it can change whether or how CUDA initialises. Everything else
@@ -42,6 +45,7 @@ func DiagnosticEnv(env map[string]string) map[string]string {
 		if looksLikeCredential(k) {
 			v = MaskedValue
 		}
+		v = MaskTokens(v) // NVIDIA_VISIBLE_DEVICES or LD_PRELOAD can carry one too
 		out[k] = v
 	}
 	return out
@@ -55,4 +59,64 @@ func looksLikeCredential(name string) bool {
 		}
 	}
 	return false
+}
+
+// tokenShape matches credentials by their well-known form wherever they
+// stand: Hugging Face, GitHub, GitLab, OpenAI-style, Slack and AWS access
+// keys, and the password of a URL's user:password@.
+var tokenShape = regexp.MustCompile(`\b(?:hf_|ghp_|gho_|ghs_|ghu_|github_pat_|glpat-|sk-|xox[abposr]-|AKIA)[A-Za-z0-9_\-]{12,}|(://[^/:@\s]+:)[^@/\s]+@`)
+
+// MaskTokens masks the credentials tokenShape finds in s.
+func MaskTokens(s string) string {
+	if !tokenShape.MatchString(s) {
+		return s
+	}
+	return tokenShape.ReplaceAllStringFunc(s, func(m string) string {
+		if sub := tokenShape.FindStringSubmatch(m); sub[1] != "" {
+			return sub[1] + MaskedValue + "@"
+		}
+		return MaskedValue
+	})
+}
+
+// MaskArgv applies the environment's rule to a command line: the value of
+// an option whose name looks like a credential (--hf-token=V, --password
+// V, API_KEY=V) is masked, as is any token of a well-known shape. argv[0]
+// is kept but for tokens. It returns argv itself when nothing was masked.
+func MaskArgv(argv []string) []string {
+	var out []string
+	set := func(i int, v string) {
+		if v == argv[i] {
+			return
+		}
+		if out == nil {
+			out = append([]string(nil), argv...)
+		}
+		out[i] = v
+	}
+	maskNext := false
+	for i, a := range argv {
+		switch {
+		case maskNext:
+			maskNext = false
+			if !strings.HasPrefix(a, "-") {
+				set(i, MaskedValue)
+				continue
+			}
+		case i == 0:
+		default:
+			if name, _, ok := strings.Cut(a, "="); ok && name != "" && looksLikeCredential(strings.TrimLeft(name, "-")) {
+				set(i, name+"="+MaskedValue)
+				continue
+			}
+			if strings.HasPrefix(a, "-") && !strings.Contains(a, "=") && looksLikeCredential(strings.TrimLeft(a, "-")) {
+				maskNext = true
+			}
+		}
+		set(i, MaskTokens(a))
+	}
+	if out == nil {
+		return argv
+	}
+	return out
 }

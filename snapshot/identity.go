@@ -57,7 +57,7 @@ func TargetIdentity(pid int) (Identity, error) {
 	}
 	cmdline, err := g.readFile(fmt.Sprintf("/proc/%d/cmdline", pid), maxArgvBytes)
 	if err == nil || errors.Is(err, errTooLarge) {
-		id.Argv = splitCmdline(cmdline)
+		id.Argv = MaskArgv(splitCmdline(cmdline))
 	}
 	if status, err := g.readString(fmt.Sprintf("/proc/%d/status", pid), maxFileSize); err == nil {
 		id.UID = effectiveUID(status)

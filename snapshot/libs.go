@@ -2,7 +2,6 @@ package snapshot
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -133,7 +132,7 @@ func OpenMappedLibraries(pid int) []*LibFile {
 		if len(fields) < 6 || !nvdev.IsLibrary(fields[5]) {
 			continue
 		}
-		lf, err := openRegular(fmt.Sprintf("/proc/%d/map_files/%s", pid, fields[0]))
+		lf, err := OpenRegular(fmt.Sprintf("/proc/%d/map_files/%s", pid, fields[0]))
 		if err != nil {
 			continue
 		}
@@ -157,11 +156,7 @@ func openUnique(r *rootFS, candidates []string) []*LibFile {
 			continue
 		}
 		seenPath[c] = true
-		fd, err := r.open(c, unix.O_RDONLY|unix.O_NONBLOCK)
-		if err != nil {
-			continue
-		}
-		f, err := regularFile(fd, c)
+		f, err := r.openFile(c)
 		if err != nil {
 			continue
 		}
@@ -174,26 +169,6 @@ func openUnique(r *rootFS, candidates []string) []*LibFile {
 		out = append(out, &LibFile{File: f, Path: c})
 	}
 	return out
-}
-
-// openRegular opens p for reading without blocking (a FIFO put in a
-// library's place cannot hang us) and keeps it only if it is a regular file.
-func openRegular(p string) (*os.File, error) {
-	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
-	if err != nil {
-		return nil, err
-	}
-	return regularFile(fd, p)
-}
-
-// regularFile keeps fd as a file if it is a regular file, else closes it.
-func regularFile(fd int, name string) (*os.File, error) {
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
-		_ = unix.Close(fd) // read-only: a failed close loses nothing
-		return nil, errors.New("not a regular file")
-	}
-	return os.NewFile(uintptr(fd), name), nil
 }
 
 func fileID(f *os.File) ([2]uint64, bool) {

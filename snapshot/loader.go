@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"os"
 	"path"
 	"regexp"
 	"runtime"
@@ -32,12 +33,11 @@ func openRootFS(root string) (*rootFS, error) {
 
 func (r *rootFS) close() { _ = unix.Close(r.fd) } // read-only: a failed close loses nothing
 
+// open looks p up inside the root, O_PATH: nothing is opened. What is
+// read is then opened through openHandle (readFile, openFile, readDir),
+// never by path.
 func (r *rootFS) open(p string, flags int) (int, error) {
-	flags |= unix.O_CLOEXEC
-	if flags&unix.O_PATH == 0 {
-		flags |= unix.O_NOCTTY // openat2 refuses it beside O_PATH
-	}
-	how := unix.OpenHow{Flags: uint64(flags), Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS}
+	how := unix.OpenHow{Flags: uint64(flags | unix.O_PATH | unix.O_CLOEXEC), Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS}
 	for {
 		fd, err := unix.Openat2(r.fd, strings.TrimPrefix(p, "/"), &how)
 		if !errors.Is(err, unix.EINTR) && !errors.Is(err, unix.EAGAIN) {
@@ -46,50 +46,44 @@ func (r *rootFS) open(p string, flags int) (int, error) {
 	}
 }
 
+// handle is open as an *os.File.
+func (r *rootFS) handle(p string) (*os.File, error) {
+	fd, err := r.open(p, 0)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), p), nil
+}
+
+// openFile opens the regular file p for reading (see openHandle).
+func (r *rootFS) openFile(p string) (*os.File, error) {
+	h, err := r.handle(p)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = h.Close() }() // O_PATH: nothing to lose
+	return openHandle(h)
+}
+
 // readFile reads at most limit bytes of p; truncated says there was more.
-// Only regular files are read, so a FIFO or device planted in the tree
-// cannot block or feed the survey.
+// Only regular files are read (openHandle), so a FIFO or device planted in
+// the tree is never opened.
 func (r *rootFS) readFile(p string, limit int64) (data []byte, truncated bool, err error) {
-	fd, err := r.open(p, unix.O_RDONLY|unix.O_NONBLOCK)
+	h, err := r.handle(p)
 	if err != nil {
 		return nil, false, err
 	}
-	defer func() { _ = unix.Close(fd) }() // read-only: a failed close loses nothing
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, false, err
+	defer func() { _ = h.Close() }() // O_PATH: nothing to lose
+	data, err = readHandle(h, limit)
+	if errors.Is(err, errTooLarge) {
+		return data, true, nil
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return nil, false, errors.New("not a regular file")
-	}
-	buf := make([]byte, 0, min(limit+1, max(st.Size+1, 512)))
-	for int64(len(buf)) <= limit {
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
-		}
-		n, err := unix.Read(fd, buf[len(buf):min(int64(cap(buf)), limit+1)])
-		if n > 0 {
-			buf = buf[:len(buf)+n]
-		}
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			return nil, false, err
-		}
-		if n == 0 {
-			break
-		}
-	}
-	if int64(len(buf)) > limit {
-		return buf[:limit], true, nil
-	}
-	return buf, false, nil
+	return data, false, err
 }
 
 // isFile reports whether p is a regular file (after symlinks, in the root).
 func (r *rootFS) isFile(p string) bool {
-	fd, err := r.open(p, unix.O_PATH)
+	fd, err := r.open(p, 0)
 	if err != nil {
 		return false
 	}
@@ -100,11 +94,17 @@ func (r *rootFS) isFile(p string) bool {
 
 // readDir lists a directory's entry names (at most limit).
 func (r *rootFS) readDir(p string, limit int) ([]string, error) {
-	fd, err := r.open(p, unix.O_RDONLY|unix.O_DIRECTORY)
+	h, err := r.handle(p)
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = unix.Close(fd) }() // read-only: a failed close loses nothing
+	defer func() { _ = h.Close() }() // O_PATH: nothing to lose
+	d, err := reopen(h, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NONBLOCK)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = d.Close() }() // read-only: a failed close loses nothing
+	fd := int(d.Fd())
 	var names []string
 	buf := make([]byte, 16384)
 	for len(names) < limit {
@@ -128,7 +128,7 @@ func (r *rootFS) readDir(p string, limit int) ([]string, error) {
 func (r *rootFS) resolve(p string) string {
 	for range 16 {
 		dir, base := path.Split(p)
-		dfd, err := r.open(dir, unix.O_PATH|unix.O_DIRECTORY)
+		dfd, err := r.open(dir, unix.O_DIRECTORY)
 		if err != nil {
 			return p
 		}

@@ -236,8 +236,14 @@ func reopen(h *os.File, flags int) (*os.File, error) {
 	return f, err
 }
 
-// readHandle reads the O_PATH handle h when it is a regular file.
-func readHandle(h *os.File, limit int64) ([]byte, error) {
+// openHandle opens the file behind the O_PATH handle h for reading, when
+// it is a regular file: the one guarded way cudatrace opens a file the
+// target may have planted (a FIFO, /dev/zero, /dev/ptmx or a watchdog bound
+// over /etc/group or ld.so.cache). The lookup opened nothing; fstat on the
+// handle says what it is; only a regular file is then opened, through
+// /proc/self/fd (the inode the handle holds, not the path again), without
+// blocking and without taking a controlling terminal.
+func openHandle(h *os.File) (*os.File, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(int(h.Fd()), &st); err != nil {
 		return nil, err
@@ -245,7 +251,27 @@ func readHandle(h *os.File, limit int64) ([]byte, error) {
 	if k := fileKind(st.Mode); k != "" {
 		return nil, notRegularError{k}
 	}
-	f, err := reopen(h, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY)
+	return reopen(h, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY)
+}
+
+// OpenRegular opens the regular file at p (an absolute path: a
+// /proc/PID/map_files or /proc/PID/fd entry, whose magic link the O_PATH
+// lookup follows to the target's file) through openHandle: a device the
+// target opened under a library's name is never opened again by root.
+func OpenRegular(p string) (*os.File, error) {
+	h, err := os.OpenFile(p, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = h.Close() }() // O_PATH: nothing to lose
+	return openHandle(h)
+}
+
+// readHandle reads the O_PATH handle h when it is a regular file, at most
+// limit bytes; with more it returns those and an error wrapping
+// errTooLarge.
+func readHandle(h *os.File, limit int64) ([]byte, error) {
+	f, err := openHandle(h)
 	if err != nil {
 		return nil, err
 	}

@@ -4,7 +4,10 @@
 // Collect (collect.go) is the only code that reads the live system.
 package snapshot
 
-import "time"
+import (
+	"sync"
+	"time"
+)
 
 // Snapshot is the system as the target saw it, taken once at the first
 // failure and once at exit (the later one is stored).
@@ -201,12 +204,41 @@ func (s *Snapshot) MajorOf(name string) (uint32, bool) {
 	return 0, false
 }
 
-// Node returns the snapshot's entry for path, or nil.
+// Node returns the snapshot's (first) entry for path, or nil.
 func (s *Snapshot) Node(path string) *Node {
-	for i := range s.Nodes {
-		if s.Nodes[i].Path == path {
-			return &s.Nodes[i]
+	if len(s.Nodes) < nodeIndexFrom {
+		for i := range s.Nodes {
+			if s.Nodes[i].Path == path {
+				return &s.Nodes[i]
+			}
 		}
+		return nil
+	}
+	// A report's snapshot may hold 200k nodes, and the analysis asks for
+	// each: an index, kept for the last Nodes slice asked about (its first
+	// element and length identify it; entries' paths are not changed in
+	// place), makes that linear, not quadratic.
+	nodeIndex.Lock()
+	defer nodeIndex.Unlock()
+	if nodeIndex.first != &s.Nodes[0] || nodeIndex.n != len(s.Nodes) {
+		idx := make(map[string]int, len(s.Nodes))
+		for i := len(s.Nodes) - 1; i >= 0; i-- {
+			idx[s.Nodes[i].Path] = i
+		}
+		nodeIndex.first, nodeIndex.n, nodeIndex.idx = &s.Nodes[0], len(s.Nodes), idx
+	}
+	if i, ok := nodeIndex.idx[path]; ok && s.Nodes[i].Path == path {
+		return &s.Nodes[i]
 	}
 	return nil
+}
+
+// nodeIndexFrom is the node count from which Node uses an index.
+const nodeIndexFrom = 256
+
+var nodeIndex struct {
+	sync.Mutex
+	first *Node
+	n     int
+	idx   map[string]int
 }

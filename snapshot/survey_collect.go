@@ -227,7 +227,7 @@ func surveyCgroup(c *collector, cg string, mounts []selfMount) {
 // collectCharLinks checks /dev/char/MAJ:MIN for every NVIDIA character
 // node. The link is followed one step only, inside the root.
 func (sv *Survey) collectCharLinks(r *rootFS) {
-	if fd, err := r.open("/dev/char", unix.O_PATH|unix.O_DIRECTORY); err == nil {
+	if fd, err := r.open("/dev/char", unix.O_DIRECTORY); err == nil {
 		_ = unix.Close(fd) // read-only: a failed close loses nothing
 		sv.CharDir = true
 	}
@@ -236,7 +236,7 @@ func (sv *Survey) collectCharLinks(r *rootFS) {
 			continue
 		}
 		cl := CharLink{Node: n.Path, Link: fmt.Sprintf("/dev/char/%d:%d", n.Major, n.Minor)}
-		dfd, err := r.open("/dev/char", unix.O_PATH|unix.O_DIRECTORY)
+		dfd, err := r.open("/dev/char", unix.O_DIRECTORY)
 		if err == nil {
 			buf := make([]byte, 4096)
 			if k, err := unix.Readlinkat(dfd, path.Base(cl.Link), buf); err == nil {
@@ -245,7 +245,7 @@ func (sv *Survey) collectCharLinks(r *rootFS) {
 				if !path.IsAbs(dest) {
 					dest = path.Join("/dev/char", dest)
 				}
-				if tfd, err := r.open(dest, unix.O_PATH); err == nil {
+				if tfd, err := r.open(dest, 0); err == nil {
 					var st unix.Stat_t
 					if unix.Fstat(tfd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFCHR &&
 						unix.Major(st.Rdev) == n.Major && unix.Minor(st.Rdev) == n.Minor {
@@ -291,7 +291,7 @@ func (sv *Survey) collectLibraries(r *rootFS) {
 
 // collectSystemdRuntimes notes runc-based runtimes on a systemd host.
 func (sv *Survey) collectSystemdRuntimes(r *rootFS) {
-	if fd, err := r.open("/run/systemd/system", unix.O_PATH|unix.O_DIRECTORY); err != nil {
+	if fd, err := r.open("/run/systemd/system", unix.O_DIRECTORY); err != nil {
 		return
 	} else {
 		_ = unix.Close(fd) // read-only: a failed close loses nothing
@@ -299,7 +299,7 @@ func (sv *Survey) collectSystemdRuntimes(r *rootFS) {
 	for _, rt := range []struct{ name, sock string }{
 		{"docker", "/run/docker.sock"}, {"containerd", "/run/containerd/containerd.sock"}, {"cri-o", "/run/crio/crio.sock"},
 	} {
-		if fd, err := r.open(rt.sock, unix.O_PATH); err == nil {
+		if fd, err := r.open(rt.sock, 0); err == nil {
 			_ = unix.Close(fd) // read-only: a failed close loses nothing
 			sv.SystemdRuntimes = append(sv.SystemdRuntimes, rt.name)
 		}
@@ -317,15 +317,27 @@ var containerDirs = []struct{ dir, file, manager string }{
 	{"/var/snap/lxd/common/lxd/logs", "lxc.conf", "lxd"},
 }
 
+// capNames keeps the first limit of a directory's names (read limit+1 to
+// know) and says so when there were more: a check that silently skips
+// what it did not read would pass a host it never saw.
+func (sv *Survey) capNames(dir string, names []string, limit int) []string {
+	if len(names) <= limit {
+		return names
+	}
+	sv.Unavailable = append(sv.Unavailable, fmt.Sprintf("%s: more than %d entries; only the first %d (in directory order) were checked", dir, limit, limit))
+	return names[:limit]
+}
+
 func (sv *Survey) collectContainers(r *rootFS) {
 	for _, cd := range containerDirs {
-		names, err := r.readDir(cd.dir, maxConfigFiles)
+		names, err := r.readDir(cd.dir, maxConfigFiles+1)
 		if err != nil {
 			if !errors.Is(err, fs.ErrNotExist) {
 				sv.unavailable("listing "+cd.dir, err)
 			}
 			continue
 		}
+		names = sv.capNames(cd.dir, names, maxConfigFiles)
 		sort.Strings(names)
 		for _, n := range names {
 			if n == "." || n == ".." || len(sv.Containers) >= maxConfigFiles {
@@ -414,13 +426,14 @@ var cdiDirs = []string{"/etc/cdi", "/var/run/cdi"}
 func (sv *Survey) collectCDI(r *rootFS, c *collector) {
 	seen := map[string]bool{}
 	for _, d := range cdiDirs {
-		names, err := r.readDir(d, maxCDIFiles)
+		names, err := r.readDir(d, maxCDIFiles+1)
 		if err != nil {
 			if !errors.Is(err, fs.ErrNotExist) {
 				sv.unavailable("listing "+d, err)
 			}
 			continue
 		}
+		names = sv.capNames(d, names, maxCDIFiles)
 		sort.Strings(names)
 		for _, n := range names {
 			ext := path.Ext(n)

@@ -1,10 +1,12 @@
 package snapshot
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -281,5 +283,21 @@ func TestLookupCreds(t *testing.T) {
 	}
 	if _, err := lookupCreds(r, "mallory"); err == nil {
 		t.Error("unknown user resolved")
+	}
+}
+
+// Past the caps (4,096 container configs, 256 CDI specs) the survey says
+// it checked only part of the directory, not nothing.
+func TestSurveyHostSaysWhatItLeft(t *testing.T) {
+	root := t.TempDir()
+	files := map[string]string{}
+	for i := range maxCDIFiles + 3 {
+		files[fmt.Sprintf("etc/cdi/x%04d.json", i)] = `{"cdiVersion":"0.6.0","kind":"example.com/x","devices":[]}`
+	}
+	fakeTree(t, root, files)
+	sv := SurveyHost(SurveyOptions{HostRoot: root, NvidiaSMI: "-"})
+	want := fmt.Sprintf("/etc/cdi: more than %d entries; only the first %d", maxCDIFiles, maxCDIFiles)
+	if !slices.ContainsFunc(sv.Unavailable, func(s string) bool { return strings.Contains(s, want) }) {
+		t.Errorf("Unavailable %q does not say %q", sv.Unavailable, want)
 	}
 }

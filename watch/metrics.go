@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/net/netutil"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -131,14 +133,36 @@ func Listen(addr string) (net.Listener, error) {
 	return ln, nil
 }
 
+// The metrics server's bounds. Anyone who can reach the port is a client,
+// so what one can hold is capped: at most maxMetricsConns connections are
+// accepted at once (more wait in the kernel's backlog, costing watch no
+// fd), and each is cut off when it is slow to send its request, slow to
+// read the answer, or idle. The diagnoses' own files (/proc, the report
+// directory, the target's root) so never compete with a connection flood
+// for fds: the server holds at most maxMetricsConns+1 of them.
+const (
+	maxMetricsConns     = 16
+	metricsHeaderBytes  = 8 << 10
+	metricsReadTimeout  = 5 * time.Second
+	metricsWriteTimeout = 30 * time.Second
+	metricsIdleTimeout  = 15 * time.Second
+)
+
 // Serve serves /metrics on ln until ctx is done; it returns the server's
 // error, or nil after ctx.
 func (m *Metrics) Serve(ctx context.Context, ln net.Listener) error {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", m.Handler())
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second}
+	srv := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: metricsReadTimeout,
+		ReadTimeout:       metricsReadTimeout,
+		WriteTimeout:      metricsWriteTimeout,
+		IdleTimeout:       metricsIdleTimeout,
+		MaxHeaderBytes:    metricsHeaderBytes,
+	}
 	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
+	go func() { done <- srv.Serve(netutil.LimitListener(ln, maxMetricsConns)) }()
 	select {
 	case err := <-done:
 		return err

@@ -1,10 +1,13 @@
 package watch
 
 import (
+	"bufio"
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -187,5 +190,102 @@ func TestCUDAStartsCountedOnce(t *testing.T) {
 	}
 	if sum.Healthy != 2 || counterValue(t, m, "cudatrace_processes_healthy_total", nil) != 2 {
 		t.Errorf("summary %+v: want 90 and 91 healthy", *sum)
+	}
+}
+
+// countingListener counts the connections accepted from it and open now,
+// and the most open at once.
+type countingListener struct {
+	net.Listener
+	mu         sync.Mutex
+	open, most int
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	l.open++
+	l.most = max(l.most, l.open)
+	l.mu.Unlock()
+	return &countedConn{Conn: c, l: l}, nil
+}
+
+type countedConn struct {
+	net.Conn
+	l    *countingListener
+	once sync.Once
+}
+
+func (c *countedConn) Close() error {
+	c.once.Do(func() { c.l.mu.Lock(); c.l.open--; c.l.mu.Unlock() })
+	return c.Conn.Close()
+}
+
+// One local client opening many idle keep-alive connections gets at most
+// maxMetricsConns of them accepted (each an fd of watch's); the rest wait
+// in the kernel's backlog. Once it lets go, a scrape is served again.
+func TestMetricsConnectionFlood(t *testing.T) {
+	privtest.Deadline(t)
+	inner, err := Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := &countingListener{Listener: inner}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	served := make(chan error, 1)
+	go func() { served <- NewMetrics("v").Serve(ctx, ln) }()
+	const flood = 200
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	}()
+	req := "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: keep-alive\r\n\r\n"
+	for range flood {
+		c, err := net.Dial("tcp", inner.Addr().String())
+		if err != nil {
+			break // the backlog is full: the kernel refuses, watch holds nothing
+		}
+		conns = append(conns, c)
+		_, _ = io.WriteString(c, req) // then idle, the connection kept alive
+	}
+	// Each accepted connection is answered: read the answers of the first
+	// maxMetricsConns, which proves the server reached its cap.
+	for _, c := range conns[:maxMetricsConns] {
+		_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+		r, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("an accepted connection was not answered: %v", err)
+		}
+		_, _ = io.Copy(io.Discard, r.Body)
+		_ = r.Body.Close()
+	}
+	ln.mu.Lock()
+	most := ln.most
+	ln.mu.Unlock()
+	if most > maxMetricsConns {
+		t.Errorf("%d connections accepted at once from %d idle clients, want at most %d", most, len(conns), maxMetricsConns)
+	}
+	for _, c := range conns {
+		_ = c.Close()
+	}
+	conns = nil
+	client := &http.Client{Timeout: 20 * time.Second}
+	resp, err := client.Get("http://" + inner.Addr().String() + "/metrics")
+	if err != nil {
+		t.Fatalf("after the flood: %v", err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("after the flood: %s", resp.Status)
+	}
+	cancel()
+	if err := <-served; err != nil {
+		t.Errorf("Serve: %v", err)
 	}
 }

@@ -1,12 +1,15 @@
 package watch
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"sync"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/cudatrace/cudatrace/report"
 )
@@ -19,19 +22,29 @@ const DefaultReportKeep = 1000
 var reportName = regexp.MustCompile(`^\d{8}T\d{6}\.\d{3}Z-\d+-[0-9a-f]{8}\.json$`)
 
 // ReportDir keeps the full report of each diagnosis, the newest Keep of
-// them: days of failures cannot fill the disk. Files are written by
-// report.Save (a new temporary file, never through a symlink, renamed into
-// place; the user's umask applies); only files named as reports are
-// ever removed.
+// them: days of failures cannot fill the disk. The directory is opened
+// once, at OpenReportDir, and every report is created and removed through
+// that descriptor: a directory moved or swapped for a symlink while watch
+// runs is not followed. Reports name the processes' argv, environment and
+// libraries, so the directory is made 0700 and each report 0600 (a new
+// temporary file, never through a symlink, renamed into place); only
+// files named as reports are ever removed.
 type ReportDir struct {
 	dir  string
+	f    *os.File // the directory, opened at OpenReportDir
 	keep int
 	mu   sync.Mutex
 	kept []string // report names in the directory, oldest first
 }
 
-// OpenReportDir checks that dir is a directory that takes new files, and
-// counts the reports already there toward keep.
+// Modes of the report directory and its reports.
+const (
+	reportDirMode  = 0o700
+	reportFileMode = 0o600
+)
+
+// OpenReportDir checks that dir is a directory that takes new files,
+// makes it 0700, and counts the reports already there toward keep.
 func OpenReportDir(dir string, keep int) (*ReportDir, error) {
 	if keep < 1 {
 		return nil, fmt.Errorf("--report-keep %d: keep at least 1", keep)
@@ -46,11 +59,20 @@ func OpenReportDir(dir string, keep int) (*ReportDir, error) {
 	if err := report.CheckOutput(filepath.Join(dir, "probe.json")); err != nil {
 		return nil, fmt.Errorf("--report-dir: %w", err)
 	}
-	entries, err := os.ReadDir(dir)
+	f, err := os.OpenFile(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("--report-dir %s: %w", dir, unwrapPath(err))
 	}
-	d := &ReportDir{dir: dir, keep: keep}
+	if err := unix.Fchmod(int(f.Fd()), reportDirMode); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("--report-dir %s: cannot make it %o: %w", dir, reportDirMode, err)
+	}
+	entries, err := f.ReadDir(-1)
+	if err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("--report-dir %s: %w", dir, unwrapPath(err))
+	}
+	d := &ReportDir{dir: dir, f: f, keep: keep}
 	for _, e := range entries {
 		if e.Type().IsRegular() && reportName.MatchString(e.Name()) {
 			d.kept = append(d.kept, e.Name())
@@ -67,7 +89,7 @@ func (d *ReportDir) Save(id string, rep *report.Report) (string, error) {
 		return "", fmt.Errorf("%q is not a report ID", id)
 	}
 	path := filepath.Join(d.dir, name)
-	if err := report.Save(path, rep); err != nil {
+	if _, err := report.OpenOutputIn(d.f, name, reportFileMode).Save(rep); err != nil {
 		return "", err
 	}
 	d.mu.Lock()
@@ -75,9 +97,9 @@ func (d *ReportDir) Save(id string, rep *report.Report) (string, error) {
 	d.kept = append(d.kept, name)
 	slices.Sort(d.kept) // nearly sorted: two workers finish in either order
 	for len(d.kept) > d.keep {
-		// os.Remove on a name removes that entry (a symlink itself,
-		// never what it points to).
-		if err := os.Remove(filepath.Join(d.dir, d.kept[0])); err != nil && !os.IsNotExist(err) {
+		// unlinkat removes that entry (a symlink itself, never what it
+		// points to), in the directory first opened.
+		if err := unix.Unlinkat(int(d.f.Fd()), d.kept[0], 0); err != nil && !errors.Is(err, unix.ENOENT) {
 			return path, fmt.Errorf("saved, but the oldest report was not removed: %w", err)
 		}
 		d.kept = d.kept[1:]

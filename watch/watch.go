@@ -51,8 +51,9 @@ type Options struct {
 	Out             io.Writer // diagnosis lines
 	ReportDir       *ReportDir
 	Metrics         *Metrics
-	MaxProcesses    int // 0: DefaultMaxProcesses
-	MaxStored       int // 0: DefaultMaxStored
+	MaxProcesses    int           // 0: DefaultMaxProcesses
+	MaxStored       int           // 0: DefaultMaxStored
+	DrainTimeout    time.Duration // 0: DefaultDrainTimeout
 	// Notice gets one-line notes for the operator (a report not written).
 	Notice func(msg string)
 	// Ready is called once, at the backend's first live statistics: the
@@ -113,6 +114,9 @@ type Summary struct {
 	// Unfinished are processes still alive at the end in which nothing
 	// had failed: neither diagnosed nor counted healthy.
 	Unfinished uint64
+	// Shed are processes in which something failed that were still
+	// queued when the drain (Options.DrainTimeout) ran out: no line.
+	Shed uint64
 }
 
 // proc is one followed process's state, from its first event to its exit.
@@ -152,9 +156,18 @@ type watcher struct {
 	outMu       sync.Mutex
 	writeFailed bool
 	sum         struct {
-		processes, diagnosed, healthy, refused, filtered, unfinished atomic.Uint64
+		processes, diagnosed, healthy, refused, filtered, unfinished, shed atomic.Uint64
 	}
+	// shed is set when the drain after the watch's end ran out: the
+	// diagnoses still queued are counted, not made.
+	shed atomic.Bool
 }
+
+// DefaultDrainTimeout bounds the diagnoses made after the watch ends
+// (SIGTERM): those still queued then are counted in Summary.Shed and not
+// made, so that watch exits within the DaemonSet's 30 s grace period
+// (the rest is for detaching the programs) however long the backlog.
+const DefaultDrainTimeout = 20 * time.Second
 
 // Run watches the host until ctx is cancelled or o.Spec.Duration passes,
 // then diagnoses the processes that failed and are still running, and
@@ -202,6 +215,10 @@ func (w *watcher) run(ctx context.Context) (*Summary, error) {
 		go func() {
 			defer w.wg.Done()
 			for p := range w.jobs {
+				if w.shed.Load() {
+					w.sum.shed.Add(1)
+					continue
+				}
 				w.diagnose(p)
 			}
 		}()
@@ -211,6 +228,12 @@ func (w *watcher) run(ctx context.Context) (*Summary, error) {
 	spec.Argv, spec.PIDs, spec.Cred = nil, nil, nil
 	spec.Stats = w.liveStats
 	res, err := w.o.Backend.Run(ctx, spec, w)
+	drain := w.o.DrainTimeout
+	if drain <= 0 {
+		drain = DefaultDrainTimeout
+	}
+	stopDrain := time.AfterFunc(drain, func() { w.shed.Store(true) })
+	defer stopDrain.Stop()
 	if err == nil {
 		w.stats(tracer.LiveStats{Dropped: res.Dropped, SyscallHook: res.SyscallHook})
 		w.shutdown(res)
@@ -232,7 +255,7 @@ func (w *watcher) summary() *Summary {
 	return &Summary{
 		Processes: w.sum.processes.Load(), Diagnosed: w.sum.diagnosed.Load(), Healthy: w.sum.healthy.Load(),
 		Refused: w.sum.refused.Load(), Filtered: w.sum.filtered.Load(), Dropped: w.dropped.Load(),
-		Unfinished: w.sum.unfinished.Load(),
+		Unfinished: w.sum.unfinished.Load(), Shed: w.sum.shed.Load(),
 	}
 }
 
@@ -286,7 +309,7 @@ func (w *watcher) Event(e *tracer.Event) {
 	switch {
 	case e.Kind == tracer.KindExec && e.Ret == 0:
 		if len(e.Argv) > 0 {
-			p.argv = slices.Clone(e.Argv)
+			p.argv = snapshot.MaskArgv(slices.Clone(e.Argv))
 		}
 	case e.Kind == tracer.KindAPI && !p.cudaSeen && isInit(e.Func):
 		p.cudaSeen = true
@@ -299,7 +322,7 @@ func (w *watcher) Event(e *tracer.Event) {
 		// The session has just read /proc: the whole argv, where the
 		// event's is cut to what the kernel side copies.
 		if a := p.sess.Argv(e.PID); len(a) > 0 {
-			p.argv = slices.Clone(a)
+			p.argv = snapshot.MaskArgv(slices.Clone(a))
 		}
 	}
 	if e.Kind == tracer.KindExit {

@@ -1,6 +1,9 @@
 package watch
 
 import (
+	"bytes"
+	"golang.org/x/sys/unix"
+
 	"context"
 	"os"
 	"path/filepath"
@@ -490,5 +493,128 @@ func TestExecRereadsTheIdentity(t *testing.T) {
 		if id == nil || id.Cgroup != podCg {
 			t.Errorf("a snapshot got identity %+v, want the cgroup read at the exec", id)
 		}
+	}
+}
+
+// Reports carry argv, environment and library paths: each is 0600 in a
+// directory made 0700, whatever the umask; and a directory swapped for a
+// symlink while watch runs is not followed: reports stay in the one first
+// opened.
+func TestReportDirPrivateAndPinned(t *testing.T) {
+	privtest.Deadline(t)
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "reports")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	old := unix.Umask(0)
+	defer unix.Umask(old)
+	rd, err := OpenReportDir(dir, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(dir); err != nil || st.Mode().Perm() != 0o700 {
+		t.Errorf("report directory mode %v (%v), want 0700", st.Mode().Perm(), err)
+	}
+	elsewhere := filepath.Join(parent, "elsewhere")
+	if err := os.Mkdir(elsewhere, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	moved := filepath.Join(parent, "moved")
+	if err := os.Rename(dir, moved); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(elsewhere, dir); err != nil {
+		t.Fatal(err)
+	}
+	h := &fakeHost{cgroups: map[int]string{70: "/"}}
+	events := append(deniedCtl(70, "job"), exitOf(70, 1))
+	_, _, out := watchWith(t, &fakeBackend{events: events}, h, func(o *Options) { o.ReportDir = rd })
+	if lines := parseLines(t, out); len(lines) != 1 || lines[0].ReportID == "" {
+		t.Fatalf("lines %v, want one with a report", lines)
+	}
+	if ents, _ := os.ReadDir(elsewhere); len(ents) != 0 {
+		t.Errorf("reports written through the swapped-in symlink: %v", ents)
+	}
+	names, _ := filepath.Glob(filepath.Join(moved, "*.json"))
+	if len(names) != 1 {
+		t.Fatalf("reports in the directory first opened: %v, want 1", names)
+	}
+	if st, err := os.Stat(names[0]); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("report mode %v (%v), want 0600", st.Mode().Perm(), err)
+	}
+}
+
+// A process's --hf-token=... is masked in its JSON line and in its kept
+// report, by the rule the environment follows.
+func TestArgvSecretsMasked(t *testing.T) {
+	privtest.Deadline(t)
+	secret := "hf_abcdefghijklmnopqrstuvwxyz"
+	argv := []string{"python3", "serve.py", "--hf-token=" + secret, "--password", "hunter2"}
+	h := &fakeHost{cgroups: map[int]string{61: "/"}, argv: map[int][]string{61: argv}}
+	events := []tracer.Event{{PID: 61, TID: 61, Comm: "python3", Kind: tracer.KindExec, Syscall: "execve", Argv: argv}}
+	events = append(append(events, deniedCtl(61, "python3")...), exitOf(61, 1))
+	dir := t.TempDir()
+	rd, err := OpenReportDir(dir, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, out := watchWith(t, &fakeBackend{events: events}, h, func(o *Options) { o.ReportDir = rd })
+	if strings.Contains(out, secret) || strings.Contains(out, "hunter2") {
+		t.Errorf("the JSON line carries the secrets:\n%s", out)
+	}
+	if lines := parseLines(t, out); len(lines) != 1 || !slices.Contains(lines[0].Argv, "--hf-token=<masked>") {
+		t.Errorf("the JSON line does not say the token was masked:\n%s", out)
+	}
+	names, _ := filepath.Glob(filepath.Join(dir, "*.json"))
+	if len(names) != 1 {
+		t.Fatalf("reports %v, want 1", names)
+	}
+	b, err := os.ReadFile(names[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), secret) || strings.Contains(string(b), "hunter2") {
+		t.Errorf("the kept report carries the secrets")
+	}
+}
+
+// After the watch ends (SIGTERM) the queued diagnoses get DrainTimeout;
+// those still queued then are counted as shed, not made, so that watch
+// exits within the DaemonSet's grace period however long the backlog.
+func TestDrainShedsPastTimeout(t *testing.T) {
+	ctx := privtest.Deadline(t)
+	h := &fakeHost{cgroups: map[int]string{}}
+	var events []tracer.Event
+	const failing = 10
+	for pid := 100; pid < 100+failing; pid++ {
+		h.cgroups[pid] = "/"
+		events = append(events, deniedCtl(pid, "job")...)
+		events = append(events, exitOf(pid, 1))
+	}
+	gate := make(chan struct{})
+	sys := h.system()
+	collect := sys.Collect
+	sys.Collect = func(o snapshot.Options) *snapshot.Snapshot {
+		<-gate // a slow diagnosis: held until the drain has run out
+		return collect(o)
+	}
+	var out bytes.Buffer
+	w := newWatcher(Options{Backend: &fakeBackend{events: events}, Out: &out, JSON: true, Host: "h", Version: "v",
+		System: sys, identity: h.identity, DrainTimeout: time.Millisecond})
+	go func() {
+		for !w.shed.Load() {
+			time.Sleep(time.Millisecond)
+		}
+		close(gate)
+	}()
+	sum, err := w.run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := parseLines(t, out.String())
+	if sum.Shed == 0 || sum.Diagnosed+sum.Shed != failing || uint64(len(lines)) != sum.Diagnosed || sum.Diagnosed > workers {
+		t.Errorf("diagnosed %d (%d lines), shed %d; want the %d held by the workers diagnosed, the rest of %d shed",
+			sum.Diagnosed, len(lines), sum.Shed, workers, failing)
 	}
 }

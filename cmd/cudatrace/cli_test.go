@@ -157,7 +157,7 @@ func TestReportBadInput(t *testing.T) {
 		{"other json", write("other.json", []byte(`{"hello": "world"}`)), exitBadInput, "not a cudatrace report"},
 		{"future schema", write("future.json", []byte(strings.Replace(valid, `"schema": 1`, `"schema": 99`, 1))), exitBadInput, "schema 99 is newer"},
 		{"missing", filepath.Join(dir, "missing.json"), exitFailure, "no such file"},
-		{"directory", dir, exitBadInput, "is a directory"},
+		{"directory", dir, exitBadInput, "a directory, not a regular file"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := runCLI(t, "report", tc.path)

@@ -42,10 +42,10 @@ var renderFlags = []string{"format", "color", "summary", "output", "all-events",
 // Exit rows the trace, report and explain forms share.
 var (
 	exitRowUsage    = exitRow{exitUsage, "usage error"}
-	exitRowFailure  = exitRow{exitFailure, "cudatrace failed (no privileges, BPF unavailable, I/O error, a file that cannot be read)"}
+	exitRowFailure  = exitRow{exitFailure, "cudatrace failed (no privileges, BPF unavailable, I/O error, a file that cannot be read, the -o report not written; a launched COMMAND's own status wins)"}
 	exitRowNoneSeen = exitRow{exitOK, "no NVIDIA call failed (and CUDA, where its return code was traced, started)"}
 	exitRowFound    = exitRow{exitFound, "a failing NVIDIA call was found, or CUDA's traced return code was an error"}
-	exitRowBadInput = exitRow{exitBadInput, "the input is not a report or strace log, or holds no NVIDIA call (report prints it first)"}
+	exitRowBadInput = exitRow{exitBadInput, "the input is not a report or strace log, or holds no NVIDIA call (report prints it first); a device or FIFO is refused unread"}
 	offlineExits    = []exitRow{exitRowNoneSeen, exitRowFailure, exitRowUsage, exitRowFound, exitRowBadInput}
 	simpleExits     = []exitRow{{exitOK, "done"}, exitRowUsage}
 )

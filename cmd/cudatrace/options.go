@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/cudatrace/cudatrace/report"
 )
 
 // Exit codes. The launched command's own status passes through unchanged
@@ -72,10 +74,24 @@ var traceExits = []exitRow{
 	{exitNotFound, "COMMAND not found"},
 }
 
+// outputPath is -o's value: an empty one is a usage error, not "no file".
+type outputPath string
+
+func (p *outputPath) String() string { return string(*p) }
+func (p *outputPath) Type() string   { return "string" }
+func (p *outputPath) Set(s string) error {
+	if s == "" {
+		return errors.New("an empty path: give a file name, or - for stdout")
+	}
+	*p = outputPath(s)
+	return nil
+}
+
 // options holds every flag; registerFlags is the only place they are
 // defined.
 type options struct {
 	output    string
+	out       *report.Output // -o, opened by checkOutput before anything runs
 	format    string
 	color     string
 	summary   bool
@@ -99,7 +115,7 @@ type options struct {
 }
 
 func registerFlags(fs *pflag.FlagSet, o *options) {
-	fs.StringVarP(&o.output, "output", "o", "", "also write the JSON report to `FILE` (- for stdout); a device or FIFO is written through")
+	fs.VarP((*outputPath)(&o.output), "output", "o", "also write the JSON report to `FILE` (- for stdout); a device or FIFO is written through")
 	completeWith(fs, "output", completeFile)
 	fs.StringVar(&o.format, "format", "text", "print `FORMAT`: text, json, markdown or html (one self-contained file)")
 	completeWords(fs, "format", "text json markdown html")

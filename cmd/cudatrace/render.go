@@ -28,9 +28,11 @@ func checkOutput(o *options, stderr io.Writer) error {
 			fmt.Fprintf(stderr, "cudatrace: warning: -o %s writes a file named %q; --format %s prints that format (-o - writes JSON to stdout)\n", o.output, o.output, o.output)
 		}
 	}
-	if err := report.CheckOutput(o.output); err != nil {
+	out, err := report.OpenOutput(o.output)
+	if err != nil {
 		return fail(exitFailure, "-o %v", err)
 	}
+	o.out = out
 	return nil
 }
 
@@ -52,6 +54,7 @@ func emit(rep *report.Report, o *options, stdout, stderr io.Writer, launched boo
 		f = report.FormatMarkdown
 	}
 	var saveErr error
+	var movedTo string
 	switch o.output {
 	case "":
 	case stdoutPath:
@@ -59,7 +62,13 @@ func emit(rep *report.Report, o *options, stdout, stderr io.Writer, launched boo
 			return fail(exitFailure, "write report to stdout: %v", err)
 		}
 	default:
-		saveErr = report.Save(o.output, rep)
+		if o.out == nil { // a caller that did not check first
+			if saveErr = checkOutput(o, io.Discard); saveErr != nil {
+				break
+			}
+		}
+		movedTo, saveErr = o.out.Save(rep)
+		o.out.Close()
 	}
 	w := stdout
 	if (launched && f != report.FormatJSON) || o.output == stdoutPath {
@@ -81,6 +90,8 @@ func emit(rep *report.Report, o *options, stdout, stderr io.Writer, launched boo
 		// The report is on the screen; say what was not saved, once, last.
 		fmt.Fprintf(stderr, "cudatrace: report not saved: %v\n", saveErr)
 		return &exitError{code: exitFailure, saveFailed: true}
+	case movedTo != "":
+		fmt.Fprintf(stderr, "cudatrace: report written to %s: the directory of %s was moved while tracing\n", movedTo, o.output)
 	case o.output != "" && o.output != stdoutPath && !o.quiet:
 		fmt.Fprintf(stderr, "cudatrace: report written to %s\n", o.output)
 	}

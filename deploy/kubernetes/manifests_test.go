@@ -241,9 +241,15 @@ func TestDaemonSet(t *testing.T) {
 	// The metrics port: --metrics, the container port, the probe, the
 	// scrape annotations and the Service all agree.
 	addr := flagValue(c.Args, "--metrics")
-	_, port, ok := strings.Cut(addr, ":")
+	host, port, ok := strings.Cut(addr, ":")
 	if !ok || port == "" {
 		t.Fatalf("--metrics %q has no port", addr)
+	}
+	// One address, the pod's, from the downward API: ":PORT" binds all.
+	if host != "$(POD_IP)" || !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
+		return e.Name == "POD_IP" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "status.podIP"
+	}) {
+		t.Errorf("--metrics %q: bind the pod IP ($(POD_IP) from status.podIP), not every address", addr)
 	}
 	var metricsPort *corev1.ContainerPort
 	for i := range c.Ports {

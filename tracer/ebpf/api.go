@@ -377,17 +377,16 @@ func (p *apiProbes) release(h heldOpen) {
 // attachOpened probes the library a process just opened, as its fd fd
 // (in /proc/PID/fd: a thread id works too), if it is a regular file.
 func (p *apiProbes) attachOpened(pid, fd int, name string) {
-	f, err := os.OpenFile(fmt.Sprintf("/proc/%d/fd/%d", pid, fd), os.O_RDONLY|unix.O_NONBLOCK, 0)
+	// Looked up O_PATH and opened only if regular: the target may have
+	// opened a device under a library's name.
+	f, err := snapshot.OpenRegular(fmt.Sprintf("/proc/%d/fd/%d", pid, fd))
 	if err != nil {
 		p.note("uprobes on %s (opened by PID %d): %v", name, pid, err)
 		return
 	}
 	defer func() { _ = f.Close() }() // read-only: a failed close loses nothing
-	var st unix.Stat_t
-	if unix.Fstat(int(f.Fd()), &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
-		if err := p.attachFile(f, name, nil); err != nil {
-			p.note("uprobes on %s: %v", name, err)
-		}
+	if err := p.attachFile(f, name, nil); err != nil {
+		p.note("uprobes on %s: %v", name, err)
 	}
 }
 
@@ -403,7 +402,7 @@ func (p *apiProbes) attachUnstopped(h heldOpen) {
 			uint32(unix.Major(st.Dev))<<20|uint32(unix.Minor(st.Dev)) == h.dev
 	}
 	attached := false
-	if f, err := os.OpenFile(fmt.Sprintf("/proc/%d/fd/%d", h.pid, h.fd), os.O_RDONLY|unix.O_NONBLOCK, 0); err == nil {
+	if f, err := snapshot.OpenRegular(fmt.Sprintf("/proc/%d/fd/%d", h.pid, h.fd)); err == nil {
 		if same(f) {
 			attached = true
 			if err := p.attachFile(f, h.path, nil); err != nil {

@@ -23,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
 )
 
@@ -111,7 +112,7 @@ func ParseFiles(paths []string) (*Log, error) {
 	if len(paths) == 1 {
 		if _, err := pidSuffix(paths[0]); err != nil {
 			// One plain log given as a list.
-			f, err := os.Open(paths[0])
+			f, err := openLog(paths[0])
 			if err != nil {
 				return nil, err
 			}
@@ -131,9 +132,9 @@ func ParseFiles(paths []string) (*Log, error) {
 		if err != nil {
 			return nil, err
 		}
-		f, err := os.Open(p)
+		f, err := openLog(p)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%s: %w", p, err)
 		}
 		var clk clock
 		fl := file{pid: pid}
@@ -171,6 +172,10 @@ func ParseFiles(paths []string) (*Log, error) {
 	}
 	return in.finish()
 }
+
+// openLog opens a log only if it is a regular file: /dev/zero would be read
+// until killed, a FIFO with no writer would block.
+func openLog(p string) (*os.File, error) { return snapshot.OpenRegular(p) }
 
 // pidSuffix returns the PID in FILE.PID.
 func pidSuffix(p string) (int, error) {
