@@ -48,7 +48,6 @@ const enum statx_layout *unused_statx_layout __attribute__((unused));
 #define S_IFBLK 0060000
 #define SIGNAL_GROUP_EXIT 0x00000004
 #define SIGSTOP 19
-#define SECCOMP_MODE_FILTER 2
 
 /* Runtime settings, fixed at load time (the verifier prunes dead branches). */
 const volatile bool follow_children = true;
@@ -1315,7 +1314,9 @@ static __always_inline bool seccomp_filtered(void)
 	struct task_struct *task = bpf_get_current_task_btf();
 	if (!bpf_core_field_exists(task->seccomp))
 		return false;
-	return task->seccomp.mode == SECCOMP_MODE_FILTER;
+	/* A KILL action sets SECCOMP_MODE_DEAD (5.17+) before the rolled-back
+	 * call's exit: any mode but "none" means seccomp was at work. */
+	return task->seccomp.mode != 0;
 }
 
 /* Every syscall's return: (struct pt_regs *regs, long ret). Untraced
