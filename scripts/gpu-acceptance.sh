@@ -171,7 +171,9 @@ fi
 for be in ebpf ptrace; do
   sfx=; [ $be = ptrace ] && sfx=-ptrace
   for act in kill-process kill-thread trap; do
-    traced 13-seccomp-$act-cuinit$sfx --seccomp-deny ioctl:nvidia --seccomp-action $act -- --backend $be -- python3 -c "$CUINIT"
+    # KILL_THREAD kills only libcuda's calling thread: on the H200 python
+    # then never exited (untraced too), so the state is bounded.
+    traced 13-seccomp-$act-cuinit$sfx --seccomp-deny ioctl:nvidia --seccomp-action $act -- --backend $be -- timeout 30 python3 -c "$CUINIT"
   done
   traced 13-seccomp-kill-process-torch$sfx --seccomp-deny ioctl:nvidia --seccomp-action kill-process -- --backend $be -- python3 -c "$TORCH"
   traced 14-rlimit-as-cuinit$sfx none -- --backend $be -- sh -c 'ulimit -v 4000000; exec python3 -c "$0"' "$CUINIT"
