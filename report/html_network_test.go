@@ -20,6 +20,27 @@ import (
 // the page's.
 var chromiumOwn = regexp.MustCompile(`^[A-Z]+ (https?://)?[^/ ]*\b(google\.com|googleapis\.com|gvt1\.com|gstatic\.com)(:\d+)?[/ ]`)
 
+// findChromium is the headless browser the page tests use; without one
+// they skip (CI installs it, and then a skip fails).
+func findChromium(t *testing.T) string {
+	t.Helper()
+	for _, b := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(b); err == nil {
+			return p
+		}
+	}
+	privtest.Skip(t, "no headless Chromium (apt-get install chromium)")
+	return ""
+}
+
+// chromiumArgs are the flags every run takes: headless, as root, with a
+// fresh profile in dir and Chromium's own background traffic off.
+func chromiumArgs(dir string, more ...string) []string {
+	return append([]string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync",
+		"--user-data-dir=" + filepath.Join(dir, "profile")}, more...)
+}
+
 // openInChromium loads page in headless Chromium, whose every request must
 // go through a proxy of the test's, and returns the screenshot and the
 // requests that were not Chromium's own.
@@ -51,10 +72,8 @@ func openInChromium(t *testing.T, chromium, page string) (shot string, requests 
 	shot = filepath.Join(dir, "shot.png")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-		"--disable-background-networking", "--disable-component-update", "--disable-sync",
-		"--user-data-dir="+filepath.Join(dir, "profile"), "--proxy-server=http://"+proxy.Addr().String(),
-		"--proxy-bypass-list=<-loopback>", "--window-size=1200,900", "--screenshot="+shot, "file://"+page)
+	cmd := exec.CommandContext(ctx, chromium, chromiumArgs(dir, "--proxy-server=http://"+proxy.Addr().String(),
+		"--proxy-bypass-list=<-loopback>", "--window-size=1200,900", "--screenshot="+shot, "file://"+page)...)
 	out, err := cmd.CombinedOutput()
 	proxy.Close()
 	if err != nil {
@@ -73,10 +92,8 @@ func openInChromium(t *testing.T, chromium, page string) (shot string, requests 
 // fetches one image shows that the proxy does see a page's requests.
 // (TestHTMLInBrowser checks what it shows.)
 func TestHTMLMakesNoRequest(t *testing.T) {
-	chromium, err := exec.LookPath("chromium")
-	if err != nil {
-		privtest.Skip(t, "no headless Chromium (apt-get install chromium)")
-	}
+	privtest.Deadline(t)
+	chromium := findChromium(t)
 	dir := t.TempDir()
 	control := filepath.Join(dir, "control.html")
 	if err := os.WriteFile(control, []byte(`<!DOCTYPE html><img src="http://canary.cudatrace.test/x.png">`), 0o644); err != nil {

@@ -137,16 +137,7 @@ func TestHTMLEscapesTargetStrings(t *testing.T) {
 // screenshot. The CSP in the page keeps it offline.
 func TestHTMLInBrowser(t *testing.T) {
 	privtest.Deadline(t)
-	browser := ""
-	for _, b := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(b); err == nil {
-			browser = p
-			break
-		}
-	}
-	if browser == "" {
-		privtest.Skip(t, "no headless Chromium (apt-get install chromium)")
-	}
+	browser := findChromium(t)
 	rep := buildFixture(t, fixtures[0]) // lxc-deny-uvm: a failing call and findings
 	dir := t.TempDir()
 	page := filepath.Join(dir, "report.html")
@@ -156,10 +147,7 @@ func TestHTMLInBrowser(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	chrome := func(args ...string) []byte {
-		base := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-			"--disable-background-networking", "--disable-component-update", "--disable-sync",
-			"--user-data-dir=" + filepath.Join(dir, "profile"), "--window-size=1200,1600"}
-		cmd := exec.CommandContext(ctx, browser, append(base, args...)...)
+		cmd := exec.CommandContext(ctx, browser, chromiumArgs(dir, append([]string{"--window-size=1200,1600"}, args...)...)...)
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		out, err := cmd.Output()
