@@ -2,46 +2,63 @@ package annotate
 
 import (
 	"fmt"
+	"sort"
 
 	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/tracer"
 )
 
-// inheritedImage is whether process pid runs a memory image it did not
-// load itself: the trace shows it make no successful exec and open no
-// CUDA library, so it is a fork of a traced process (or was attached to).
-func (a *analyzer) inheritedImage(pid int) bool {
+// forkFacts are what the fork rule asks of each process, read in one pass
+// over the trace (a log may hold 200k processes: no scan per process).
+type forkFacts struct {
+	procs  map[int]*procFork
+	inits  []int // indexes of successful cuInit returns, in trace order
+	events []tracer.Event
+}
+
+type procFork struct {
+	first    int  // index of its first event
+	ownImage bool // it made a successful exec or opened a CUDA library itself
+	api      bool // a CUDA or NVML return of its own was traced
+}
+
+func (a *analyzer) forkFacts() *forkFacts {
+	f := &forkFacts{procs: map[int]*procFork{}, events: a.ev}
 	for i := range a.ev {
 		e := &a.ev[i]
-		if e.PID != pid || e.Failed() {
-			continue
+		p := f.procs[e.PID]
+		if p == nil {
+			p = &procFork{first: i}
+			f.procs[e.PID] = p
 		}
-		if e.Kind == tracer.KindExec || (e.Kind == tracer.KindOpen && nvdev.IsLibrary(e.Path)) {
-			return false
+		if !e.Failed() && (e.Kind == tracer.KindExec || (e.Kind == tracer.KindOpen && nvdev.IsLibrary(e.Path))) {
+			p.ownImage = true
+		}
+		if e.Kind == tracer.KindAPI {
+			p.api = true
+			if e.Func == "cuInit" && e.Ret == 0 {
+				f.inits = append(f.inits, i)
+			}
 		}
 	}
-	return true
+	return f
 }
 
-// cudaInitBefore is the last successful cuInit of a process other than pid
-// before index upto, or nil.
-func (a *analyzer) cudaInitBefore(pid, upto int) *tracer.Event {
-	var ok *tracer.Event
-	for i := 0; i < upto && i < len(a.ev); i++ {
-		if e := &a.ev[i]; e.Kind == tracer.KindAPI && e.Func == "cuInit" && e.Ret == 0 && e.PID != pid {
-			ok = e
-		}
-	}
-	return ok
-}
+// inherited is whether process pid runs a memory image it did not load
+// itself: the trace shows it make no successful exec and open no CUDA
+// library, so it is a fork of a traced process (or was attached to).
+func (f *forkFacts) inherited(pid int) bool { return f.procs[pid] != nil && !f.procs[pid].ownImage }
 
-func (a *analyzer) firstEventOf(pid int) int {
-	for i := range a.ev {
-		if a.ev[i].PID == pid {
-			return i
+// initBefore is the last successful cuInit of a process other than pid up
+// to pid's first event, or nil.
+func (f *forkFacts) initBefore(pid int) *tracer.Event {
+	upto := f.procs[pid].first
+	for k := sort.SearchInts(f.inits, upto+1) - 1; k >= 0; k-- {
+		if e := &f.events[f.inits[k]]; e.PID != pid {
+			return e
 		}
 	}
-	return -1
+	return nil
 }
 
 // checkForkAfterInit: a process that inherited its image from a traced
@@ -53,8 +70,12 @@ func (a *analyzer) firstEventOf(pid int) int {
 func (a *analyzer) checkForkAfterInit() {
 	var child, parent *tracer.Event
 	inferred := false
-	if f := a.cudaFailed(); f != nil && f.Ret == cudaNotInitialized && !f.Unprobed && a.inheritedImage(f.PID) {
-		if p := a.cudaInitBefore(f.PID, a.firstEventOf(f.PID)+1); p != nil {
+	facts := a.forkFacts()
+	if len(facts.inits) == 0 {
+		return // no process initialised CUDA: nothing was forked after it
+	}
+	if f := a.cudaFailed(); f != nil && f.Ret == cudaNotInitialized && !f.Unprobed && facts.inherited(f.PID) {
+		if p := facts.initBefore(f.PID); p != nil {
 			child, parent = f, p
 		}
 	}
@@ -63,10 +84,10 @@ func (a *analyzer) checkForkAfterInit() {
 		// image, made no CUDA call and exited non-zero is the PyTorch shape.
 		for i := range a.ev {
 			x := &a.ev[i]
-			if x.Kind != tracer.KindExit || (x.ExitCode == 0 && x.Signal == 0) || a.madeAPICall(x.PID) || !a.inheritedImage(x.PID) {
+			if x.Kind != tracer.KindExit || (x.ExitCode == 0 && x.Signal == 0) || facts.procs[x.PID].api || !facts.inherited(x.PID) {
 				continue
 			}
-			if p := a.cudaInitBefore(x.PID, a.firstEventOf(x.PID)+1); p != nil {
+			if p := facts.initBefore(x.PID); p != nil {
 				child, parent, inferred = x, p, true
 				break
 			}
@@ -91,13 +112,4 @@ func (a *analyzer) checkForkAfterInit() {
 		Detail:   d,
 		Fix:      "Start the workers with the spawn or forkserver start method (`multiprocessing.set_start_method(\"spawn\")`, `torch.multiprocessing.set_start_method(\"spawn\")`, or `DataLoader(..., multiprocessing_context=\"spawn\")`), or initialise CUDA only in the children: no CUDA call (torch.cuda.*, .cuda()) in the parent before it forks.",
 		Inferred: inferred, Events: []uint64{parent.Seq, child.Seq}}, "")
-}
-
-func (a *analyzer) madeAPICall(pid int) bool {
-	for i := range a.ev {
-		if a.ev[i].Kind == tracer.KindAPI && a.ev[i].PID == pid {
-			return true
-		}
-	}
-	return false
 }
