@@ -62,13 +62,6 @@ func AnalyzeFacts(events []tracer.Event, snap *snapshot.Snapshot, facts Facts) A
 	return res
 }
 
-// processKnown is whether the snapshot describes the target process at all
-// (an imported strace log comes without one).
-// processKnown: the target's status was read (its name comes with it). A
-// snapshot of a process gone by then keeps its PID and nothing else: its
-// zero Seccomp and capabilities are not facts.
-func processKnown(s *snapshot.Snapshot) bool { return s.Process.Comm != "" }
-
 func severityRank(s Severity) int {
 	switch s {
 	case SeverityError:
