@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cudatrace/cudatrace/annotate"
 	"github.com/cudatrace/cudatrace/diagnose"
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
@@ -56,6 +57,10 @@ type Options struct {
 	DrainTimeout    time.Duration // 0: DefaultDrainTimeout
 	// Notice gets one-line notes for the operator (a report not written).
 	Notice func(msg string)
+	// Debug, when set (watch --debug), gets a line for each process the
+	// watch starts to follow, once its identity is read and (the backend
+	// probes before it delivers) the library it opened is probed.
+	Debug func(msg string)
 	// Ready is called once, at the backend's first live statistics: the
 	// host is watched from then on (its programs are attached).
 	Ready func(tracer.LiveStats)
@@ -384,6 +389,13 @@ func (w *watcher) admit(e *tracer.Event) *proc {
 		sess: diagnose.NewSession(so),
 	}
 	w.procs[e.PID] = p
+	if w.o.Debug != nil {
+		what := "its identity read"
+		if err != nil {
+			what = fmt.Sprintf("its identity unread (%v)", err)
+		}
+		w.o.Debug(fmt.Sprintf("PID %d (%s): followed from its %s event; %s", e.PID, annotate.Printable(e.Comm), e.Kind, what))
+	}
 	return p
 }
 

@@ -69,7 +69,7 @@ func watchFlagSet(f *watchFlags) *pflag.FlagSet {
 	fs.StringVar(&f.filter.Comm, "comm", "", "watch only processes named `NAME` (their comm)")
 	fs.IntVar(&f.maxProcesses, "max-processes", watch.DefaultMaxProcesses, "follow at most `N` processes at once; more are counted as refused")
 	fs.StringVar(&f.backend, "backend", "auto", "tracer `NAME`: auto or ebpf (ptrace cannot trace a whole host)")
-	fs.BoolVar(&f.debug, "debug", false, "print diagnostics: the BPF verifier log on load failure")
+	fs.BoolVar(&f.debug, "debug", false, "print diagnostics: the BPF verifier log on load failure, each process as it is followed")
 	fs.BoolVarP(&f.help, "help", "h", false, "show this help")
 	fs.StringVar(&f.procDevices, "proc-devices", "/proc/devices", "read device majors from this file (testing)")
 	fs.UintSliceVar(&f.deviceMajors, "device-major", nil, "treat this major as an NVIDIA device (testing)")
@@ -165,6 +165,9 @@ func watchCommand(args []string, stdout, stderr io.Writer) int {
 	o.Backend = backend
 	o.Spec.Duration = f.duration
 	o.Spec.Debug = f.debug
+	if f.debug {
+		o.Debug = o.Notice
+	}
 	o.Spec.RingBufferBytes = f.ringBufBytes
 
 	// The metrics server ends with the watch or fails on its own.

@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -23,6 +25,24 @@ import (
 // background and returns once it says the host is watched; stop sends
 // SIGTERM and returns its exit status and the diagnosis lines.
 func startWatch(t *testing.T, reportDir string, extra ...string) (stop func() (int, []watch.Line, string)) {
+	t.Helper()
+	return startWatchRun(t, reportDir, extra...).stop
+}
+
+// watchRun is a running watch: stop ends it; followed waits until it
+// follows a PID (its --debug line), so a test's process goes on only once
+// the watch has read its identity and probed its library, however slow
+// the host.
+type watchRun struct {
+	stop          func() (int, []watch.Line, string)
+	followed      func(pid int)
+	pause, resume func()
+}
+
+// followedLine is watch --debug's line for a process it starts to follow.
+var followedLine = regexp.MustCompile(`^cudatrace watch: PID (\d+) \(.*\): followed `)
+
+func startWatchRun(t *testing.T, reportDir string, extra ...string) *watchRun {
 	t.Helper()
 	needBinaries(t)
 	ctx := privtest.Deadline(t)
@@ -46,6 +66,13 @@ func startWatch(t *testing.T, reportDir string, extra ...string) (stop func() (i
 	var mu sync.Mutex
 	ready := make(chan struct{})
 	drained := make(chan struct{})
+	follows := map[int]chan struct{}{} // under mu; closed once followed
+	followCh := func(pid int) chan struct{} {
+		if follows[pid] == nil {
+			follows[pid] = make(chan struct{})
+		}
+		return follows[pid]
+	}
 	go func() {
 		defer close(drained)
 		sc := bufio.NewScanner(errPipe)
@@ -53,6 +80,12 @@ func startWatch(t *testing.T, reportDir string, extra ...string) (stop func() (i
 		for sc.Scan() {
 			mu.Lock()
 			stderr.WriteString(sc.Text() + "\n")
+			if m := followedLine.FindStringSubmatch(sc.Text()); m != nil {
+				pid, _ := strconv.Atoi(m[1])
+				if ch := followCh(pid); !isClosed(ch) {
+					close(ch)
+				}
+			}
 			mu.Unlock()
 			if strings.Contains(sc.Text(), "watching this host") {
 				once.Do(func() { close(ready) })
@@ -67,7 +100,30 @@ func startWatch(t *testing.T, reportDir string, extra ...string) (stop func() (i
 	case <-ctx.Done():
 		t.Fatalf("watch did not start:\n%s", stderr.String())
 	}
-	return func() (int, []watch.Line, string) {
+	run := &watchRun{followed: func(pid int) {
+		t.Helper()
+		mu.Lock()
+		ch := followCh(pid)
+		mu.Unlock()
+		select {
+		case <-ch:
+		case <-drained:
+			t.Fatalf("watch ended before it followed PID %d:\n%s", pid, stderr.String())
+		case <-ctx.Done():
+			mu.Lock()
+			defer mu.Unlock()
+			t.Fatalf("watch never followed PID %d (its --debug line):\n%s", pid, stderr.String())
+		}
+	}}
+	signal := func(sig syscall.Signal) func() {
+		return func() {
+			if err := cmd.Process.Signal(sig); err != nil {
+				t.Fatalf("watch: %v: %v", sig, err)
+			}
+		}
+	}
+	run.pause, run.resume = signal(syscall.SIGSTOP), signal(syscall.SIGCONT)
+	run.stop = func() (int, []watch.Line, string) {
 		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
@@ -95,6 +151,16 @@ func startWatch(t *testing.T, reportDir string, extra ...string) (stop func() (i
 		defer mu.Unlock()
 		noCrash(t, stdout.String()+stderr.String())
 		return code, lines, stderr.String()
+	}
+	return run
+}
+
+func isClosed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -240,25 +306,24 @@ func TestWatchRefusesPtrace(t *testing.T) {
 }
 
 // A failing process that exits right after its failing open (no
-// lingering) is reaped before the watch reads its failure: its snapshot
-// finds it gone. Its device policy is still read from the cgroup it was in
-// (which outlives it, as a crash-looping container's does), so the cause
-// is the program read, not inferred; argv and user come from what was read
-// at its first event. The CUDA app (testdata/fakelib) loads libcuda, the
-// watch's first event of it, and calls cuInit only later, as a program's
-// imports come before its cuInit: its identity is read while it runs.
+// lingering) and is reaped before the watch reads its failure (the watch
+// is stopped meanwhile, as one on a loaded node falls behind): its
+// snapshot finds it gone. Its device policy is still read from the cgroup
+// it was in (which outlives it, as a crash-looping container's does), so
+// the cause is the program read, not inferred; argv and user come from
+// what was read at its first event. The CUDA app (testdata/fakelib) loads
+// libcuda, the watch's first event of it, and calls cuInit only once the
+// watch follows it, as a program's imports come before its cuInit.
 // fakecuda's first event is microseconds before its exit, so its identity
 // is read from a zombie (the cgroup and UID, no argv) or not at all.
 func TestWatchGoneProcess(t *testing.T) {
 	privtest.RequireRoot(t)
 	dir := fakeLib(t)
-	stop := startWatch(t, t.TempDir())
+	w := startWatchRun(t, t.TempDir(), "--debug")
+	stop := w.stop
 
 	env := denyUVM()
-	// Whether the parent reaps it before the watch reads its failure (the
-	// ring is read every 10 ms at most) is a race it usually wins; a few
-	// runs make sure that at least one is read after its exit.
-	apps := startApps(t, env, dir, 4)
+	apps := startApps(t, w, env, dir, 2, true)
 	for _, a := range apps {
 		if !strings.Contains(a.out, "cuInit 999") {
 			t.Fatalf("app printed %q", a.out)
@@ -286,7 +351,6 @@ func TestWatchGoneProcess(t *testing.T) {
 		return out[0]
 	}
 	cg := strings.TrimPrefix(env.CgroupV2Path(), scenario.CgroupV2Root())
-	gone := 0
 	for _, a := range apps {
 		pid := a.pid
 		l := mine(pid)
@@ -309,9 +373,9 @@ func TestWatchGoneProcess(t *testing.T) {
 			continue
 		}
 		if !v2.ReadAfterExit {
-			continue // its snapshot saw it (or its zombie)
+			t.Errorf("app %d: its cgroup's policy was read before its exit, yet it was reaped before the watch went on", pid)
+			continue
 		}
-		gone++
 		f := finding(rep, "cgroup2-denied")
 		if f == nil || f.Inferred || !strings.Contains(strings.Join(f.Detail, "\n"), "The process had exited before its snapshot") {
 			t.Errorf("app %d: finding %+v, want cgroup2-denied, not inferred, saying the process was gone", pid, f)
@@ -319,9 +383,6 @@ func TestWatchGoneProcess(t *testing.T) {
 		if rep.Snapshot.Process.PID != pid || rep.Snapshot.Process.Comm != "" || rep.Snapshot.Process.User != "root" {
 			t.Errorf("app %d: snapshot process %+v, want its PID and user, no comm (its status was never read); unavailable %q", pid, rep.Snapshot.Process, rep.Snapshot.Unavailable)
 		}
-	}
-	if gone == 0 {
-		t.Errorf("none of %d apps was gone at its snapshot: the after-exit path went untested", len(apps))
 	}
 
 	k := mine(fc.Process.Pid)
@@ -338,9 +399,12 @@ type app struct {
 }
 
 // startApps runs n CUDA apps (testdata/fakelib) in env at once. Each loads
-// libcuda and waits before cuInit until the watch has read its identity
-// and probed its libcuda, as a program's imports come before its cuInit.
-func startApps(t *testing.T, env *scenario.Env, dir string, n int) []app {
+// libcuda and waits before cuInit until the watch follows it (its identity
+// read, its libcuda probed), as a program's imports come before its cuInit.
+// With behind set the watch is stopped (SIGSTOP) while they run and exit,
+// as a watch on a loaded node falls behind: their events wait in the ring
+// and each is read after its process was reaped.
+func startApps(t *testing.T, w *watchRun, env *scenario.Env, dir string, n int, behind bool) []app {
 	t.Helper()
 	var cmds []*exec.Cmd
 	var outs []*bytes.Buffer
@@ -359,8 +423,13 @@ func startApps(t *testing.T, env *scenario.Env, dir string, n int) []app {
 		_ = stdin.Close() // the child has its copy
 		cmds, outs, feeds = append(cmds, cmd), append(outs, &out), append(feeds, feed)
 	}
-	// The ring is read every 10 ms; a second allows for a busy host.
-	time.Sleep(time.Second)
+	for _, cmd := range cmds {
+		w.followed(cmd.Process.Pid)
+	}
+	if behind {
+		w.pause()
+		defer w.resume()
+	}
 	var apps []app
 	for i, cmd := range cmds {
 		_, _ = feeds[i].Write([]byte("go\n"))
@@ -378,8 +447,9 @@ func startApps(t *testing.T, env *scenario.Env, dir string, n int) []app {
 func TestWatchVerboseHealthyCUDA(t *testing.T) {
 	privtest.RequireRoot(t)
 	dir := fakeLib(t)
-	stop := startWatch(t, t.TempDir(), "-v")
-	a := startApps(t, standIn(), dir, 1)[0]
+	w := startWatchRun(t, t.TempDir(), "-v", "--debug")
+	stop := w.stop
+	a := startApps(t, w, standIn(), dir, 1, false)[0]
 	pid := a.pid
 	if !strings.Contains(a.out, "cuInit 0") {
 		t.Fatalf("app printed %q", a.out)
