@@ -44,7 +44,11 @@ func (a *analyzer) checkLimits() {
 	head := fmt.Sprintf("`%s()` by %s returned %d (%s), and no traced device call before it failed.", f.Func, who(f), f.Ret, apiCodeName(f.Func, f.Ret))
 	switch {
 	case f.Ret == cudaOutOfMemory && p.AS != nil && p.AS[0] != ^uint64(0):
-		d := []string{head, fmt.Sprintf("RLIMIT_AS (`ulimit -v`) is %s (soft) / %s (hard) for the target (/proc/PID/limits).", bytesText(p.AS[0]), bytesText(p.AS[1])),
+		when := "at the failure"
+		if p.LimitsAtExec {
+			when = "at its last exec; it had exited before the failure could be read"
+		}
+		d := []string{head, fmt.Sprintf("RLIMIT_AS (`ulimit -v`) is %s (soft) / %s (hard) for the target (/proc/PID/limits, %s).", bytesText(p.AS[0]), bytesText(p.AS[1]), when),
 			"CUDA reserves large virtual address ranges at initialisation (for unified addressing, far beyond the GPU's memory); under an address-space limit that mmap fails and CUDA reports 2 (CUDA_ERROR_OUT_OF_MEMORY), for cuInit and PyTorch alike."}
 		a.add(Finding{ID: "rlimit-as", Severity: SeverityError,
 			Summary: fmt.Sprintf("RLIMIT_AS is %s: CUDA cannot reserve its virtual address space", bytesText(p.AS[0])),

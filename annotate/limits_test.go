@@ -28,6 +28,9 @@ func TestLimitsExplainCUDA(t *testing.T) {
 	mustContain(t, "detail", detail(f), "4 GiB", "ulimit -v")
 	mustContain(t, "fix", f.Fix, "ulimit -v unlimited", "LimitAS=")
 	mustContain(t, "verdict", a.Verdict, "returned 2", "RLIMIT_AS is 4 GiB")
+	mustContain(t, "detail", detail(f), "at the failure")
+	s.Process.LimitsAtExec = true
+	mustContain(t, "detail", detail(find(t, run(s, "cuInit", 2), "rlimit-as")), "at its last exec")
 
 	s = h200()
 	s.Process.NoFile, s.Process.OpenFDs = &[2]uint64{64, 64}, 60

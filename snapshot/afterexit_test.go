@@ -58,7 +58,11 @@ func goneIdentity(sameRoot bool) *Identity {
 func TestCollectGoneWithIdentity(t *testing.T) {
 	privtest.Deadline(t)
 	var queried []string
-	c, cg := goneHost(t, goneIdentity(true), func(dir, root string) ([]DeviceProgram, error) {
+	id := goneIdentity(true)
+	id.Limits = parseLimits("Limit                     Soft Limit           Hard Limit           Units     \n" +
+		"Max open files            1024                 4096                 files     \n" +
+		"Max address space         1073741824           unlimited            bytes     \n")
+	c, cg := goneHost(t, id, func(dir, root string) ([]DeviceProgram, error) {
 		queried = append(queried, dir)
 		return []DeviceProgram{{ID: 52, AttachedTo: goneCg}}, nil
 	})
@@ -76,6 +80,9 @@ func TestCollectGoneWithIdentity(t *testing.T) {
 	}
 	if p := s.Process; p.PID != 4242 || p.UID != 1000 || p.User != "alice" || p.Comm != "" {
 		t.Errorf("process %+v, want PID 4242, uid 1000 alice, no comm (its status was never read)", p)
+	}
+	if p := s.Process; p.AS == nil || *p.AS != [2]uint64{1 << 30, ^uint64(0)} || p.NoFile == nil || *p.NoFile != [2]uint64{1024, 4096} || p.MemLock != nil || !p.LimitsAtExec {
+		t.Errorf("process limits AS %v NOFILE %v MEMLOCK %v at exec %v, want the identity's", p.AS, p.NoFile, p.MemLock, p.LimitsAtExec)
 	}
 	if s.Container.Runtime != "kubernetes" || s.Container.ID != goneCtr || s.Container.PodUID != "5e3c1a2b-7d4f-4e1a-9b2c-0d1e2f3a4b5c" {
 		t.Errorf("container %+v, want the pod from the cgroup path", s.Container)

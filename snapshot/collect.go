@@ -274,6 +274,10 @@ func (c *collector) targetCgroups(pidDir string) (string, error) {
 // when its root was cudatrace's: a container's users are its own.
 func (c *collector) processFromIdentity(root string) {
 	id, p := c.opts.Identity, &c.snap.Process
+	if id.Limits != nil {
+		id.Limits.fill(p)
+		p.LimitsAtExec = true
+	}
 	if id.UID < 0 || id.UID > int64(^uint32(0)) {
 		return
 	}

@@ -34,6 +34,10 @@ type Identity struct {
 	// CgroupAtCall: its unified cgroup is the one the kernel recorded at a
 	// traced call (InCgroupV2), not one read from /proc.
 	CgroupAtCall bool
+	// Limits are its resource limits at that read (its first event or
+	// last exec): a process CUDA fails for lack of address space or fds
+	// often exits before the failure's snapshot can read them.
+	Limits *Limits
 	// cgroups is its /proc/PID/cgroup text: every hierarchy's path, so a
 	// snapshot reads the device policy as it would for the live process.
 	cgroups string
@@ -65,6 +69,9 @@ func TargetIdentity(pid int) (Identity, error) {
 	id.SameRoot, id.RootKnown = sameRoot(g, "/proc", pid)
 	if env, err := readDiagnosticEnv(g, pid); err == nil {
 		id.Env = env
+	}
+	if text, err := g.readString(fmt.Sprintf("/proc/%d/limits", pid), maxFileSize); err == nil {
+		id.Limits = parseLimits(text)
 	}
 	return id, nil
 }

@@ -11,17 +11,8 @@ import (
 // RLIMIT_MEMLOCK and counts its open fds: an EMFILE on a device node is
 // explained by the first and the count, cuInit's 2 by the second.
 func (c *collector) collectLimits(pidDir string) {
-	text, err := c.fs.readString(filepath.Join(pidDir, "limits"), maxFileSize)
-	if err == nil {
-		p := &c.snap.Process
-		for _, l := range []struct {
-			name string
-			to   **[2]uint64
-		}{{"Max open files", &p.NoFile}, {"Max address space", &p.AS}, {"Max locked memory", &p.MemLock}} {
-			if soft, hard, ok := parseLimit(text, l.name); ok {
-				*l.to = &[2]uint64{soft, hard}
-			}
-		}
+	if text, err := c.fs.readString(filepath.Join(pidDir, "limits"), maxFileSize); err == nil {
+		parseLimits(text).fill(&c.snap.Process)
 	}
 	d, err := os.Open(filepath.Join(pidDir, "fd"))
 	if err != nil {
@@ -37,6 +28,28 @@ func (c *collector) collectLimits(pidDir string) {
 			break
 		}
 	}
+}
+
+// Limits are the resource limits CUDA's failures depend on, as (soft, hard)
+// pairs, nil where unread.
+type Limits struct {
+	NoFile, AS, MemLock *[2]uint64
+}
+
+func (l *Limits) fill(p *Process) { p.NoFile, p.AS, p.MemLock = l.NoFile, l.AS, l.MemLock }
+
+// parseLimits reads a /proc/PID/limits text.
+func parseLimits(text string) *Limits {
+	l := &Limits{}
+	for _, f := range []struct {
+		name string
+		to   **[2]uint64
+	}{{"Max open files", &l.NoFile}, {"Max address space", &l.AS}, {"Max locked memory", &l.MemLock}} {
+		if soft, hard, ok := parseLimit(text, f.name); ok {
+			*f.to = &[2]uint64{soft, hard}
+		}
+	}
+	return l
 }
 
 // parseLimit reads one limit's line of /proc/PID/limits ("Max address

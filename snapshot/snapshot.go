@@ -92,6 +92,9 @@ type Process struct {
 	// virtual ranges, and pins memory.
 	AS      *[2]uint64 `json:"rlimit_as,omitempty"`
 	MemLock *[2]uint64 `json:"rlimit_memlock,omitempty"`
+	// LimitsAtExec: the limits above were read at the process's last exec
+	// (or first event), not at the failure: it had exited by then.
+	LimitsAtExec bool `json:"limits_at_exec,omitempty"`
 	// UserNS is true when the target runs in a user namespace other than the
 	// initial one (mknod and many device operations are then refused).
 	UserNS bool `json:"user_ns"`

@@ -180,6 +180,33 @@ func TestFDLimitTooLow(t *testing.T) {
 	tr.requireFinding(t, "fd-limit", "error")
 }
 
+// An address-space limit (ulimit -v) under which cuInit's virtual
+// reservation fails: every device call succeeded and cuInit returned 2.
+// Both backends name RLIMIT_AS, read at the failure or, where the target
+// exited first, at its exec.
+func TestAddressSpaceLimit(t *testing.T) {
+	privtest.RequireRoot(t)
+	dir := fakeLib(t)
+	for _, backend := range backends {
+		t.Run(backend, func(t *testing.T) {
+			env := standIn()
+			env.AS = 1 << 30
+			env.FaultsOnTarget = true
+			tr := traceIn(t, env, backend, nil, libTarget(dir)...)
+			if !strings.Contains(tr.stdout, "cuInit 2") {
+				t.Fatalf("target printed %q, stderr %s", tr.stdout, tr.stderr)
+			}
+			tr.requireFinding(t, "rlimit-as", "error")
+			if v := tr.rep.Analysis.Verdict; !strings.Contains(v, "returned 2") || !strings.Contains(v, "RLIMIT_AS is 1 GiB") {
+				t.Errorf("verdict %q", v)
+			}
+			if finding(tr.rep, "cuda-failed-unexplained") != nil {
+				t.Errorf("findings %v: the limit explains it", findingIDs(tr.rep))
+			}
+		})
+	}
+}
+
 // A seccomp filter that kills on NVIDIA's ioctls: the process dies of
 // SIGSYS inside cuInit, in the ioctl, which never returns. Both backends
 // name that call (the thread's last, never returned), read no result from

@@ -181,6 +181,8 @@ type Env struct {
 	SeccompAction string
 	// NoFile, when non-zero, is ARGV's RLIMIT_NOFILE (soft and hard).
 	NoFile uint64
+	// AS, when non-zero, is ARGV's RLIMIT_AS in bytes (soft and hard).
+	AS uint64
 	// FaultsOnTarget moves the faults from ARGV to the command after ARGV's
 	// first "--" (a tracer's target): the tracer runs without them, and
 	// traces the helper setting them up and exec'ing the target.
@@ -206,7 +208,7 @@ func (e *Env) SeccompNotified() int {
 	return e.supervisor.Answered()
 }
 
-func (e *Env) hasFaults() bool { return len(e.SeccompDeny) > 0 || e.NoFile > 0 }
+func (e *Env) hasFaults() bool { return len(e.SeccompDeny) > 0 || e.NoFile > 0 || e.AS > 0 }
 
 // ProcDevicesPath is the fake /proc/devices file, or "" if ProcDevices is
 // empty. Valid after Prepare.
@@ -402,7 +404,7 @@ func (e *Env) script() (string, error) {
 
 // faultPrefix is the helper's command line up to the "--" before ARGV.
 func (e *Env) faultPrefix() []string {
-	return slices.Concat(e.FaultHelper, faults.Args(e.SeccompDeny, e.SeccompAction, e.notifySocket, e.NoFile))
+	return slices.Concat(e.FaultHelper, faults.Args(e.SeccompDeny, e.SeccompAction, e.notifySocket, e.NoFile, e.AS))
 }
 
 func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }

@@ -6,9 +6,11 @@
 // real library does. With FAKELIB_IOCTL set, cuInit first issues libcuda's
 // first ioctl on the control node (escape 0xd6, as recorded on the H200) and
 // ignores its result (the stand-in node answers ENOTTY): a seccomp filter on
-// NVIDIA ioctls then acts inside cuInit. Built by the tests with gcc; never installed.
+// NVIDIA ioctls then acts inside cuInit. Then it reserves 64 GiB of address
+// space, as CUDA does: under RLIMIT_AS it returns 2 (CUDA_ERROR_OUT_OF_MEMORY). Built by the tests with gcc; never installed.
 #include <fcntl.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -45,6 +47,14 @@ int cuInit(unsigned int flags)
 	if (uvm < 0) {
 		close(ctl);
 		return 999;
+	}
+	/* CUDA reserves a large virtual range for unified addressing: under
+	 * RLIMIT_AS that fails and cuInit returns CUDA_ERROR_OUT_OF_MEMORY. */
+	void *va = mmap(NULL, 64UL << 30, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (va == MAP_FAILED) {
+		close(uvm);
+		close(ctl);
+		return 2;
 	}
 	initialized = 1;
 	init_pid = getpid();

@@ -24,6 +24,9 @@ type Spec struct {
 	// NoFile, when non-zero, is RLIMIT_NOFILE (soft and hard, as a container
 	// runtime sets it). The target cannot raise it.
 	NoFile uint64
+	// AS, when non-zero, is RLIMIT_AS in bytes (soft and hard): CUDA's
+	// virtual address reservations then fail.
+	AS uint64
 	// ViaPrctl installs the filter with prctl(PR_SET_SECCOMP,
 	// SECCOMP_MODE_FILTER), as older libseccomp and some sandboxes do, rather
 	// than seccomp(2). It cannot make a USER_NOTIF listener.
@@ -63,6 +66,12 @@ func Exec(spec Spec, argv []string) error {
 		lim := syscall.Rlimit{Cur: spec.NoFile, Max: spec.NoFile}
 		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 			return fmt.Errorf("set RLIMIT_NOFILE to %d: %w", spec.NoFile, err)
+		}
+	}
+	if spec.AS > 0 {
+		lim := unix.Rlimit{Cur: spec.AS, Max: spec.AS}
+		if err := unix.Setrlimit(unix.RLIMIT_AS, &lim); err != nil {
+			return fmt.Errorf("set RLIMIT_AS to %d: %w", spec.AS, err)
 		}
 	}
 	return syscall.Exec(path, argv, os.Environ())

@@ -13,7 +13,7 @@ import (
 const SetupFailed = 125
 
 // Usage is Main's command line.
-const Usage = "[--seccomp-deny SYSCALL]... [--seccomp-action ACTION] [--seccomp-notify SOCKET | --seccomp-prctl] [--nofile N] -- COMMAND [ARGS...]"
+const Usage = "[--seccomp-deny SYSCALL]... [--seccomp-action ACTION] [--seccomp-notify SOCKET | --seccomp-prctl] [--nofile N] [--as BYTES] -- COMMAND [ARGS...]"
 
 type list []string
 
@@ -32,6 +32,7 @@ func Main(args []string, stderr io.Writer) int {
 	actionName := fs.String("seccomp-action", "", "what the filter does to a denied call: errno (EPERM, the default), kill-process, kill-thread, trap")
 	notify := fs.String("seccomp-notify", "", "refuse through SECCOMP_RET_USER_NOTIF, answered by the supervisor at this socket")
 	nofile := fs.Uint64("nofile", 0, "RLIMIT_NOFILE (soft and hard)")
+	as := fs.Uint64("as", 0, "RLIMIT_AS in bytes (soft and hard), as `ulimit -v` sets it")
 	viaPrctl := fs.Bool("seccomp-prctl", false, "install the filter with prctl(PR_SET_SECCOMP) instead of seccomp(2)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -53,7 +54,7 @@ func Main(args []string, stderr io.Writer) int {
 		if _, err := ParseAction(*actionName); err != nil {
 			return err
 		}
-		return Exec(Spec{Deny: denies, NotifySocket: *notify, NoFile: *nofile, ViaPrctl: *viaPrctl, Action: *actionName}, fs.Args())
+		return Exec(Spec{Deny: denies, NotifySocket: *notify, NoFile: *nofile, AS: *as, ViaPrctl: *viaPrctl, Action: *actionName}, fs.Args())
 	}()
 	fmt.Fprintf(stderr, "scenario setup: %v\n", err)
 	return SetupFailed
@@ -61,7 +62,7 @@ func Main(args []string, stderr io.Writer) int {
 
 // Args is the helper's arguments for spec's settings, up to and including
 // the "--" before the command.
-func Args(deny []string, action, notifySocket string, nofile uint64) []string {
+func Args(deny []string, action, notifySocket string, nofile, as uint64) []string {
 	var out []string
 	for _, d := range deny {
 		out = append(out, "--seccomp-deny", d)
@@ -74,6 +75,9 @@ func Args(deny []string, action, notifySocket string, nofile uint64) []string {
 	}
 	if nofile > 0 {
 		out = append(out, "--nofile", fmt.Sprint(nofile))
+	}
+	if as > 0 {
+		out = append(out, "--as", fmt.Sprint(as))
 	}
 	return append(out, "--")
 }
