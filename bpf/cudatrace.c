@@ -48,6 +48,7 @@ const enum statx_layout *unused_statx_layout __attribute__((unused));
 #define S_IFBLK 0060000
 #define SIGNAL_GROUP_EXIT 0x00000004
 #define SIGSTOP 19
+#define SIGSYS 31
 
 /* Runtime settings, fixed at load time (the verifier prunes dead branches). */
 const volatile bool follow_children = true;
@@ -1412,6 +1413,47 @@ int ct_fork(__u64 *ctx)
 	return 0;
 }
 
+/* seccomp's KILL_THREAD on a thread that is not its process's last ends it
+ * in do_exit(SIGSYS) inside the call: no syscall exit runs (the other
+ * actions, and the last thread, roll the call back and exit through it), so
+ * this exit is the call's only trace. Its registers still hold the call,
+ * its fds are still open; its memory is gone. A thread killed with its
+ * process has SIGNAL_GROUP_EXIT set, one ended by a sibling's exec SIGKILL. */
+static __always_inline void killed_in_call(struct task_struct *task)
+{
+	if (task->exit_code != SIGSYS || (task->signal->flags & SIGNAL_GROUP_EXIT) || !seccomp_filtered())
+		return;
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+	if (!regs || in_compat_syscall())
+		return;
+	/* The calls a sandbox kills inside cuInit are the driver's ioctls
+	 * (no filter can tell a /dev/nvidia* open from another). Built here,
+	 * not through enter_args and finish: their other kinds would cost
+	 * this program thousands of verified instructions. */
+	if (traced_syscall(syscall_nr(regs)) != SC_IOCTL)
+		return;
+	struct sys_args args;
+	read_args(regs, &args);
+	ioctl_enter((int)args.a[0], (__u32)args.a[1], args.a[2]);
+	struct event *e = bpf_task_storage_get(&pending, bpf_get_current_task_btf(), 0, 0);
+	if (!e)
+		return;
+	if (e->kind != KIND_IOCTL) {
+		e->no_entry = 0;
+		return;
+	}
+	e->no_entry = NO_ENTRY_ROLLED_BACK;
+	e->ret = 0;
+	e->arg_len = 0;
+	e->tid = (__u32)bpf_get_current_pid_tgid();
+	e->cgroup_id = bpf_get_current_cgroup_id();
+	current_comm(e->comm);
+	e->ktime = bpf_ktime_get_ns();
+	if (bpf_ringbuf_output(&events, e, EVENT_PATH_OFF, wakeup_flags(true)))
+		count_drop(DROP_RINGBUF);
+	discard(e);
+}
+
 SEC("tp_btf/sched_process_exit")
 int ct_exit(__u64 *ctx)
 {
@@ -1424,8 +1466,10 @@ int ct_exit(__u64 *ctx)
 		group_dead = ctx[1] != 0;
 	else
 		group_dead = task->signal->live.counter == 0;
-	if (!group_dead)
+	if (!group_dead) {
+		killed_in_call(task);
 		return 0;
+	}
 	bpf_map_delete_elem(&traced, &tgid);
 
 	struct event *e = bpf_ringbuf_reserve(&events, EVENT_HEADER_SIZE, 0);

@@ -43,7 +43,7 @@ if [ -n "${KTEST_PLAN:-}" ]; then cp "$KTEST_PLAN" "$plan"; else cat >"$plan" <<
 bookworm,trixie tracer/ebpf ^(TestEveryProgramLoads|TestProbe|TestFentryProbe|TestOpenIoctlAndFailures|TestFdWalkWithoutRdonlyCast|TestScansWithoutBpfLoop|TestHostWideFollowsNVIDIAOpeners|TestLaunchedTargetLibraryProbed|TestInbandFailureNotFolded|TestAttach|TestNothingLeftBehind)$
 bookworm,trixie tracer/ptrace ^(TestLaunchDeviceCalls|TestSeccompFilter|TestLaunchAPIReturns|TestAttachAPIReturns)$
 bullseye tracer/ptrace ^(TestLaunchDeviceCalls|TestSeccompFilter|TestLaunchProcessTree|TestAttachShellLoop)$
-bookworm,trixie cmd/cudatrace ^(TestHealthy|TestCgroup2DeniesUVM|TestNodeStaleMajor|TestNodeMissingUnprivileged|TestNodeRepairedByRoot|TestSeccompRefusedIoctl|TestCUDAReturnCodeDenyUVM|TestCUDALibraryOpenedFromElsewhere|TestAttach|TestWatchScenarios|TestWatchCgroupFilter|TestWatchGoneProcess|TestWatchVerboseHealthyCUDA)$
+bookworm,trixie cmd/cudatrace ^(TestHealthy|TestCgroup2DeniesUVM|TestNodeStaleMajor|TestNodeMissingUnprivileged|TestNodeRepairedByRoot|TestSeccompRefusedIoctl|TestSeccompKillsThreadOfMany|TestAddressSpaceLimit|TestCUDAReturnCodeDenyUVM|TestCUDALibraryOpenedFromElsewhere|TestAttach|TestWatchScenarios|TestWatchCgroupFilter|TestWatchGoneProcess|TestWatchVerboseHealthyCUDA)$
 bullseye cmd/cudatrace ^(TestBelowMinimumKernel|TestHealthy|TestCgroup2DeniesUVM|TestNodeStaleMajor|TestNodeMissingUnprivileged|TestNodeRepairedByRoot|TestSeccompRefusedIoctl|TestAttach)$
 PLAN
 fi

@@ -180,6 +180,35 @@ func TestFDLimitTooLow(t *testing.T) {
 	tr.requireFinding(t, "fd-limit", "error")
 }
 
+// KILL_THREAD on a thread that is not its process's last: the kernel ends
+// it inside the ioctl (no syscall exit, no rollback) and the process goes
+// on. Both backends name the call that never returned and the filter; the
+// app's main thread sees its cuInit thread gone and exits 1.
+func TestSeccompKillsThreadOfMany(t *testing.T) {
+	privtest.RequireRoot(t)
+	dir := fakeLib(t)
+	for _, backend := range backends {
+		t.Run(backend, func(t *testing.T) {
+			env := standIn()
+			env.SeccompDeny = []string{"ioctl:nvidia"}
+			env.SeccompAction = "kill-thread"
+			env.FaultsOnTarget = true
+			tr := traceIn(t, env, backend, nil, append([]string{"env", "FAKELIB_IOCTL=1", "FAKELIB_THREAD=1"}, libTarget(dir)...)...)
+			if !strings.Contains(tr.stdout, "cuInit thread died") {
+				t.Fatalf("target printed %q, stderr %s", tr.stdout, tr.stderr)
+			}
+			f := tr.rep.Analysis.Failing
+			if f == nil || f.Kind != tracer.KindIoctl || !f.NoReturn || f.Request != 0xc00846d6 || f.TID == f.PID {
+				t.Fatalf("failing %+v, want the cuInit thread's ioctl, never returned\nverdict %q", f, tr.rep.Analysis.Verdict)
+			}
+			tr.requireFinding(t, "seccomp-killed", "error")
+			if v := tr.rep.Analysis.Verdict; !strings.Contains(v, "never returned") || !strings.Contains(v, "seccomp") {
+				t.Errorf("verdict %q", v)
+			}
+		})
+	}
+}
+
 // An address-space limit (ulimit -v) under which cuInit's virtual
 // reservation fails: every device call succeeded and cuInit returned 2.
 // Both backends name RLIMIT_AS, read at the failure or, where the target

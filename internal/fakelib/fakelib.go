@@ -59,7 +59,7 @@ func build() (string, error) {
 	for _, b := range [][]string{
 		{"-shared", "-fPIC", "-O1", "-o", filepath.Join(out, "libcuda.so.1"), filepath.Join(src, "libcuda.c")},
 		{"-shared", "-fPIC", "-O1", "-o", filepath.Join(out, "libnvidia-ml.so.1"), filepath.Join(src, "libnvidia-ml.c")},
-		{"-O1", "-o", filepath.Join(out, "app"), filepath.Join(src, "app.c"), "-ldl"},
+		{"-O1", "-o", filepath.Join(out, "app"), filepath.Join(src, "app.c"), "-ldl", "-pthread"},
 	} {
 		if msg, err := exec.Command(cc, b...).CombinedOutput(); err != nil {
 			return "", &exec.Error{Name: string(msg), Err: err}

@@ -4,7 +4,7 @@
 // the environments they show are the ones the end-to-end tests assert.
 //
 //	scenario [flags] -- COMMAND [ARGS...]
-//	scenario faultexec [--seccomp-deny SYSCALL]... [--nofile N] -- COMMAND [ARGS...]
+//	scenario faultexec [--seccomp-deny SYSCALL]... [--nofile N] [--as BYTES] -- COMMAND [ARGS...]
 //
 // It exits with COMMAND's status, or 125 when the setup fails. The
 // faultexec form is the helper that sets --seccomp-deny and --nofile on a
@@ -49,7 +49,8 @@ func main() {
 		action      = pflag.String("seccomp-action", "", "what the filter does to --seccomp-deny calls instead of EPERM: kill-process, kill-thread, trap")
 		notify      = pflag.Bool("seccomp-notify", false, "refuse through SECCOMP_RET_USER_NOTIF, answered EPERM by this process")
 		nofile      = pflag.Uint64("nofile", 0, "RLIMIT_NOFILE of COMMAND (soft and hard)")
-		onTarget    = pflag.Bool("faults-on-target", false, "set --seccomp-deny/--nofile on the command after COMMAND's first -- (a tracer's target), not on COMMAND")
+		as          = pflag.Uint64("as", 0, "RLIMIT_AS of COMMAND in bytes (soft and hard), as ulimit -v sets it")
+		onTarget    = pflag.Bool("faults-on-target", false, "set --seccomp-deny/--nofile/--as on the command after COMMAND's first -- (a tracer's target), not on COMMAND")
 	)
 	pflag.Parse()
 	if pflag.NArg() == 0 {
@@ -58,8 +59,8 @@ func main() {
 	}
 	t := &runner{}
 	defer t.cleanup()
-	env := &scenario.Env{NoDev: *noDev, User: *user, SeccompDeny: *deny, SeccompNotify: *notify, SeccompAction: *action, NoFile: *nofile, FaultsOnTarget: *onTarget}
-	if len(env.SeccompDeny) > 0 || env.NoFile > 0 {
+	env := &scenario.Env{NoDev: *noDev, User: *user, SeccompDeny: *deny, SeccompNotify: *notify, SeccompAction: *action, NoFile: *nofile, AS: *as, FaultsOnTarget: *onTarget}
+	if len(env.SeccompDeny) > 0 || env.NoFile > 0 || env.AS > 0 {
 		self, err := os.Executable()
 		if err != nil {
 			t.Fatalf("%v", err)

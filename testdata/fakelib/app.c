@@ -9,12 +9,25 @@
 // started with fork does; the app exits with the child's status (1 when
 // CUDA failed there). With FAKELIB_UNPROBED set it calls only
 // cuDriverGetVersion (an entry point cudatrace does not probe) and exits 1
-// when that fails.
+// when that fails. With FAKELIB_THREAD set, cuInit runs on a second thread
+// the main thread joins: a thread killed inside it (seccomp KILL_THREAD)
+// leaves the process running, and the app says so and exits 1.
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+static int (*cu_init)(unsigned);
+static int thread_rc = -1;
+
+static void *init_thread(void *arg)
+{
+	(void)arg;
+	thread_rc = cu_init(0);
+	return 0;
+}
 
 int main(int argc, char **argv)
 {
@@ -39,7 +52,7 @@ int main(int argc, char **argv)
 		printf("cuDriverGetVersion %d\n", rc);
 		return rc == 0 ? 0 : 1;
 	}
-	int (*cu_init)(unsigned) = (int (*)(unsigned))dlsym(h, "cuInit");
+	cu_init = (int (*)(unsigned))dlsym(h, "cuInit");
 	int (*get_count)(int *) = (int (*)(int *))dlsym(h, "cuDeviceGetCount");
 	int (*retain)(void **, int) = (int (*)(void **, int))dlsym(h, "cuDevicePrimaryCtxRetain");
 	if (getenv("FAKELIB_WAIT")) {
@@ -47,7 +60,16 @@ int main(int argc, char **argv)
 		if (!fgets(line, sizeof(line), stdin))
 			return 1;
 	}
-	int rc = cu_init(0);
+	if (getenv("FAKELIB_THREAD")) {
+		pthread_t th;
+		if (pthread_create(&th, 0, init_thread, 0) || pthread_join(th, 0))
+			return 1;
+		if (thread_rc < 0) {
+			printf("cuInit thread died\n");
+			return 1;
+		}
+	}
+	int rc = getenv("FAKELIB_THREAD") ? thread_rc : cu_init(0);
 	printf("cuInit %d\n", rc);
 	if (rc == 0 && getenv("FAKELIB_FORK")) {
 		fflush(stdout);
