@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/cudatrace/cudatrace/doctor"
-	"github.com/cudatrace/cudatrace/report"
+	"github.com/cudatrace/cudatrace/render"
 )
 
 // exitWarn is doctor's status when the worst check is a WARN; a FAIL exits
@@ -93,8 +93,8 @@ func doctorCommand(args []string, stdout, stderr io.Writer) int {
 	if format == "md" {
 		format = "markdown"
 	}
-	f := report.Format(format)
-	if f != report.FormatText && f != report.FormatJSON && f != report.FormatMarkdown {
+	f := render.Format(format)
+	if f != render.FormatText && f != render.FormatJSON && f != render.FormatMarkdown {
 		fmt.Fprintf(stderr, "cudatrace doctor: unknown format %q (text, json or markdown)\n", format)
 		return exitUsage
 	}
@@ -108,9 +108,9 @@ func doctorCommand(args []string, stdout, stderr io.Writer) int {
 		return exitFailure
 	}
 	res.Tool = toolVersion()
-	ro := report.RenderOptions{}
+	ro := render.Options{}
 	ro.Width, ro.Color = terminalStyle(stdout, v.color)
-	if err := report.RenderDoctor(stdout, res, f, ro); err != nil {
+	if err := render.Doctor(stdout, res, f, ro); err != nil {
 		fmt.Fprintf(stderr, "cudatrace doctor: print: %v\n", err)
 		return exitFailure
 	}
