@@ -155,40 +155,61 @@ var fatalOpenErrnos = map[syscall.Errno]bool{
 	unix.ELOOP: true, unix.ENOMEM: true,
 }
 
-// pinpoint picks the failing call, in order of how directly it stops
-// cuInit: a device open that is never recovered from; a failed mknod or
-// unlink of a device node; an ioctl the driver refused; memfd_create refused
-// by seccomp; and finally a stub libcuda that was loaded.
+// pinpoint picks the failing call: the first tier that finds one names
+// it. The tiers are in order of how directly the call stops cuInit.
 func (a *analyzer) pinpoint() {
-	// A call that never returned ended the process (or thread) there:
-	// whatever failed before it, the program got past.
-	if i := a.killedCall(); i >= 0 {
-		a.fail = i
-		return
-	}
-	// MIG capability nodes matter less than the core nodes: try those last.
-	for pass := 0; pass < 2; pass++ {
-		for i := range a.ev {
-			e := &a.ev[i]
-			if e.Kind != tracer.KindOpen || !isNvidiaNode(e.Path) || !e.Failed() || !a.beforeCUDAFailure(i) {
-				continue
-			}
-			if !fatalOpenErrnos[e.Errno()] && !e.NoEntry && a.cudaFailed() == nil {
-				continue // without CUDA's verdict, only the errnos libcuda cannot get past
-			}
-			if _, ok := a.ignorable(i); ok || isCapsNode(e.Path) != (pass == 1) {
-				continue
-			}
-			a.fail, a.retry = i, a.findRetry(i)
-			for j := 0; j < i; j++ {
-				p := &a.ev[j]
-				if (p.Kind == tracer.KindMknod || p.Kind == tracer.KindUnlink) && p.Path == e.Path && p.Failed() {
-					a.chain = append(a.chain, j)
-				}
-			}
+	for _, tier := range []func() int{
+		// A call that never returned ended the process (or thread) there:
+		// whatever failed before it, the program got past.
+		a.killedCall,
+		// A device open that is never recovered from; MIG capability nodes
+		// matter less than the core nodes, so they come after them.
+		func() int { return a.failedNodeOpen(false) },
+		func() int { return a.failedNodeOpen(true) },
+		a.refusedNodeRepair,
+		a.refusedIoctl,
+		a.refusedMemfd,
+		a.stubLibcuda,
+		a.inbandSuspect,
+	} {
+		if i := tier(); i >= 0 {
+			a.fail = i
 			return
 		}
 	}
+}
+
+// failedNodeOpen is the first failed open of an NVIDIA node (a MIG
+// capability node when caps) before CUDA failed that libcuda cannot get
+// past; it sets a.retry and a.chain, the failed mknod/unlink calls on the
+// same path before it.
+func (a *analyzer) failedNodeOpen(caps bool) int {
+	for i := range a.ev {
+		e := &a.ev[i]
+		if e.Kind != tracer.KindOpen || !isNvidiaNode(e.Path) || !e.Failed() || !a.beforeCUDAFailure(i) {
+			continue
+		}
+		if !fatalOpenErrnos[e.Errno()] && !e.NoEntry && a.cudaFailed() == nil {
+			continue // without CUDA's verdict, only the errnos libcuda cannot get past
+		}
+		if _, ok := a.ignorable(i); ok || isCapsNode(e.Path) != caps {
+			continue
+		}
+		a.retry = a.findRetry(i)
+		for j := 0; j < i; j++ {
+			p := &a.ev[j]
+			if (p.Kind == tracer.KindMknod || p.Kind == tracer.KindUnlink) && p.Path == e.Path && p.Failed() {
+				a.chain = append(a.chain, j)
+			}
+		}
+		return i
+	}
+	return -1
+}
+
+// refusedNodeRepair is the first mknod or unlink of an NVIDIA node that
+// was refused (EACCES, EPERM, EROFS) and never done later.
+func (a *analyzer) refusedNodeRepair() int {
 	for i := range a.ev {
 		e := &a.ev[i]
 		if _, ok := a.ignorable(i); ok || !a.beforeCUDAFailure(i) {
@@ -196,10 +217,15 @@ func (a *analyzer) pinpoint() {
 		}
 		if (e.Kind == tracer.KindMknod || e.Kind == tracer.KindUnlink) && isNvidiaNode(e.Path) && e.Failed() &&
 			(e.Errno() == unix.EACCES || e.Errno() == unix.EPERM || e.Errno() == unix.EROFS) && !a.recovered(i) {
-			a.fail = i
-			return
+			return i
 		}
 	}
+	return -1
+}
+
+// refusedIoctl is the ioctl on an NVIDIA fd that the driver or a filter
+// refused, by its own ordered tiers.
+func (a *analyzer) refusedIoctl() int {
 	ioctlTiers := []func(e *tracer.Event) bool{
 		// Refused before the driver saw it: a seccomp filter. NVIDIA's
 		// driver answers its own refusals in-band, so an EPERM/EACCES
@@ -232,27 +258,30 @@ func (a *analyzer) pinpoint() {
 			}
 		}
 		if found >= 0 {
-			a.fail = found
-			return
+			return found
 		}
 	}
+	return -1
+}
+
+// refusedMemfd is the first memfd_create refused with EPERM (seccomp).
+func (a *analyzer) refusedMemfd() int {
 	for i := range a.ev {
-		e := &a.ev[i]
-		if !a.beforeCUDAFailure(i) {
-			continue
-		}
-		if e.Kind == tracer.KindMemfd && e.Errno() == unix.EPERM {
-			a.fail = i
-			return
+		if e := &a.ev[i]; e.Kind == tracer.KindMemfd && e.Errno() == unix.EPERM && a.beforeCUDAFailure(i) {
+			return i
 		}
 	}
+	return -1
+}
+
+// stubLibcuda is the load of a stub libcuda (the build-time one).
+func (a *analyzer) stubLibcuda() int {
 	for i := range a.ev {
 		if libcudaKind(&a.ev[i]) == "stub" && a.beforeCUDAFailure(i) {
-			a.fail = i
-			return
+			return i
 		}
 	}
-	a.fail = a.inbandSuspect()
+	return -1
 }
 
 // recovered is whether the same process later did the same thing to the

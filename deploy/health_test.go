@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/cudatrace/cudatrace/doctor"
-	"github.com/cudatrace/cudatrace/report"
+	"github.com/cudatrace/cudatrace/render"
 )
 
 // doctorJSON is what `cudatrace doctor --format json` prints for checks,
@@ -27,7 +27,7 @@ func doctorJSON(t *testing.T, checks ...doctor.Check) []byte {
 	t.Helper()
 	res := &doctor.Result{Schema: doctor.Schema, Subject: "process 1", Status: doctor.Pass, Checks: checks}
 	var b bytes.Buffer
-	if err := report.RenderDoctor(&b, res, report.FormatJSON, report.RenderOptions{}); err != nil {
+	if err := render.Doctor(&b, res, render.FormatJSON, render.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	return b.Bytes()

@@ -2,7 +2,8 @@
 // on this host and in the containers it runs: device nodes, the device
 // cgroup policy, container configs and CDI specs, the driver, and the
 // environment. Every check is a pure function of a snapshot.Survey, so the
-// checks run the same on a live host and on synthetic ones in tests.
+// checks run the same on a live host and on synthetic ones in tests; Host
+// is the pipeline around them (survey, then checks).
 package doctor
 
 import (

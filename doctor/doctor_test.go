@@ -2,6 +2,7 @@ package doctor
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -362,5 +363,22 @@ func TestEscapesSystemText(t *testing.T) {
 	}
 	if got := Escape("a\\b\xff\u202e"); got != `a\\b\xff\u202e` {
 		t.Errorf("Escape: %q", got)
+	}
+}
+
+// What was asked for and does not exist is the request's fault (exit 2
+// in cmd), said before anything is surveyed.
+func TestHostRequestErrors(t *testing.T) {
+	for _, tc := range []struct {
+		opts Options
+		want string
+	}{
+		{Options{PID: 1 << 30}, "no process 1073741824"},
+		{Options{Cgroup: "/lxc/../../etc"}, `--cgroup "/lxc/../../etc": .. is not allowed`},
+	} {
+		_, err := Host(tc.opts)
+		if _, ok := errors.AsType[*RequestError](err); !ok || err.Error() != tc.want {
+			t.Errorf("Host(%+v) = %v, want a RequestError %q", tc.opts, err, tc.want)
+		}
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cudatrace/cudatrace/internal/reportfixture"
+	"github.com/cudatrace/cudatrace/render"
 	"github.com/cudatrace/cudatrace/report"
 )
 
@@ -12,7 +14,7 @@ import (
 // Markdown carries it, and the variables that matter stay.
 func TestOldReportEnvSecrets(t *testing.T) {
 	old := func() *report.Report {
-		rep := buildFixture(t, fixtures[0])
+		rep := reportfixture.Build(t, reportfixture.All[0])
 		rep.Snapshot.Env = map[string]string{
 			"NVIDIA_API_KEY":         "nvapi-s3cr3t",
 			"CUDA_AUTH_TOKEN":        "t0k3n-s3cr3t",
@@ -22,7 +24,7 @@ func TestOldReportEnvSecrets(t *testing.T) {
 		return rep
 	}
 	var md strings.Builder
-	if err := report.Render(&md, old(), report.FormatMarkdown, report.RenderOptions{}); err != nil {
+	if err := render.Report(&md, old(), render.FormatMarkdown, render.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(md.String(), "s3cr3t") || !strings.Contains(md.String(), "`NVIDIA_VISIBLE_DEVICES=all`") {

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cudatrace/cudatrace/internal/reportfixture"
 	"github.com/cudatrace/cudatrace/report"
 )
 
@@ -12,7 +13,7 @@ import (
 // multiple of the input (each member decoded once, not re-marshalled with
 // the rest: a 300 MB string took 2.9 GB and 71 s, then 1.7 GB and 17 s).
 func BenchmarkLoadOneHugeString(b *testing.B) {
-	rep := buildFixture(b, fixtures[0])
+	rep := reportfixture.Build(b, reportfixture.All[0])
 	rep.Trace.Notes = []string{strings.Repeat("A", 30<<20)}
 	var buf bytes.Buffer
 	if err := report.WriteJSON(&buf, rep); err != nil {

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/internal/reportfixture"
+	"github.com/cudatrace/cudatrace/render"
 	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/tracer"
 )
@@ -68,9 +70,9 @@ func TestLoadFrozenV1(t *testing.T) {
 	if !hasFinding(a, "cgroup2-denied") {
 		t.Errorf("re-analysis of the v1 report lost cgroup2-denied: %s", a.Verdict)
 	}
-	for _, f := range []report.Format{report.FormatText, report.FormatMarkdown, report.FormatJSON} {
+	for _, f := range []render.Format{render.FormatText, render.FormatMarkdown, render.FormatJSON} {
 		var out bytes.Buffer
-		if err := report.Render(&out, rep, f, report.RenderOptions{}); err != nil || out.Len() == 0 {
+		if err := render.Report(&out, rep, f, render.Options{}); err != nil || out.Len() == 0 {
 			t.Errorf("render %s: %v (%d bytes)", f, err, out.Len())
 		}
 	}
@@ -196,8 +198,8 @@ func checkOneLine(t *testing.T, err error) {
 func FuzzLoad(f *testing.F) {
 	// Small seeds: the mutator slows down with input size, and a full
 	// report adds nothing a few events around the failing call do not.
-	for _, fx := range fixtures {
-		rep := buildFixture(f, fx)
+	for _, fx := range reportfixture.All {
+		rep := reportfixture.Build(f, fx)
 		if len(rep.Events) > 12 {
 			at := 0
 			if rep.Analysis.Failing != nil {
@@ -210,7 +212,7 @@ func FuzzLoad(f *testing.F) {
 			lo := max(0, at-6)
 			rep.Events = rep.Events[lo:min(len(rep.Events), lo+12)]
 		}
-		b := mustJSON(f, rep)
+		b := reportfixture.MustJSON(f, rep)
 		f.Add(b)
 		f.Add(b[:len(b)/2])
 	}
@@ -239,8 +241,8 @@ func FuzzLoad(f *testing.F) {
 		}
 		// What `cudatrace report` does next must not panic either.
 		rep.Analysis = annotate.Analyze(rep.Events, rep.Snapshot)
-		for _, fm := range []report.Format{report.FormatText, report.FormatMarkdown, report.FormatJSON} {
-			if err := report.Render(&bytes.Buffer{}, rep, fm, report.RenderOptions{Width: 60}); err != nil {
+		for _, fm := range []render.Format{render.FormatText, render.FormatMarkdown, render.FormatJSON} {
+			if err := render.Report(&bytes.Buffer{}, rep, fm, render.Options{Width: 60}); err != nil {
 				t.Fatalf("render %s: %v", fm, err)
 			}
 		}

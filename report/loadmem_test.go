@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cudatrace/cudatrace/internal/reportfixture"
 	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/tracer"
 )
@@ -20,7 +21,7 @@ import (
 // trace that reached the stored-events cap, and returns its path and size.
 func bigReportFile(b *testing.B, n int) (string, int64) {
 	b.Helper()
-	rep := buildFixture(b, fixtures[0])
+	rep := reportfixture.Build(b, reportfixture.All[0])
 	base := rep.Events
 	rep.Events = make([]tracer.Event, 0, n)
 	for i := range n {

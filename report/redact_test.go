@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/internal/reportfixture"
 	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
@@ -15,7 +16,7 @@ import (
 // aliceReport is the seed case traced by user alice on her workstation,
 // from her home directory, with private arguments.
 func aliceReport(t *testing.T) *report.Report {
-	rep := buildFixture(t, fixtures[0])
+	rep := reportfixture.Build(t, reportfixture.All[0])
 	rep.Target.User, rep.Target.UID = "alice", 1000
 	rep.Target.Argv = []string{"/home/alice/.venv/bin/python3", "/home/alice/proj/train.py", "--token", "s3cr3t-t0ken"}
 	s := rep.Snapshot
@@ -45,7 +46,7 @@ func aliceReport(t *testing.T) *report.Report {
 
 func TestRedact(t *testing.T) {
 	rep := aliceReport(t)
-	before := mustJSON(t, rep)
+	before := reportfixture.MustJSON(t, rep)
 	for _, s := range []string{"alice", "/home/alice", "alice-ws7", "train.py", "s3cr3t"} {
 		if !bytes.Contains(before, []byte(s)) {
 			t.Fatalf("the fixture does not hold %q, so the test proves nothing", s)
@@ -56,7 +57,7 @@ func TestRedact(t *testing.T) {
 	wantProgs := rep.Snapshot.CgroupV2.Programs
 
 	report.Redact(rep)
-	after := mustJSON(t, rep)
+	after := reportfixture.MustJSON(t, rep)
 	for _, s := range []string{"alice", "ALICE", "alice-ws7", "corp.example", "train.py", "--token", "s3cr3t"} {
 		if i := bytes.Index(bytes.ToLower(after), bytes.ToLower([]byte(s))); i >= 0 {
 			lo, hi := max(0, i-80), min(len(after), i+80)
@@ -122,7 +123,7 @@ func findingIDs(a annotate.Analysis) []string {
 }
 
 func TestRedactKeepsSystemUsers(t *testing.T) {
-	rep := buildFixture(t, fixtures[0]) // user root
+	rep := reportfixture.Build(t, reportfixture.All[0]) // user root
 	rep.Snapshot.Mounts = append(rep.Snapshot.Mounts, snapshot.Mount{MountPoint: "/", Root: "/", FSType: "rootfs", Source: "rootfs"})
 	want := findingIDs(rep.Analysis)
 	report.Redact(rep)

@@ -1,5 +1,5 @@
-// Package report is cudatrace's archive format and its renderers. A Report
-// is self-contained: the events, the system snapshot and the findings, so
+// Package report is cudatrace's archive format: save, load, redact (package
+// render prints it). A Report is self-contained: the events, the system snapshot and the findings, so
 // that `cudatrace report FILE` can re-render and re-analyse it anywhere,
 // without root or a GPU.
 package report

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cudatrace/cudatrace/internal/reportfixture"
 	"github.com/cudatrace/cudatrace/report"
 )
 
@@ -26,7 +27,7 @@ func TestSaveHonoursUmask(t *testing.T) {
 	for _, mask := range []int{0o077, 0o022, 0o002} {
 		old := unix.Umask(mask)
 		path := filepath.Join(t.TempDir(), "r.json")
-		err := report.Save(path, buildFixture(t, fixtures[0]))
+		err := report.Save(path, reportfixture.Build(t, reportfixture.All[0]))
 		unix.Umask(old)
 		if err != nil {
 			t.Fatal(err)
@@ -51,7 +52,7 @@ func TestSaveWritesThroughCharDevice(t *testing.T) {
 	if err := report.CheckOutput("/dev/null"); err != nil {
 		t.Fatalf("CheckOutput(/dev/null): %v", err)
 	}
-	if err := report.Save("/dev/null", buildFixture(t, fixtures[0])); err != nil {
+	if err := report.Save("/dev/null", reportfixture.Build(t, reportfixture.All[0])); err != nil {
 		t.Fatalf("Save(/dev/null): %v", err)
 	}
 	after, err := os.Stat("/dev/null")
@@ -80,14 +81,14 @@ func TestSaveWritesThroughFIFO(t *testing.T) {
 		b, _ := os.ReadFile(path) // opens for reading, so Save's open returns
 		got <- string(b)
 	}()
-	rep := buildFixture(t, fixtures[0])
+	rep := reportfixture.Build(t, reportfixture.All[0])
 	if err := report.Save(path, rep); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case s := <-got:
 		back, err := report.Load(strings.NewReader(s))
-		if err != nil || !sameJSON(t, back, rep) {
+		if err != nil || !reportfixture.SameJSON(t, back, rep) {
 			t.Errorf("the FIFO's reader did not get the report: %v", err)
 		}
 	case <-time.After(10 * time.Second):
@@ -131,7 +132,7 @@ func TestSaveRefuses(t *testing.T) {
 	} {
 		for name, f := range map[string]func() error{
 			"CheckOutput": func() error { return report.CheckOutput(tc.path) },
-			"Save":        func() error { return report.Save(tc.path, buildFixture(t, fixtures[0])) },
+			"Save":        func() error { return report.Save(tc.path, reportfixture.Build(t, reportfixture.All[0])) },
 		} {
 			err := f()
 			if err == nil {

@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cudatrace/cudatrace/internal/reportfixture"
 	"github.com/cudatrace/cudatrace/report"
 )
 
@@ -36,7 +37,7 @@ func TestSaveReplacesAtomically(t *testing.T) {
 	if err := os.WriteFile(path, []byte("an older report\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	rep := buildFixture(t, fixtures[0])
+	rep := reportfixture.Build(t, reportfixture.All[0])
 	if err := report.Save(path, rep); err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +46,7 @@ func TestSaveReplacesAtomically(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !sameJSON(t, got, rep) {
+	if !reportfixture.SameJSON(t, got, rep) {
 		t.Error("the saved report does not read back as written")
 	}
 	st, err := os.Stat(path)
@@ -72,13 +73,13 @@ func TestSaveReplacesAtomically(t *testing.T) {
 func TestSaveFailedEncodingKeepsOldFile(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "report.json")
-	old := buildFixture(t, fixtures[1])
+	old := reportfixture.Build(t, reportfixture.All[1])
 	if err := report.Save(path, old); err != nil {
 		t.Fatal(err)
 	}
 	before, _ := os.ReadFile(path)
 
-	bad := buildFixture(t, fixtures[0])
+	bad := reportfixture.Build(t, reportfixture.All[0])
 	bad.Trace.Started = time.Date(12000, 1, 1, 0, 0, 0, 0, time.UTC) // JSON cannot encode years past 9999
 	err := report.Save(path, bad)
 	if err == nil {
@@ -99,12 +100,12 @@ func TestSaveFailedEncodingKeepsOldFile(t *testing.T) {
 func TestSaveUnwritableDirKeepsOldFile(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "report.json")
-	old := buildFixture(t, fixtures[1])
+	old := reportfixture.Build(t, reportfixture.All[1])
 	if err := report.Save(path, old); err != nil {
 		t.Fatal(err)
 	}
 	before, _ := os.ReadFile(path)
-	rep := buildFixture(t, fixtures[0])
+	rep := reportfixture.Build(t, reportfixture.All[0])
 
 	var saveErr error
 	if os.Geteuid() != 0 {

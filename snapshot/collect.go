@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -12,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cudatrace/cudatrace/internal/accounts"
 	"github.com/cudatrace/cudatrace/internal/procfs"
 )
 
@@ -286,11 +288,21 @@ func (c *collector) processFromIdentity(root string) {
 		c.snap.Unavailable = append(c.snap.Unavailable, "target user name: it had exited, and its root was not cudatrace's")
 		return
 	}
-	if pw, err := c.rootFS.readFileInRoot(root, "/etc/passwd", maxFileSize); err == nil {
-		p.User = parsePasswd(string(pw), p.UID)
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		c.unavailable("/etc/passwd (user name)", err)
+	p.User = c.userName(root, p.UID, "/etc/passwd (user name)")
+}
+
+// userName is uid's name in the /etc/passwd under root, or "".
+func (c *collector) userName(root string, uid uint32, what string) string {
+	pw, err := c.rootFS.readFileInRoot(root, "/etc/passwd", maxFileSize)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			c.unavailable(what, err)
+		}
+		return ""
 	}
+	users, _ := accounts.ParsePasswd(bytes.NewReader(pw)) // bounded by maxFileSize already
+	u, _ := users.ByID(uid)
+	return u.Name
 }
 
 // targetView returns the /proc directory whose root and mount table show
@@ -343,11 +355,7 @@ func (c *collector) collectProcess(pidDir, root string) {
 		p.Comm = strings.TrimSpace(comm)
 	}
 	// The target's own /etc/passwd: the file it controls most directly.
-	if pw, err := c.rootFS.readFileInRoot(root, "/etc/passwd", maxFileSize); err == nil {
-		p.User = parsePasswd(string(pw), p.UID)
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		c.unavailable("target /etc/passwd (user name)", err)
-	}
+	p.User = c.userName(root, p.UID, "target /etc/passwd (user name)")
 	p.UserNS = c.inUserNS(pidDir)
 }
 

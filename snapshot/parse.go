@@ -156,18 +156,6 @@ func parseStatus(text string) procStatus {
 	return st
 }
 
-// parsePasswd returns the name of uid in an /etc/passwd text, or "".
-func parsePasswd(text string, uid uint32) string {
-	want := strconv.FormatUint(uint64(uid), 10)
-	for _, line := range strings.Split(text, "\n") {
-		f := strings.Split(line, ":")
-		if len(f) >= 3 && f[2] == want && f[0] != "" && !strings.HasPrefix(f[0], "#") {
-			return f[0]
-		}
-	}
-	return ""
-}
-
 // cgroupLine is one line of /proc/PID/cgroup: "hierarchy:controllers:path".
 type cgroupLine struct {
 	Hierarchy   string

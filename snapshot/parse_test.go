@@ -228,15 +228,6 @@ func TestParseStatus(t *testing.T) {
 	}
 }
 
-func TestParsePasswd(t *testing.T) {
-	pw := "root:x:0:0:root:/root:/bin/bash\n#nobody:x:1:1::/:/bin/false\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\nbad\n"
-	for uid, want := range map[uint32]string{0: "root", 65534: "nobody", 1: "", 42: ""} {
-		if got := parsePasswd(pw, uid); got != want {
-			t.Errorf("uid %d = %q, want %q", uid, got, want)
-		}
-	}
-}
-
 func TestParseKmsgRecord(t *testing.T) {
 	rec, ok := parseKmsgRecord("4,1623,8273941,-;NVRM: Xid (PCI:0000:00:06): 79, pid=1234, GPU has fallen off the bus.\n SUBSYSTEM=pci\n DEVICE=+pci:0000:00:06.0")
 	if !ok || rec.Seq != 1623 || rec.Usec != 8273941 || rec.Text != "NVRM: Xid (PCI:0000:00:06): 79, pid=1234, GPU has fallen off the bus." {

@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -16,6 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 	cdi "tags.cncf.io/container-device-interface/specs-go"
 
+	"github.com/cudatrace/cudatrace/internal/accounts"
 	"github.com/cudatrace/cudatrace/nvdev"
 )
 
@@ -498,27 +500,17 @@ func parseCDISpec(spec *CDISpec, data []byte) {
 func lookupCreds(r *rootFS, user string) (*Creds, error) {
 	passwd, _, perr := r.readFile("/etc/passwd", maxConfigBytes)
 	group, _, _ := r.readFile("/etc/group", maxConfigBytes)
+	users, _ := accounts.ParsePasswd(bytes.NewReader(passwd)) // bounded by maxConfigBytes already
 	cr := &Creds{}
 	idPart, gidPart, hasGID := strings.Cut(user, ":")
-	found := false
-	if uid, err := strconv.ParseUint(idPart, 10, 32); err == nil {
-		cr.UID, cr.GID = uint32(uid), uint32(uid)
-		found = true
-	}
-	for _, line := range strings.Split(string(passwd), "\n") {
-		f := strings.Split(line, ":")
-		if len(f) < 4 {
-			continue
+	var u accounts.User
+	var found bool
+	if uid, ok := accounts.ParseID(idPart); ok {
+		if u, found = users.ByID(uid); !found {
+			u, found = accounts.User{UID: uid, GID: uid}, true // no entry needed
 		}
-		if f[0] == idPart || (found && f[2] == idPart) {
-			u, err1 := strconv.ParseUint(f[2], 10, 32)
-			g, err2 := strconv.ParseUint(f[3], 10, 32)
-			if err1 == nil && err2 == nil {
-				cr.Name, cr.UID, cr.GID = f[0], uint32(u), uint32(g)
-				found = true
-				break
-			}
-		}
+	} else {
+		u, found = users.ByName(idPart)
 	}
 	if !found {
 		if perr != nil {
@@ -526,26 +518,16 @@ func lookupCreds(r *rootFS, user string) (*Creds, error) {
 		}
 		return nil, ErrNoSuchUser
 	}
+	cr.Name, cr.UID, cr.GID = u.Name, u.UID, u.GID
 	if hasGID {
-		g, err := strconv.ParseUint(gidPart, 10, 32)
-		if err != nil {
+		g, ok := accounts.ParseID(gidPart)
+		if !ok {
 			return nil, errors.New("group must be numeric in UID:GID")
 		}
-		cr.GID = uint32(g)
+		cr.GID = g
 		return cr, nil // as with setpriv --clear-groups
 	}
-	for _, line := range strings.Split(string(group), "\n") {
-		f := strings.Split(line, ":")
-		if len(f) < 4 || cr.Name == "" {
-			continue
-		}
-		for _, m := range strings.Split(f[3], ",") {
-			if m == cr.Name {
-				if g, err := strconv.ParseUint(f[2], 10, 32); err == nil && uint32(g) != cr.GID {
-					cr.Groups = append(cr.Groups, uint32(g))
-				}
-			}
-		}
-	}
+	groups, _ := accounts.ParseGroup(bytes.NewReader(group))
+	cr.Groups = groups.Supplementary(cr.Name, cr.GID)
 	return cr, nil
 }

@@ -208,7 +208,7 @@ func TestWantColor(t *testing.T) {
 // --color always colours a pipe, never and NO_COLOR keep a report plain,
 // and a word other than auto, always or never is a usage error.
 func TestColorFlag(t *testing.T) {
-	file := filepath.Join("..", "..", "report", "testdata", "golden", "lxc-deny-uvm.json")
+	file := filepath.Join("..", "..", "render", "testdata", "golden", "lxc-deny-uvm.json")
 	if r := runCLI(t, "report", file, "--color", "always"); !strings.Contains(r.stdout, "\x1b[") {
 		t.Errorf("--color always: no colour in %q", r.stdout)
 	}
@@ -289,7 +289,7 @@ func TestNothingNVIDIAExitsAlike(t *testing.T) {
 
 // --format html: one self-contained page on stdout, for a bug ticket.
 func TestReportFormatHTML(t *testing.T) {
-	file := filepath.Join("..", "..", "report", "testdata", "golden", "lxc-deny-uvm.json")
+	file := filepath.Join("..", "..", "render", "testdata", "golden", "lxc-deny-uvm.json")
 	r := runCLI(t, "report", file, "--format", "html")
 	if r.code != exitFound || !strings.HasPrefix(r.stdout, "<!DOCTYPE html>") || !strings.Contains(r.stdout, "cgroup2-denied") {
 		t.Errorf("exit %d, stdout %.200q", r.code, r.stdout)

@@ -4,14 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"strings"
 
 	"github.com/spf13/pflag"
 
 	"github.com/cudatrace/cudatrace/doctor"
-	"github.com/cudatrace/cudatrace/report"
-	"github.com/cudatrace/cudatrace/snapshot"
+	"github.com/cudatrace/cudatrace/render"
 )
 
 // exitWarn is doctor's status when the worst check is a WARN; a FAIL exits
@@ -65,7 +62,7 @@ func doctorFlagSet(v *doctorFlags) *pflag.FlagSet {
 	return fs
 }
 
-// doctorCommand parses doctor's flags, surveys the host and prints the
+// doctorCommand parses doctor's flags, runs doctor.Host and prints the
 // result; it returns the exit status.
 func doctorCommand(args []string, stdout, stderr io.Writer) int {
 	var v doctorFlags
@@ -96,47 +93,24 @@ func doctorCommand(args []string, stdout, stderr io.Writer) int {
 	if format == "md" {
 		format = "markdown"
 	}
-	f := report.Format(format)
-	if f != report.FormatText && f != report.FormatJSON && f != report.FormatMarkdown {
+	f := render.Format(format)
+	if f != render.FormatText && f != render.FormatJSON && f != render.FormatMarkdown {
 		fmt.Fprintf(stderr, "cudatrace doctor: unknown format %q (text, json or markdown)\n", format)
 		return exitUsage
 	}
-	if pid > 0 {
-		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err != nil {
-			fmt.Fprintf(stderr, "cudatrace doctor: no process %d\n", pid)
-			return exitUsage
-		}
-	}
-	if cgroup != "" && strings.Contains(cgroup, "..") {
-		fmt.Fprintf(stderr, "cudatrace doctor: --cgroup %q: .. is not allowed\n", cgroup)
-		return exitUsage
-	}
-	if cgroup != "" {
-		if err := snapshot.CheckCgroup(cgroup); err != nil {
-			fmt.Fprintf(stderr, "cudatrace doctor: --cgroup %s: %v\n", doctor.Escape(cgroup), err)
-			return exitUsage
-		}
-	}
-
-	sv := snapshot.SurveyHost(snapshot.SurveyOptions{PID: pid, Cgroup: cgroup, User: user,
+	res, err := doctor.Host(doctor.Options{PID: pid, Cgroup: cgroup, User: user,
 		HostRoot: v.hostRoot, ProcDevicesPath: v.procDevices, NvidiaSMI: v.smi})
-	if user != "" && sv.User == nil {
-		code := exitFailure
-		if sv.UserError == nil || errors.Is(sv.UserError, snapshot.ErrNoSuchUser) {
-			code = exitUsage
+	if err != nil {
+		fmt.Fprintf(stderr, "cudatrace doctor: %v\n", err)
+		if _, wrong := errors.AsType[*doctor.RequestError](err); wrong {
+			return exitUsage
 		}
-		msg := "no such user"
-		if sv.UserError != nil {
-			msg = sv.UserError.Error()
-		}
-		fmt.Fprintf(stderr, "cudatrace doctor: -u %s: %s\n", doctor.Escape(user), msg)
-		return code
+		return exitFailure
 	}
-	res := doctor.Run(sv)
 	res.Tool = toolVersion()
-	ro := report.RenderOptions{}
+	ro := render.Options{}
 	ro.Width, ro.Color = terminalStyle(stdout, v.color)
-	if err := report.RenderDoctor(stdout, res, f, ro); err != nil {
+	if err := render.Doctor(stdout, res, f, ro); err != nil {
 		fmt.Fprintf(stderr, "cudatrace doctor: print: %v\n", err)
 		return exitFailure
 	}

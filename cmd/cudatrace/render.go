@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cudatrace/cudatrace/render"
 	"github.com/cudatrace/cudatrace/report"
 )
 
@@ -49,9 +50,9 @@ func emit(rep *report.Report, o *options, stdout, stderr io.Writer, launched boo
 	if o.redact {
 		report.Redact(rep)
 	}
-	f := report.Format(o.format)
+	f := render.Format(o.format)
 	if o.format == "md" {
-		f = report.FormatMarkdown
+		f = render.FormatMarkdown
 	}
 	var saveErr error
 	var movedTo string
@@ -71,11 +72,11 @@ func emit(rep *report.Report, o *options, stdout, stderr io.Writer, launched boo
 		o.out.Close()
 	}
 	w := stdout
-	if (launched && f != report.FormatJSON) || o.output == stdoutPath {
+	if (launched && f != render.FormatJSON) || o.output == stdoutPath {
 		w = stderr
 	}
-	if !(f == report.FormatJSON && o.output == stdoutPath) {
-		if err := render(w, rep, f, o); err != nil {
+	if !(f == render.FormatJSON && o.output == stdoutPath) {
+		if err := printReport(w, rep, f, o); err != nil {
 			if saveErr != nil {
 				fmt.Fprintf(stderr, "cudatrace: report not saved: %v\n", saveErr)
 			}
@@ -101,11 +102,11 @@ func emit(rep *report.Report, o *options, stdout, stderr io.Writer, launched boo
 	return nil
 }
 
-// render prints the report in format f on w.
-func render(w io.Writer, rep *report.Report, f report.Format, o *options) error {
-	ro := report.RenderOptions{AllEvents: o.allEvents, Quiet: o.quiet, Summary: o.summary}
+// printReport prints the report in format f on w.
+func printReport(w io.Writer, rep *report.Report, f render.Format, o *options) error {
+	ro := render.Options{AllEvents: o.allEvents, Quiet: o.quiet, Summary: o.summary}
 	ro.Width, ro.Color = terminalStyle(w, o.color)
-	if err := report.Render(w, rep, f, ro); err != nil {
+	if err := render.Report(w, rep, f, ro); err != nil {
 		if errors.Is(err, syscall.EPIPE) {
 			// The reader left (`| head`): nobody to tell.
 			return &exitError{code: exitFailure, printFailed: true}

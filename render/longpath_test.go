@@ -1,4 +1,4 @@
-package report
+package render
 
 import (
 	"fmt"
@@ -8,15 +8,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/tracer"
 )
 
 // longPathReport is a report whose one failed open is of a path n bytes
 // long: a target controls its paths.
-func longPathReport(n int) *Report {
+func longPathReport(n int) *report.Report {
 	path := "/dev/" + strings.Repeat("nvidia/", n/7+1)[:n]
 	e := tracer.Event{Seq: 1, PID: 7, TID: 7, Comm: "python3", Kind: tracer.KindOpen, Syscall: "openat", Path: path, Ret: -2}
-	return &Report{Schema: SchemaVersion, Tool: Tool{Name: "cudatrace"}, Events: []tracer.Event{e}}
+	return &report.Report{Schema: report.SchemaVersion, Tool: report.Tool{Name: "cudatrace"}, Events: []tracer.Event{e}}
 }
 
 // Text rendering of a 1 MB path took 76 s: wrapping it re-read the whole
@@ -28,7 +29,7 @@ func TestRenderMegabytePath(t *testing.T) {
 	go func() {
 		for _, f := range []Format{FormatText, FormatMarkdown} {
 			var out strings.Builder
-			err := Render(&out, rep, f, RenderOptions{Width: 100})
+			err := Report(&out, rep, f, Options{Width: 100})
 			if err == nil && !strings.Contains(out.String(), "nvidia/nvidia/") {
 				err = fmt.Errorf("%s: the path is not in the output", f)
 			}
@@ -57,7 +58,7 @@ func BenchmarkRenderLongPath(b *testing.B) {
 		b.Run(strconv.Itoa(n>>10)+"KiB", func(b *testing.B) {
 			b.SetBytes(int64(n))
 			for b.Loop() {
-				if err := Render(io.Discard, rep, FormatText, RenderOptions{Width: 100}); err != nil {
+				if err := Report(io.Discard, rep, FormatText, Options{Width: 100}); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -1,20 +1,20 @@
-package report
+package render
 
 import (
-	"errors"
 	"strings"
 	"testing"
 
 	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/report"
 )
 
 // A trace with no device call says so, in text and Markdown, instead of
 // heading an empty table "Timeline: 0 device calls".
 func TestEmptyTimeline(t *testing.T) {
-	rep := &Report{Schema: SchemaVersion, Tool: Tool{Name: "cudatrace"}, Analysis: annotate.Analysis{Verdict: "nothing traced"}}
+	rep := &report.Report{Schema: report.SchemaVersion, Tool: report.Tool{Name: "cudatrace"}, Analysis: annotate.Analysis{Verdict: "nothing traced"}}
 	for _, f := range []Format{FormatText, FormatMarkdown} {
 		var b strings.Builder
-		if err := Render(&b, rep, f, RenderOptions{}); err != nil {
+		if err := Report(&b, rep, f, Options{}); err != nil {
 			t.Fatal(err)
 		}
 		if strings.Contains(b.String(), "0 device calls") || !strings.Contains(b.String(), "No NVIDIA device call was traced") && !strings.Contains(b.String(), "no NVIDIA device call was traced") {
@@ -29,13 +29,13 @@ func TestEmptyTimeline(t *testing.T) {
 // In Markdown the Fix is prose, so its `commands` render as code spans,
 // not as literal backticks inside a fenced block.
 func TestMarkdownFixIsProse(t *testing.T) {
-	rep := &Report{Schema: SchemaVersion, Tool: Tool{Name: "cudatrace"}, Analysis: annotate.Analysis{
+	rep := &report.Report{Schema: report.SchemaVersion, Tool: report.Tool{Name: "cudatrace"}, Analysis: annotate.Analysis{
 		Verdict: "v",
 		Findings: []annotate.Finding{{ID: "x", Severity: annotate.SeverityError, Summary: "s",
 			Fix: "Allow `c 238:* rwm` in <cgroup>.\nThen restart."}},
 	}}
 	var b strings.Builder
-	if err := Render(&b, rep, FormatMarkdown, RenderOptions{}); err != nil {
+	if err := Report(&b, rep, FormatMarkdown, Options{}); err != nil {
 		t.Fatal(err)
 	}
 	md := b.String()
@@ -44,21 +44,5 @@ func TestMarkdownFixIsProse(t *testing.T) {
 	}
 	if !strings.Contains(md, "**Fix:** Allow `c 238:* rwm` in &lt;cgroup&gt;. Then restart.\n") {
 		t.Errorf("the fix is not one prose paragraph:\n%s", md)
-	}
-}
-
-// JSON that is not an object, or has a wrong type, is named in words, not
-// with a Go type.
-func TestLoadWrongShape(t *testing.T) {
-	for in, want := range map[string]string{
-		"[]":                `a report is a JSON object, this file starts with "[]"`,
-		`"text"`:            "a report is a JSON object",
-		`{"schema": "one"}`: `field "schema" holds a JSON string`,
-		`{"schema": 1, "tool": {"name": "cudatrace"}, "events": {}}`: `field "events" holds a JSON object`,
-	} {
-		_, err := Load(strings.NewReader(in))
-		if err == nil || !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "Go value") || strings.Contains(err.Error(), "struct") {
-			t.Errorf("Load(%s) = %v, want %q", in, err, want)
-		}
 	}
 }

@@ -1,4 +1,4 @@
-package report
+package render
 
 import (
 	"fmt"
@@ -7,12 +7,13 @@ import (
 	"strings"
 
 	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/snapshot"
 )
 
 // renderMarkdown writes a report that pastes straight into a GitHub issue:
 // verdict and fix first, the evidence folded into <details>.
-func renderMarkdown(w io.Writer, rep *Report, o RenderOptions) error {
+func renderMarkdown(w io.Writer, rep *report.Report, o Options) error {
 	var b strings.Builder
 	a := &rep.Analysis
 	fmt.Fprintf(&b, "### cudatrace: %s\n\n", mdEscape(a.Verdict))

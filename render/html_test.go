@@ -1,4 +1,4 @@
-package report_test
+package render_test
 
 import (
 	"bytes"
@@ -14,6 +14,8 @@ import (
 
 	"github.com/cudatrace/cudatrace/annotate"
 	"github.com/cudatrace/cudatrace/internal/privtest"
+	"github.com/cudatrace/cudatrace/internal/reportfixture"
+	"github.com/cudatrace/cudatrace/render"
 	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/snapshot"
 )
@@ -21,7 +23,7 @@ import (
 func renderHTML(t *testing.T, rep *report.Report) string {
 	t.Helper()
 	var b bytes.Buffer
-	if err := report.Render(&b, rep, report.FormatHTML, report.RenderOptions{}); err != nil {
+	if err := render.Report(&b, rep, render.FormatHTML, render.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	return b.String()
@@ -85,9 +87,9 @@ func assertSelfContained(t *testing.T, page string) (text string) {
 // Every fixture's page fetches nothing and shows the verdict, each
 // finding's summary and fix, and the failing call.
 func TestHTMLSelfContained(t *testing.T) {
-	for _, fx := range fixtures {
-		t.Run(fx.name, func(t *testing.T) {
-			rep := buildFixture(t, fx)
+	for _, fx := range reportfixture.All {
+		t.Run(fx.Name, func(t *testing.T) {
+			rep := reportfixture.Build(t, fx)
 			text := assertSelfContained(t, renderHTML(t, rep))
 			norm := strings.Join(strings.Fields(text), " ")
 			a := rep.Analysis
@@ -111,7 +113,7 @@ func TestHTMLSelfContained(t *testing.T) {
 // a terminal raw when the page is printed.
 func TestHTMLEscapesTargetStrings(t *testing.T) {
 	const attack = `<script>alert(1)</script><img src=x onerror=alert(2)>` + hostile
-	rep := buildFixture(t, fixtures[0])
+	rep := reportfixture.Build(t, reportfixture.All[0])
 	for i := range rep.Events {
 		rep.Events[i].Comm = "py" + attack
 		if rep.Events[i].Path == "/dev/nvidia-uvm" {
@@ -138,7 +140,7 @@ func TestHTMLEscapesTargetStrings(t *testing.T) {
 func TestHTMLInBrowser(t *testing.T) {
 	privtest.Deadline(t)
 	browser := findChromium(t)
-	rep := buildFixture(t, fixtures[0]) // lxc-deny-uvm: a failing call and findings
+	rep := reportfixture.Build(t, reportfixture.All[0]) // lxc-deny-uvm: a failing call and findings
 	dir := t.TempDir()
 	page := filepath.Join(dir, "report.html")
 	if err := os.WriteFile(page, []byte(renderHTML(t, rep)), 0o644); err != nil {

@@ -1,4 +1,4 @@
-package report_test
+package render_test
 
 import (
 	"strconv"
@@ -6,7 +6,8 @@ import (
 	"testing"
 
 	"github.com/cudatrace/cudatrace/annotate"
-	"github.com/cudatrace/cudatrace/report"
+	"github.com/cudatrace/cudatrace/internal/reportfixture"
+	"github.com/cudatrace/cudatrace/render"
 	"github.com/cudatrace/cudatrace/snapshot"
 )
 
@@ -124,7 +125,7 @@ func assertMarkdownIntact(t *testing.T, md string) {
 // environment to attack the terminal: nothing reaches the text or the
 // Markdown raw.
 func TestRenderEscapesTargetStrings(t *testing.T) {
-	rep := buildFixture(t, fixtures[0])
+	rep := reportfixture.Build(t, reportfixture.All[0])
 	for i := range rep.Events {
 		e := &rep.Events[i]
 		e.Comm = "py" + hostile
@@ -147,10 +148,10 @@ func TestRenderEscapesTargetStrings(t *testing.T) {
 	if f := rep.Analysis.Failing; f == nil || !strings.Contains(f.Path, "pwned") {
 		t.Fatalf("the crafted open is not the failing call: %+v", f)
 	}
-	for _, f := range []report.Format{report.FormatText, report.FormatMarkdown} {
+	for _, f := range []render.Format{render.FormatText, render.FormatMarkdown} {
 		for _, all := range []bool{false, true} {
 			var b strings.Builder
-			if err := report.Render(&b, rep, f, report.RenderOptions{Width: 100, AllEvents: all}); err != nil {
+			if err := render.Report(&b, rep, f, render.Options{Width: 100, AllEvents: all}); err != nil {
 				t.Fatal(err)
 			}
 			out := b.String()
@@ -158,7 +159,7 @@ func TestRenderEscapesTargetStrings(t *testing.T) {
 			if !strings.Contains(out, `\x1b]0;pwned\a`) {
 				t.Errorf("%s: the crafted path is not shown escaped", f)
 			}
-			if f == report.FormatMarkdown {
+			if f == render.FormatMarkdown {
 				assertMarkdownIntact(t, out)
 			}
 		}
@@ -168,14 +169,14 @@ func TestRenderEscapesTargetStrings(t *testing.T) {
 // A comm or path shaped as a Markdown link stays text in --format
 // markdown: pasted into a ticket it must not become a clickable link.
 func TestMarkdownNoLinksFromTarget(t *testing.T) {
-	rep := buildFixture(t, fixtures[0])
+	rep := reportfixture.Build(t, reportfixture.All[0])
 	evil := "[x](http://e.vil/)"
 	rep.Analysis.Verdict = "openat by " + evil + "[5] → EPERM"
 	for i := range rep.Analysis.Findings {
 		rep.Analysis.Findings[i].Detail = append(rep.Analysis.Findings[i].Detail, "path /tmp/"+evil, "quoted `"+evil+"`")
 	}
 	var b strings.Builder
-	if err := report.Render(&b, rep, report.FormatMarkdown, report.RenderOptions{}); err != nil {
+	if err := render.Report(&b, rep, render.FormatMarkdown, render.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	out := b.String()

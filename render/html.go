@@ -1,4 +1,4 @@
-package report
+package render
 
 import (
 	_ "embed"
@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/snapshot"
 )
 
@@ -51,7 +52,7 @@ type htmlRow struct {
 	Failing                       bool
 }
 
-func renderHTML(w io.Writer, rep *Report, o RenderOptions) error {
+func renderHTML(w io.Writer, rep *report.Report, o Options) error {
 	a := &rep.Analysis
 	p := htmlPage{
 		Verdict: a.Verdict,

@@ -1,4 +1,8 @@
-package report
+// Package render prints a report (text, Markdown, HTML; JSON is the
+// archive's own encoding) or a doctor result. It takes a format, a writer
+// and Options, never command-line flags, and escapes every string that
+// came from the target.
+package render
 
 import (
 	"fmt"
@@ -15,6 +19,7 @@ import (
 
 	"github.com/cudatrace/cudatrace/annotate"
 	"github.com/cudatrace/cudatrace/diagnose/record"
+	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/tracer"
 )
 
@@ -27,9 +32,9 @@ const (
 	FormatMarkdown Format = "markdown"
 )
 
-// RenderOptions are the renderer's only inputs besides the report; they
+// Options are the renderer's only inputs besides the report; they
 // never carry command-line flags.
-type RenderOptions struct {
+type Options struct {
 	Color     bool // ANSI colour (the caller decides: TTY and no NO_COLOR)
 	Width     int  // terminal width; 0 means 100
 	AllEvents bool // every stored event instead of the condensed timeline
@@ -37,11 +42,11 @@ type RenderOptions struct {
 	Summary   bool // text: the verdict, then calls and errors per node and call (strace -c)
 }
 
-// Render writes rep in format f.
-func Render(w io.Writer, rep *Report, f Format, o RenderOptions) error {
+// Report writes rep in format f.
+func Report(w io.Writer, rep *report.Report, f Format, o Options) error {
 	switch f {
 	case FormatJSON:
-		return WriteJSON(w, rep)
+		return report.WriteJSON(w, rep)
 	case FormatMarkdown:
 		return renderMarkdown(w, rep, o)
 	case FormatHTML:
@@ -89,14 +94,14 @@ func severityLabel(p palette, s annotate.Severity) string {
 }
 
 // dropWarning is the loud line every incomplete trace carries.
-func dropWarning(rep *Report) string {
+func dropWarning(rep *report.Report) string {
 	if rep.Trace.Dropped == 0 {
 		return ""
 	}
 	return fmt.Sprintf("INCOMPLETE TRACE: %d events dropped by the kernel; the failing call may be missing", rep.Trace.Dropped)
 }
 
-func renderText(w io.Writer, rep *Report, o RenderOptions) error {
+func renderText(w io.Writer, rep *report.Report, o Options) error {
 	p := palette{o.Color}
 	width := o.Width
 	if width <= 0 {
@@ -189,7 +194,7 @@ func renderText(w io.Writer, rep *Report, o RenderOptions) error {
 
 // formatOutcome is FormatErrno plus what the params block reports for an
 // ioctl that returned 0: "= 0, status NV_ERR_INVALID_CLASS".
-func formatOutcome(rep *Report, e *tracer.Event) string {
+func formatOutcome(rep *report.Report, e *tracer.Event) string {
 	if st := inbandResult(rep, e); st != "" {
 		return FormatErrno(e) + ", " + st
 	}
@@ -197,7 +202,7 @@ func formatOutcome(rep *Report, e *tracer.Event) string {
 }
 
 // inbandResult is the in-band failure of an ioctl, "" when none.
-func inbandResult(rep *Report, e *tracer.Event) string {
+func inbandResult(rep *report.Report, e *tracer.Event) string {
 	if e.Kind != tracer.KindIoctl {
 		return ""
 	}
@@ -224,7 +229,7 @@ func fmtDur(d time.Duration) string {
 	return fmt.Sprintf("%.6fs", d.Seconds())
 }
 
-func traceSummary(rep *Report) string {
+func traceSummary(rep *report.Report) string {
 	t := rep.Trace
 	var parts []string
 	if t.Source == "strace-log" {
@@ -272,7 +277,7 @@ func (r timelineRow) cells() []string {
 // so do repeats of the same call with the same result (libcuda stats each
 // node twice), so the rows that matter fit on a screen. The failing call
 // always has a row of its own.
-func timelineRows(rep *Report, all bool) []timelineRow {
+func timelineRows(rep *report.Report, all bool) []timelineRow {
 	var failSeq uint64
 	if f := rep.Analysis.Failing; f != nil {
 		failSeq = f.Seq
@@ -484,7 +489,7 @@ func proc(e *tracer.Event) string {
 	return fmt.Sprintf("%s[%d]", e.Comm, e.PID)
 }
 
-func resultCell(rep *Report, e *tracer.Event) string {
+func resultCell(rep *report.Report, e *tracer.Event) string {
 	if st := inbandResult(rep, e); st != "" {
 		return fmt.Sprintf("%d, %s", e.Ret, st)
 	}
@@ -513,7 +518,7 @@ func devString(e *tracer.Event) string {
 // devCell is the timeline's DEVICE: the device the call itself reported,
 // or, for an open that failed (and so returned no device), the node at
 // that path in the snapshot, in parentheses: the node the kernel refused.
-func devCell(rep *Report, e *tracer.Event) string {
+func devCell(rep *report.Report, e *tracer.Event) string {
 	if d := devString(e); d != "" {
 		return d
 	}

@@ -1,4 +1,4 @@
-package report_test
+package render_test
 
 import (
 	"bytes"
@@ -9,55 +9,57 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/cudatrace/cudatrace/internal/reportfixture"
+	"github.com/cudatrace/cudatrace/render"
 	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/tracer"
 )
 
 var ansi = regexp.MustCompile("\x1b\\[[0-9;]*m")
 
-func render(t *testing.T, rep *report.Report, f report.Format, o report.RenderOptions) string {
+func renderString(t *testing.T, rep *report.Report, f render.Format, o render.Options) string {
 	t.Helper()
 	var b bytes.Buffer
-	if err := report.Render(&b, rep, f, o); err != nil {
+	if err := render.Report(&b, rep, f, o); err != nil {
 		t.Fatalf("render %s: %v", f, err)
 	}
 	return b.String()
 }
 
 func TestColourOnlyWhenAsked(t *testing.T) {
-	for _, fx := range fixtures {
-		rep := buildFixture(t, fx)
-		for _, f := range []report.Format{report.FormatText, report.FormatMarkdown, report.FormatJSON} {
-			if out := render(t, rep, f, report.RenderOptions{}); strings.Contains(out, "\x1b") {
-				t.Errorf("%s %s: escape codes without Color", fx.name, f)
+	for _, fx := range reportfixture.All {
+		rep := reportfixture.Build(t, fx)
+		for _, f := range []render.Format{render.FormatText, render.FormatMarkdown, render.FormatJSON} {
+			if out := renderString(t, rep, f, render.Options{}); strings.Contains(out, "\x1b") {
+				t.Errorf("%s %s: escape codes without Color", fx.Name, f)
 			}
 		}
 		// Markdown and JSON go into files and tickets: never coloured.
-		for _, f := range []report.Format{report.FormatMarkdown, report.FormatJSON} {
-			if out := render(t, rep, f, report.RenderOptions{Color: true}); strings.Contains(out, "\x1b") {
-				t.Errorf("%s %s: escape codes in a non-terminal format", fx.name, f)
+		for _, f := range []render.Format{render.FormatMarkdown, render.FormatJSON} {
+			if out := renderString(t, rep, f, render.Options{Color: true}); strings.Contains(out, "\x1b") {
+				t.Errorf("%s %s: escape codes in a non-terminal format", fx.Name, f)
 			}
 		}
-		plain := render(t, rep, report.FormatText, report.RenderOptions{})
-		col := render(t, rep, report.FormatText, report.RenderOptions{Color: true})
+		plain := renderString(t, rep, render.FormatText, render.Options{})
+		col := renderString(t, rep, render.FormatText, render.Options{Color: true})
 		if !strings.Contains(col, "\x1b[") {
-			t.Errorf("%s: Color set but no escape codes", fx.name)
+			t.Errorf("%s: Color set but no escape codes", fx.Name)
 		}
 		// Colour changes nothing else: not the words, not the alignment.
 		if stripped := ansi.ReplaceAllString(col, ""); stripped != plain {
-			t.Errorf("%s: coloured text differs from plain text once the colour is removed:\n%s", fx.name, stripped)
+			t.Errorf("%s: coloured text differs from plain text once the colour is removed:\n%s", fx.Name, stripped)
 		}
 		first, _, _ := strings.Cut(col, "\n")
 		if rep.Analysis.Failing != nil && !strings.HasPrefix(first, "\x1b[1;31m") {
-			t.Errorf("%s: the failing verdict is not red: %q", fx.name, first)
+			t.Errorf("%s: the failing verdict is not red: %q", fx.Name, first)
 		}
 	}
 }
 
 func TestFailingRowMarked(t *testing.T) {
-	rep := buildFixture(t, fixtures[0])
+	rep := reportfixture.Build(t, reportfixture.All[0])
 	var marked []string
-	for _, line := range strings.Split(render(t, rep, report.FormatText, report.RenderOptions{Width: 100}), "\n") {
+	for _, line := range strings.Split(renderString(t, rep, render.FormatText, render.Options{Width: 100}), "\n") {
 		if strings.Contains(line, "◀") {
 			marked = append(marked, line)
 		}
@@ -65,18 +67,18 @@ func TestFailingRowMarked(t *testing.T) {
 	if len(marked) != 1 || !strings.Contains(marked[0], `openat("/dev/nvidia-uvm", O_RDWR|O_CLOEXEC)`) || !strings.Contains(marked[0], "(c 238:0)") {
 		t.Errorf("marked rows: %q", marked)
 	}
-	md := render(t, rep, report.FormatMarkdown, report.RenderOptions{})
+	md := renderString(t, rep, render.FormatMarkdown, render.Options{})
 	if !strings.Contains(md, "| `openat(\"/dev/nvidia-uvm\", O_RDWR\\|O_CLOEXEC)` | **EPERM ◀** | (c 238:0) |") {
 		t.Error("Markdown timeline does not mark the failing row")
 	}
 }
 
 func TestIncompleteTraceIsLoud(t *testing.T) {
-	rep := buildFixture(t, fixtures[0])
+	rep := reportfixture.Build(t, reportfixture.All[0])
 	rep.Trace.Dropped, rep.Trace.Complete = 12, false
 	const loud = "INCOMPLETE TRACE: 12 events dropped by the kernel; the failing call may be missing"
 
-	text := render(t, rep, report.FormatText, report.RenderOptions{})
+	text := renderString(t, rep, render.FormatText, render.Options{})
 	lines := strings.Split(strings.TrimRight(text, "\n"), "\n")
 	if lines[0] != loud {
 		t.Errorf("text does not open with the warning: %q", lines[0])
@@ -87,11 +89,11 @@ func TestIncompleteTraceIsLoud(t *testing.T) {
 	if !strings.Contains(text, "12 dropped") {
 		t.Error("trace summary lacks the drop count")
 	}
-	if q := render(t, rep, report.FormatText, report.RenderOptions{Quiet: true}); !strings.HasPrefix(q, loud+"\n") {
+	if q := renderString(t, rep, render.FormatText, render.Options{Quiet: true}); !strings.HasPrefix(q, loud+"\n") {
 		t.Errorf("--quiet hides the warning: %q", q)
 	}
 
-	md := render(t, rep, report.FormatMarkdown, report.RenderOptions{})
+	md := renderString(t, rep, render.FormatMarkdown, render.Options{})
 	if !strings.Contains(md, "> [!WARNING]\n> "+loud+"\n") {
 		t.Error("Markdown lacks the warning block")
 	}
@@ -105,7 +107,7 @@ func TestIncompleteTraceIsLoud(t *testing.T) {
 			Complete *bool  `json:"complete"`
 		} `json:"trace"`
 	}
-	if err := json.Unmarshal([]byte(render(t, rep, report.FormatJSON, report.RenderOptions{})), &got); err != nil {
+	if err := json.Unmarshal([]byte(renderString(t, rep, render.FormatJSON, render.Options{})), &got); err != nil {
 		t.Fatal(err)
 	}
 	if got.Trace.Complete == nil || *got.Trace.Complete || got.Trace.Dropped != 12 {
@@ -113,38 +115,38 @@ func TestIncompleteTraceIsLoud(t *testing.T) {
 	}
 
 	// A complete trace says nothing of the kind.
-	ok := buildFixture(t, fixtures[0])
-	for _, f := range []report.Format{report.FormatText, report.FormatMarkdown} {
-		if out := render(t, ok, f, report.RenderOptions{}); strings.Contains(out, "INCOMPLETE") {
+	ok := reportfixture.Build(t, reportfixture.All[0])
+	for _, f := range []render.Format{render.FormatText, render.FormatMarkdown} {
+		if out := renderString(t, ok, f, render.Options{}); strings.Contains(out, "INCOMPLETE") {
 			t.Errorf("%s: complete trace called incomplete", f)
 		}
 	}
-	if !strings.Contains(render(t, ok, report.FormatJSON, report.RenderOptions{}), `"complete": true`) {
+	if !strings.Contains(renderString(t, ok, render.FormatJSON, render.Options{}), `"complete": true`) {
 		t.Error(`JSON of a complete trace lacks "complete": true`)
 	}
 }
 
 func TestQuietIsTheVerdictOnly(t *testing.T) {
-	rep := buildFixture(t, fixtures[0])
-	if got := render(t, rep, report.FormatText, report.RenderOptions{Quiet: true}); got != rep.Analysis.Verdict+"\n" {
+	rep := reportfixture.Build(t, reportfixture.All[0])
+	if got := renderString(t, rep, render.FormatText, render.Options{Quiet: true}); got != rep.Analysis.Verdict+"\n" {
 		t.Errorf("quiet: %q", got)
 	}
 }
 
 // The timeline table fits the width it is given, at any sensible width.
 func TestTimelineFitsWidth(t *testing.T) {
-	for _, fx := range fixtures {
-		rep := buildFixture(t, fx)
+	for _, fx := range reportfixture.All {
+		rep := reportfixture.Build(t, fx)
 		for _, width := range []int{80, 100, 132} {
-			out := render(t, rep, report.FormatText, report.RenderOptions{Width: width})
+			out := renderString(t, rep, render.FormatText, render.Options{Width: width})
 			_, table, ok := strings.Cut(out, "\nTIME ")
 			if !ok {
-				t.Fatalf("%s: no timeline table", fx.name)
+				t.Fatalf("%s: no timeline table", fx.Name)
 			}
 			table, _, _ = strings.Cut("TIME "+table, "\n\nTrace: ")
 			for _, line := range strings.Split(table, "\n") {
 				if n := utf8.RuneCountInString(line); n > width {
-					t.Errorf("%s at width %d: %d-column line %q", fx.name, width, n, line)
+					t.Errorf("%s at width %d: %d-column line %q", fx.Name, width, n, line)
 				}
 			}
 		}
@@ -152,12 +154,12 @@ func TestTimelineFitsWidth(t *testing.T) {
 }
 
 func TestAllEventsListsEveryEvent(t *testing.T) {
-	rep := buildFixture(t, fixtures[1])
-	all := report.TimelineRepeats(rep, true)
+	rep := reportfixture.Build(t, reportfixture.All[1])
+	all := render.TimelineRepeats(rep, true)
 	if len(all) != len(rep.Events) {
 		t.Errorf("--all-events: %d rows for %d events", len(all), len(rep.Events))
 	}
-	cond := report.TimelineRepeats(rep, false)
+	cond := render.TimelineRepeats(rep, false)
 	if len(cond) >= len(all) {
 		t.Errorf("condensed timeline (%d rows) is no shorter than the full one (%d)", len(cond), len(all))
 	}
@@ -188,21 +190,21 @@ func TestRenderOddReports(t *testing.T) {
 		},
 	}
 	rep.Analysis.Failing = &tracer.Event{Seq: 99, Kind: tracer.KindOpen, Path: "/dev/nvidia0", Ret: -1}
-	for _, f := range []report.Format{report.FormatText, report.FormatMarkdown, report.FormatJSON} {
+	for _, f := range []render.Format{render.FormatText, render.FormatMarkdown, render.FormatJSON} {
 		for _, w := range []int{0, 1, 40, 500} {
-			render(t, rep, f, report.RenderOptions{Width: w, AllEvents: w == 40})
+			renderString(t, rep, f, render.Options{Width: w, AllEvents: w == 40})
 		}
 	}
-	if out := render(t, rep, report.FormatText, report.RenderOptions{}); strings.Contains(out, long[:100]+long[:100]) {
+	if out := renderString(t, rep, render.FormatText, render.Options{}); strings.Contains(out, long[:100]+long[:100]) {
 		t.Error("the exec argv was not shortened in the timeline")
 	}
 }
 
 func BenchmarkRenderText(b *testing.B) {
-	rep := buildFixture(b, fixtures[0])
+	rep := reportfixture.Build(b, reportfixture.All[0])
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := report.Render(io.Discard, rep, report.FormatText, report.RenderOptions{Width: 100}); err != nil {
+		if err := render.Report(io.Discard, rep, render.FormatText, render.Options{Width: 100}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -1,4 +1,4 @@
-package report
+package render
 
 import (
 	"encoding/json"
@@ -11,9 +11,9 @@ import (
 	"github.com/cudatrace/cudatrace/doctor"
 )
 
-// RenderDoctor writes a doctor result as a table (text), JSON or Markdown.
+// Doctor writes a doctor result as a table (text), JSON or Markdown.
 // Every string in res is already escaped by doctor.Run.
-func RenderDoctor(w io.Writer, res *doctor.Result, f Format, o RenderOptions) error {
+func Doctor(w io.Writer, res *doctor.Result, f Format, o Options) error {
 	switch f {
 	case FormatJSON:
 		enc := json.NewEncoder(w)
@@ -50,7 +50,7 @@ func statusLabel(p palette, s doctor.Status) string {
 	return p.dim("SKIP")
 }
 
-func doctorText(w io.Writer, res *doctor.Result, o RenderOptions) error {
+func doctorText(w io.Writer, res *doctor.Result, o Options) error {
 	p := palette{o.Color}
 	width := o.Width
 	if width <= 0 {

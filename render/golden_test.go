@@ -1,8 +1,7 @@
-package report_test
+package render_test
 
 import (
 	"bytes"
-	"encoding/json"
 	"flag"
 	"os"
 	"path/filepath"
@@ -10,15 +9,17 @@ import (
 	"testing"
 
 	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/internal/reportfixture"
+	"github.com/cudatrace/cudatrace/render"
 	"github.com/cudatrace/cudatrace/report"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/golden from the current renderers")
 
 var goldenFormats = []struct {
-	f   report.Format
+	f   render.Format
 	ext string
-}{{report.FormatText, "txt"}, {report.FormatMarkdown, "md"}, {report.FormatJSON, "json"}, {report.FormatHTML, "html"}}
+}{{render.FormatText, "txt"}, {render.FormatMarkdown, "md"}, {render.FormatJSON, "json"}, {render.FormatHTML, "html"}}
 
 // replay is what `cudatrace report FILE` does: save, load the file back,
 // re-run the analysis on the stored events and snapshot.
@@ -36,32 +37,32 @@ func replay(t *testing.T, rep *report.Report) (loaded *report.Report, reanalysed
 }
 
 func TestGolden(t *testing.T) {
-	for _, fx := range fixtures {
-		t.Run(fx.name, func(t *testing.T) {
-			orig := buildFixture(t, fx)
+	for _, fx := range reportfixture.All {
+		t.Run(fx.Name, func(t *testing.T) {
+			orig := reportfixture.Build(t, fx)
 			loaded, again := replay(t, orig)
 
 			// The stored analysis and a fresh one over the stored data agree,
 			// and both agree with the analysis of the original data.
-			if !sameJSON(t, loaded.Analysis, again) {
+			if !reportfixture.SameJSON(t, loaded.Analysis, again) {
 				t.Errorf("re-analysis of the loaded report differs from the stored analysis:\nstored: %s\nnow:    %s",
-					mustJSON(t, loaded.Analysis), mustJSON(t, again))
+					reportfixture.MustJSON(t, loaded.Analysis), reportfixture.MustJSON(t, again))
 			}
 			if !reflect.DeepEqual(again, orig.Analysis) {
 				t.Errorf("analysis after the round trip differs from the original:\norig: %s\nnow:  %s",
-					mustJSON(t, orig.Analysis), mustJSON(t, again))
+					reportfixture.MustJSON(t, orig.Analysis), reportfixture.MustJSON(t, again))
 			}
-			if !sameJSON(t, loaded, orig) {
+			if !reportfixture.SameJSON(t, loaded, orig) {
 				t.Error("the loaded report does not re-encode to what was saved")
 			}
 			loaded.Analysis = again
 
 			for _, gf := range goldenFormats {
 				var out bytes.Buffer
-				if err := report.Render(&out, loaded, gf.f, report.RenderOptions{Width: 100}); err != nil {
+				if err := render.Report(&out, loaded, gf.f, render.Options{Width: 100}); err != nil {
 					t.Fatalf("render %s: %v", gf.f, err)
 				}
-				checkGolden(t, filepath.Join("testdata", "golden", fx.name+"."+gf.ext), out.Bytes())
+				checkGolden(t, filepath.Join("testdata", "golden", fx.Name+"."+gf.ext), out.Bytes())
 			}
 		})
 	}
@@ -80,23 +81,9 @@ func checkGolden(t *testing.T, path string, got []byte) {
 	}
 	want, err := os.ReadFile(path)
 	if err != nil {
-		t.Fatalf("%v (run go test ./report -update to create it)", err)
+		t.Fatalf("%v (run go test ./render -update to create it)", err)
 	}
 	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs from the rendered output (go test ./report -update rewrites it); got:\n%s", path, got)
+		t.Errorf("%s differs from the rendered output (go test ./render -update rewrites it); got:\n%s", path, got)
 	}
-}
-
-func mustJSON(t testing.TB, v any) []byte {
-	t.Helper()
-	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-func sameJSON(t testing.TB, a, b any) bool {
-	t.Helper()
-	return bytes.Equal(mustJSON(t, a), mustJSON(t, b))
 }

@@ -1,4 +1,4 @@
-package report_test
+package render_test
 
 import (
 	"bytes"
@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/cudatrace/cudatrace/diagnose/record"
-	"github.com/cudatrace/cudatrace/report"
+	"github.com/cudatrace/cudatrace/render"
 	"github.com/cudatrace/cudatrace/tracer"
 )
 
@@ -51,7 +51,7 @@ func TestSummaryCountsEveryCall(t *testing.T) {
 		}
 	}
 	var out bytes.Buffer
-	if err := report.Render(&out, rep, report.FormatText, report.RenderOptions{Summary: true}); err != nil {
+	if err := render.Report(&out, rep, render.FormatText, render.Options{Summary: true}); err != nil {
 		t.Fatal(err)
 	}
 	s := out.String()

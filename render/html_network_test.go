@@ -1,4 +1,4 @@
-package report_test
+package render_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cudatrace/cudatrace/internal/privtest"
+	"github.com/cudatrace/cudatrace/internal/reportfixture"
 )
 
 // chromiumOwn are the hosts Chromium's own services call at start (update,
@@ -103,7 +104,7 @@ func TestHTMLMakesNoRequest(t *testing.T) {
 		t.Fatalf("the control page's request did not reach the proxy (saw %q): the check below would prove nothing", reqs)
 	}
 	page := filepath.Join(dir, "report.html")
-	if err := os.WriteFile(page, []byte(renderHTML(t, buildFixture(t, fixtures[0]))), 0o644); err != nil {
+	if err := os.WriteFile(page, []byte(renderHTML(t, reportfixture.Build(t, reportfixture.All[0]))), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if _, reqs := openInChromium(t, chromium, page); len(reqs) > 0 {

@@ -1,4 +1,4 @@
-package report_test
+package render_test
 
 import (
 	"bytes"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/cudatrace/cudatrace/annotate"
 	"github.com/cudatrace/cudatrace/diagnose/record"
+	"github.com/cudatrace/cudatrace/render"
 	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/tracer"
 )
@@ -106,9 +107,9 @@ func TestTimelineFoldedSiteIsOneLine(t *testing.T) {
 	if f := rep.Analysis.Failing; f == nil || f.Path != "/dev/nvidia-uvm" {
 		t.Fatalf("failing call %+v, want the open of /dev/nvidia-uvm after the ioctls", f)
 	}
-	for _, format := range []report.Format{report.FormatText, report.FormatMarkdown} {
+	for _, format := range []render.Format{render.FormatText, render.FormatMarkdown} {
 		var out bytes.Buffer
-		if err := report.Render(&out, rep, format, report.RenderOptions{Width: 120}); err != nil {
+		if err := render.Report(&out, rep, format, render.Options{Width: 120}); err != nil {
 			t.Fatal(err)
 		}
 		s := out.String()
@@ -119,7 +120,7 @@ func TestTimelineFoldedSiteIsOneLine(t *testing.T) {
 			t.Errorf("%s: the failing open is missing:\n%s", format, s)
 		}
 	}
-	rows := report.TimelineRepeats(rep, true)
+	rows := render.TimelineRepeats(rep, true)
 	if len(rows) != len(rep.Events) || len(rows) != 2+record.FailSamplePerSite+record.FailTailPerSite {
 		t.Errorf("--all-events: %d rows for %d events", len(rows), len(rep.Events))
 	}

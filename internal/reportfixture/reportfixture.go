@@ -1,8 +1,14 @@
-package report_test
+// Package reportfixture builds the reports the archive and renderer tests
+// share: real H200 event streams (the strace recordings, imported as
+// `cudatrace explain` does) paired with snapshot literals of hosts where
+// those streams happen. It is imported by tests only, from a package one
+// directory below the repository root (the recordings are ../testdata).
+package reportfixture
 
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -18,10 +24,8 @@ import (
 	"github.com/cudatrace/cudatrace/tracer/stracelog"
 )
 
-// The fixtures are real H200 event streams (the strace recordings, imported
-// as `cudatrace explain` does) paired with snapshot literals of hosts where
-// those streams happen. Each is fed through the Recorder, as a live trace
-// is, and analysed.
+// Each fixture is fed through the Recorder, as a live trace is, and
+// analysed.
 
 // fixedCreated and fixedStart keep the golden files stable.
 var (
@@ -29,8 +33,9 @@ var (
 	fixedStart   = time.Date(2026, 3, 14, 14, 58, 43, 0, time.UTC)
 )
 
-type fixture struct {
-	name   string
+// Fixture is one recording and the host it ran on.
+type Fixture struct {
+	Name   string
 	strace string // under ../testdata/strace/h200
 	argv   []string
 	user   string
@@ -40,15 +45,17 @@ type fixture struct {
 
 var cuInitArgv = []string{"python3", "-c", `import ctypes; c=ctypes.CDLL("libcuda.so.1"); print("cuInit", c.cuInit(0))`}
 
-var fixtures = []fixture{
-	{name: "lxc-deny-uvm", strace: "cuinit-deny-uvm.strace", argv: cuInitArgv, user: "root", snap: lxcDenyUVMSnapshot},
-	{name: "ok-root", strace: "cuinit-ok-root.strace", argv: cuInitArgv, user: "root", snap: healthySnapshot},
-	{name: "docker-deny-195-smi", strace: "cuinit-deny-195-smi.strace", argv: []string{"nvidia-smi", "-L"}, user: "root", snap: dockerDeny195Snapshot},
+// All are the fixtures: a refused UVM node under LXC, a healthy run, and
+// nvidia-smi refused 195 under Docker.
+var All = []Fixture{
+	{Name: "lxc-deny-uvm", strace: "cuinit-deny-uvm.strace", argv: cuInitArgv, user: "root", snap: lxcDenyUVMSnapshot},
+	{Name: "ok-root", strace: "cuinit-ok-root.strace", argv: cuInitArgv, user: "root", snap: healthySnapshot},
+	{Name: "docker-deny-195-smi", strace: "cuinit-deny-195-smi.strace", argv: []string{"nvidia-smi", "-L"}, user: "root", snap: dockerDeny195Snapshot},
 }
 
-// buildFixture imports the fixture's recording and builds the report the
-// live path (cmd/cudatrace buildReport) would have written.
-func buildFixture(t testing.TB, fx fixture) *report.Report {
+// Build imports the fixture's recording and builds the report the live
+// path (cmd/cudatrace buildReport) would have written.
+func Build(t testing.TB, fx Fixture) *report.Report {
 	t.Helper()
 	log := importLog(t, fx.strace)
 	rec := record.New()
@@ -265,4 +272,20 @@ func runcShaped(t testing.TB, rules []devRule, defaultAllow bool) []byte {
 		t.Fatal(err)
 	}
 	return buf.Bytes()
+}
+
+// MustJSON is v as JSON.
+func MustJSON(t testing.TB, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// SameJSON is whether a and b encode to the same JSON.
+func SameJSON(t testing.TB, a, b any) bool {
+	t.Helper()
+	return bytes.Equal(MustJSON(t, a), MustJSON(t, b))
 }
