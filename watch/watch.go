@@ -399,10 +399,16 @@ func (w *watcher) admit(e *tracer.Event) *proc {
 	return p
 }
 
+// maxLeftOut bounds the PIDs remembered as left out (a map entry each, a
+// few MiB at most): its own bound, not MaxProcesses, since a storm that
+// fills the cap has more processes refused than followed, and each one
+// forgotten is refused (and counted) again at its next event.
+const maxLeftOut = 1 << 16
+
 // leaveOut remembers pid as left out until its exit, while there is room;
 // past that its next event is judged again (the cap counts it again).
 func (w *watcher) leaveOut(pid int) {
-	if len(w.skip) < w.o.MaxProcesses {
+	if len(w.skip) < max(w.o.MaxProcesses, maxLeftOut) {
 		w.skip[pid] = struct{}{}
 	}
 }
