@@ -1,6 +1,10 @@
 package watch
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/cudatrace/cudatrace/tracer"
+)
 
 // A refused process is counted once however many events it sends, even
 // when more processes are refused than the cap follows (the set of left-out
@@ -16,5 +20,26 @@ func TestRefusedCountedOnce(t *testing.T) {
 	}
 	if got := counterValue(t, m, "cudatrace_processes_refused_total", nil); got != 3 {
 		t.Errorf("cudatrace_processes_refused_total %v, want 3", got)
+	}
+}
+
+// Every diagnosed process was followed: the followed counter never ends
+// below the diagnoses, even when the backend's last live count predates
+// them (it is sampled, and the final result carries none).
+func TestFollowedCoversDiagnoses(t *testing.T) {
+	h := &fakeHost{cgroups: map[int]string{60: "/", 61: "/", 62: "/"}}
+	events := interleave(append(deniedCtl(60, "a"), exitOf(60, 1)), append(deniedCtl(61, "b"), exitOf(61, 1)),
+		append(missingUVM(62, "c"), exitOf(62, 1)))
+	b := &fakeBackend{events: events, stats: map[int]tracer.LiveStats{0: {Following: 1, Followed: 1}}}
+	m := NewMetrics("v-test")
+	watchWith(t, b, h, func(o *Options) { o.Metrics = m })
+	fams := scrape(t, m)
+	diagnosed := 0.0
+	for _, mt := range fams["cudatrace_diagnoses_total"].GetMetric() {
+		diagnosed += mt.GetCounter().GetValue()
+	}
+	followed, _ := value(fams, "cudatrace_processes_followed_total", nil)
+	if diagnosed != 3 || followed < diagnosed {
+		t.Errorf("cudatrace_processes_followed_total %v, cudatrace_diagnoses_total %v: want 3 diagnosed, followed at least that", followed, diagnosed)
 	}
 }

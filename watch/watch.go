@@ -295,6 +295,9 @@ func (w *watcher) Event(e *tracer.Event) {
 	p := w.procs[e.PID]
 	if p == nil {
 		p = w.admit(e)
+		if m := w.o.Metrics; m != nil {
+			m.atLeastFollowed(w.sum.processes.Load() + w.sum.refused.Load() + w.sum.filtered.Load())
+		}
 		if p == nil {
 			if e.Kind == tracer.KindExit {
 				delete(w.skip, e.PID)
