@@ -3,6 +3,8 @@ package watch
 import (
 	"testing"
 
+	"github.com/cudatrace/cudatrace/snapshot"
+
 	"github.com/cudatrace/cudatrace/tracer"
 )
 
@@ -41,5 +43,35 @@ func TestFollowedCoversDiagnoses(t *testing.T) {
 	followed, _ := value(fams, "cudatrace_processes_followed_total", nil)
 	if diagnosed != 3 || followed < diagnosed {
 		t.Errorf("cudatrace_processes_followed_total %v, cudatrace_diagnoses_total %v: want 3 diagnosed, followed at least that", followed, diagnosed)
+	}
+}
+
+// Under -v a process that loaded libcuda and exited without a device call
+// or a CUDA return is printed as healthy, not diagnosed: nothing failed in
+// it, so nothing says the driver is missing.
+func TestVerboseNoDeviceCallNotDiagnosed(t *testing.T) {
+	h := &fakeHost{cgroups: map[int]string{70: "/"}}
+	events := []tracer.Event{
+		{PID: 70, TID: 70, Comm: "python3", Kind: tracer.KindOpen, Syscall: "openat", Path: "/usr/lib/x86_64-linux-gnu/libcuda.so.1", Ret: 3},
+		exitOf(70, 0),
+	}
+	m := NewMetrics("v-test")
+	_, sum, out := watchWith(t, &fakeBackend{events: events}, h, func(o *Options) {
+		o.Verbose, o.Metrics = true, m
+		// A host without the driver: the analysis has an error finding
+		// (driver-not-loaded), but this process never needed it.
+		collect := o.System.Collect
+		o.System.Collect = func(so snapshot.Options) *snapshot.Snapshot {
+			s := collect(so)
+			s.Driver, s.ProcDevices, s.Nodes = snapshot.Driver{}, nil, nil
+			return s
+		}
+	})
+	lines := parseLines(t, out)
+	if len(lines) != 1 || lines[0].Cause != "" {
+		t.Errorf("lines %+v, want one without a cause", lines)
+	}
+	if sum.Diagnosed != 0 || sum.Healthy != 1 {
+		t.Errorf("summary %+v, want 0 diagnosed, 1 healthy", *sum)
 	}
 }

@@ -132,6 +132,7 @@ type proc struct {
 	container snapshot.Container // from the cgroup path
 	comm      string
 	argv      []string // from an exec seen, else /proc at the first event
+	argvCut   bool     // argv is the exec event's, not /proc's
 	base      time.Duration
 	last      time.Duration
 	dropped   uint64 // the backend's drop count at the first event
@@ -317,7 +318,7 @@ func (w *watcher) Event(e *tracer.Event) {
 	switch {
 	case e.Kind == tracer.KindExec && e.Ret == 0:
 		if len(e.Argv) > 0 {
-			p.argv = snapshot.MaskArgv(slices.Clone(e.Argv))
+			p.argv, p.argvCut = snapshot.MaskArgv(slices.Clone(e.Argv)), true
 		}
 	case e.Kind == tracer.KindAPI && !p.cudaSeen && isInit(e.Func):
 		p.cudaSeen = true
@@ -330,7 +331,7 @@ func (w *watcher) Event(e *tracer.Event) {
 		// The session has just read /proc: the whole argv, where the
 		// event's is cut to what the kernel side copies.
 		if a := p.sess.Argv(e.PID); len(a) > 0 {
-			p.argv = snapshot.MaskArgv(slices.Clone(a))
+			p.argv, p.argvCut = snapshot.MaskArgv(slices.Clone(a)), false
 		}
 	}
 	if e.Kind == tracer.KindExit {
@@ -475,6 +476,10 @@ func (w *watcher) diagnose(p *proc) {
 	rep := p.sess.Report(tracer.Spec{PIDs: []int{p.pid}}, res, res.Started, w.o.Version)
 	rep.Target.Argv = p.argv
 	l := newLine(w.o.Host, p, rep, w.o.now())
+	if l.UID >= 0 {
+		// The target's, as the line says: no launch credentials here.
+		rep.Target.UID, rep.Target.User = int(l.UID), l.User
+	}
 	if l.Cause == "" && !w.o.Verbose {
 		w.healthy()
 		return
