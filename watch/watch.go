@@ -122,6 +122,9 @@ type Summary struct {
 	// Shed are processes in which something failed that were still
 	// queued when the drain (Options.DrainTimeout) ran out: no line.
 	Shed uint64
+	// Incomplete are the lines marked incomplete: their process ran while
+	// events were lost, or was first seen before the drop count caught up.
+	Incomplete uint64
 }
 
 // proc is one followed process's state, from its first event to its exit.
@@ -156,13 +159,18 @@ type watcher struct {
 	wg   sync.WaitGroup
 
 	dropped atomic.Uint64
-	hook    atomic.Pointer[string]
-	ready   sync.Once
+	// dropBase is the drop count at the last statistics sample that
+	// showed no new drop (lastSample's count repeated): a loss is counted
+	// only at the sample after it, so a process first seen since a rise
+	// may have lost its earlier events, and is measured from here.
+	dropBase, lastSample atomic.Uint64
+	hook                 atomic.Pointer[string]
+	ready                sync.Once
 
 	outMu       sync.Mutex
 	writeFailed bool
 	sum         struct {
-		processes, diagnosed, healthy, refused, filtered, unfinished, shed atomic.Uint64
+		processes, diagnosed, healthy, refused, filtered, unfinished, shed, incomplete atomic.Uint64
 	}
 	// shed is set when the drain after the watch's end ran out: the
 	// diagnoses still queued are counted, not made.
@@ -261,12 +269,15 @@ func (w *watcher) summary() *Summary {
 	return &Summary{
 		Processes: w.sum.processes.Load(), Diagnosed: w.sum.diagnosed.Load(), Healthy: w.sum.healthy.Load(),
 		Refused: w.sum.refused.Load(), Filtered: w.sum.filtered.Load(), Dropped: w.dropped.Load(),
-		Unfinished: w.sum.unfinished.Load(), Shed: w.sum.shed.Load(),
+		Unfinished: w.sum.unfinished.Load(), Shed: w.sum.shed.Load(), Incomplete: w.sum.incomplete.Load(),
 	}
 }
 
 // stats takes the backend's live counters (from its goroutine).
 func (w *watcher) stats(s tracer.LiveStats) {
+	if w.lastSample.Swap(s.Dropped) == s.Dropped {
+		w.dropBase.Store(s.Dropped) // caught up: no drop since the last sample
+	}
 	// A final Result's count never goes back below a live one.
 	for {
 		old := w.dropped.Load()
@@ -389,7 +400,7 @@ func (w *watcher) admit(e *tracer.Event) *proc {
 		so.Identity = &id
 	}
 	p := &proc{
-		pid: e.PID, id: id, container: ct, argv: id.Argv, base: e.Time, dropped: w.dropped.Load(),
+		pid: e.PID, id: id, container: ct, argv: id.Argv, base: e.Time, dropped: w.dropBase.Load(),
 		sess: diagnose.NewSession(so),
 	}
 	w.procs[e.PID] = p
@@ -499,6 +510,9 @@ func (w *watcher) diagnose(p *proc) {
 				l.Report = path
 			}
 		}
+	}
+	if l.Incomplete {
+		w.sum.incomplete.Add(1)
 	}
 	w.outMu.Lock()
 	defer w.outMu.Unlock()
