@@ -38,7 +38,7 @@ func benchExplain(b *testing.B, log []byte) {
 	b.SetBytes(int64(len(log)))
 	b.ReportAllocs()
 	for b.Loop() {
-		l, err := stracelog.Parse(bytes.NewReader(log))
+		l, err := stracelog.ParseWith(bytes.NewReader(log), StraceLogOptions)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/diagnose/record"
 	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
@@ -54,38 +55,56 @@ func verdictChange(old, cur annotate.Analysis) string {
 	return ""
 }
 
+// StraceLogOptions bound what explain keeps of a log as the live pipeline
+// does: successful repeats past the recorder's samples are counted.
+var StraceLogOptions = stracelog.Options{FoldIoctlsAfter: record.IoctlSamplePerSite, FoldCallsAfter: record.SamplePerSite}
+
 // FromStraceLog is the analysed report of a parsed strace log; version is
-// the tool's.
+// the tool's. Its events go through the live pipeline's recorder, so the
+// report keeps what a live trace of the same calls would, and says it is
+// incomplete where calls were neither kept nor counted.
 func FromStraceLog(log *stracelog.Log, version string) *report.Report {
+	rec := record.New()
+	for i := range log.Events {
+		rec.Event(&log.Events[i])
+	}
+	rec.AddFolded(log.Folded)
+	events := rec.Events()
 	snap := snapshotFromLog()
+	lost := rec.Overflow + log.Overflow
 	rep := &report.Report{
 		Schema:  report.SchemaVersion,
 		Tool:    report.Tool{Name: "cudatrace", Version: version},
 		Created: time.Now().UTC(),
 		Trace: report.Trace{
 			Source:   "strace-log",
-			Events:   uint64(len(log.Events)),
-			Stored:   len(log.Events),
-			Complete: true,
+			Events:   rec.Seen + log.Overflow,
+			Stored:   len(events),
+			Complete: lost == 0,
 			Limits:   straceLimits(log),
 		},
-		Events:   log.Events,
+		Events:   events,
+		Ioctls:   rec.Ioctls(),
+		Folded:   rec.Folded(),
 		Snapshot: snap,
+	}
+	if lost > 0 {
+		rep.Trace.Notes = append(rep.Trace.Notes, fmt.Sprintf("%d calls of the log were neither stored nor counted, past the %d kept: the trace is incomplete", lost, len(events)))
 	}
 	if log.Exit != nil {
 		rep.Target.Exit = log.Exit
 	}
-	for i := range log.Events {
-		if log.Events[i].Kind == tracer.KindExec && log.Events[i].Ret == 0 {
-			rep.Target.Argv = log.Events[i].Argv
+	for i := range events {
+		if events[i].Kind == tracer.KindExec && events[i].Ret == 0 {
+			rep.Target.Argv = events[i].Argv
 			break
 		}
 	}
-	if n := len(log.Events); n > 0 {
-		rep.Trace.Duration = log.Events[n-1].Time
+	if n := len(events); n > 0 {
+		rep.Trace.Duration = events[n-1].Time
 	}
 	report.MaskSecrets(rep)
-	rep.Analysis = annotate.AnalyzeFacts(rep.Events, snap, rep.Trace.Facts())
+	rep.Analysis = annotate.AnalyzeFacts(rep.Events, snap, rep.Facts())
 	return rep
 }
 

@@ -138,6 +138,11 @@ func (s *Session) readIdentity(e *tracer.Event) {
 	if id, err := s.d.targetIdentity(e.PID); err == nil {
 		id.PID = e.PID
 		s.snapper.setIdentity(&id)
+	} else if old := s.snapper.identity(e.PID); exec && old != nil {
+		// Gone at its exec: the argv read before is the old image's.
+		id := *old
+		id.Argv = nil
+		s.snapper.setIdentity(&id)
 	}
 }
 

@@ -133,6 +133,15 @@ const maxStoredHint = 220_000
 
 var errTooLarge = fmt.Errorf("%w: larger than %d MiB", ErrCorrupt, maxReportSize>>20)
 
+// MaxMemberSize bounds one JSON value Load decodes: a top-level member
+// other than the events, or one event. The decoder holds a value whole
+// before decoding it (and the string it decodes to is another copy), so
+// a 300 MB one-string report took 1.7 GB; a real report's largest member,
+// the snapshot, is a few MiB.
+const MaxMemberSize = 64 << 20
+
+var errMemberTooLarge = fmt.Errorf("%w: a JSON value larger than %d MiB (a report's largest member is a few MiB)", ErrCorrupt, MaxMemberSize>>20)
+
 // Load reads a report, checking that it is one and that its version is
 // readable. It decodes the events one at a time as they stream in, so
 // that the file's bytes and the decoded report are never both in memory:
@@ -207,6 +216,8 @@ func jsonError(err error) error {
 func load(r io.Reader) (*Report, error) {
 	lr := &limitReader{r: r, left: maxReportSize}
 	dec := json.NewDecoder(lr)
+	lr.dec = dec
+	lr.next()
 	tok, err := dec.Token()
 	if err == io.EOF {
 		return nil, ErrEmpty
@@ -221,12 +232,14 @@ func load(r io.Reader) (*Report, error) {
 	// once the header is checked; the events are decoded as they come.
 	rest := map[string]json.RawMessage{}
 	var events []tracer.Event
-	for dec.More() {
+	for lr.next() && dec.More() {
+		lr.next()
 		tok, err := dec.Token()
 		if err != nil {
 			return nil, err
 		}
 		key := tok.(string) // object keys are strings
+		lr.next()
 		if key != "events" {
 			var v json.RawMessage
 			if err := dec.Decode(&v); err != nil {
@@ -240,10 +253,11 @@ func load(r io.Reader) (*Report, error) {
 		if h, err := header(rest); err == nil && h.Schema != nil && *h.Schema > SchemaVersion {
 			return nil, &VersionError{*h.Schema}
 		}
-		if events, err = decodeEvents(dec, storedHint(rest)); err != nil {
+		if events, err = decodeEvents(dec, lr, storedHint(rest)); err != nil {
 			return nil, err
 		}
 	}
+	lr.next()
 	if _, err := dec.Token(); err != nil { // the closing brace
 		return nil, err
 	}
@@ -329,7 +343,7 @@ func storedHint(members map[string]json.RawMessage) int {
 }
 
 // decodeEvents reads the events array (or null) one event at a time.
-func decodeEvents(dec *json.Decoder, hint int) ([]tracer.Event, error) {
+func decodeEvents(dec *json.Decoder, lr *limitReader, hint int) ([]tracer.Event, error) {
 	tok, err := dec.Token()
 	if err != nil {
 		return nil, err
@@ -341,7 +355,8 @@ func decodeEvents(dec *json.Decoder, hint int) ([]tracer.Event, error) {
 		return nil, fmt.Errorf("%w: field \"events\" holds a JSON %s, not an array", ErrCorrupt, jsonKind(tok))
 	}
 	events := make([]tracer.Event, 0, hint)
-	for dec.More() {
+	for lr.next() && dec.More() {
+		lr.next()
 		events = append(events, tracer.Event{})
 		if err := dec.Decode(&events[len(events)-1]); err != nil {
 			var typ *json.UnmarshalTypeError
@@ -351,19 +366,45 @@ func decodeEvents(dec *json.Decoder, hint int) ([]tracer.Event, error) {
 			return nil, err
 		}
 	}
+	lr.next()
 	_, err = dec.Token() // ]
 	return events, err
 }
 
 // limitReader fails with errTooLarge past left bytes: a cut report would
-// only give a misleading "truncated" error.
+// only give a misleading "truncated" error. With dec set it also fails with
+// errMemberTooLarge once the decoder reads MaxMemberSize past where its
+// current value starts (next marks that start).
 type limitReader struct {
 	r    io.Reader
 	left int64
 	head []byte // the first bytes read, for an error message
+
+	dec    *json.Decoder
+	read   int64 // bytes passed to dec
+	window int64 // read may not pass this
+}
+
+// next lets the decoder read one more value of up to MaxMemberSize from
+// where it stands. It returns true, to sit in a loop's condition.
+func (l *limitReader) next() bool {
+	l.window = l.dec.InputOffset() + MaxMemberSize
+	return true
 }
 
 func (l *limitReader) Read(p []byte) (int, error) {
+	if l.dec != nil {
+		if l.read >= l.window {
+			return 0, errMemberTooLarge
+		}
+		p = p[:min(int64(len(p)), l.window-l.read)]
+	}
+	n, err := l.read1(p)
+	l.read += int64(n)
+	return n, err
+}
+
+func (l *limitReader) read1(p []byte) (int, error) {
 	if l.left <= 0 {
 		var one [1]byte
 		n, err := l.r.Read(one[:])

@@ -17,12 +17,16 @@ import (
 // Line is one diagnosis as printed on stdout. Its keys are fixed:
 // deploy/ documents queries over them (docs/watch.md).
 type Line struct {
-	Time        time.Time `json:"time"` // RFC 3339 with nanoseconds, UTC
-	Host        string    `json:"host"`
-	ReportID    string    `json:"report_id"`
-	PID         int       `json:"pid"`
-	Comm        string    `json:"comm"`
-	Argv        []string  `json:"argv"`
+	Time     time.Time `json:"time"` // RFC 3339 with nanoseconds, UTC
+	Host     string    `json:"host"`
+	ReportID string    `json:"report_id"`
+	PID      int       `json:"pid"`
+	Comm     string    `json:"comm"`
+	Argv     []string  `json:"argv"`
+	// ArgvCut: argv is only what the exec event copied (the first few
+	// arguments, each cut to 63 bytes): the process was gone before its
+	// whole argv could be read from /proc.
+	ArgvCut     bool      `json:"argv_cut,omitempty"`
 	UID         int64     `json:"uid"` // -1 when unknown
 	User        string    `json:"user"`
 	Cgroup      string    `json:"cgroup"`
@@ -53,7 +57,7 @@ func newLine(host string, p *proc, rep *report.Report, now time.Time) Line {
 	a := rep.Analysis
 	l := Line{
 		Time: now.UTC(), Host: host, ReportID: newReportID(now, p.pid), PID: p.pid,
-		Comm: p.comm, Argv: p.argv, UID: p.id.UID, Cgroup: p.id.Cgroup,
+		Comm: p.comm, Argv: p.argv, ArgvCut: p.argvCut, UID: p.id.UID, Cgroup: p.id.Cgroup,
 		Runtime: p.container.Runtime, ContainerID: p.container.ID, PodUID: p.container.PodUID,
 		Verdict: a.Verdict, Findings: []string{},
 		Incomplete: !rep.Trace.Complete || rep.Trace.Dropped > 0,

@@ -85,9 +85,7 @@ func (m *Metrics) setBuild(backend, hook string) {
 
 // live takes the backend's counters.
 func (m *Metrics) live(backend string, s tracer.LiveStats) {
-	if s.Followed > m.followed.Load() {
-		m.followed.Store(s.Followed)
-	}
+	m.atLeastFollowed(s.Followed)
 	m.following.Store(int64(s.Following))
 	if s.Dropped > m.dropped.Load() {
 		m.dropped.Store(s.Dropped)
@@ -99,6 +97,18 @@ func (m *Metrics) live(backend string, s tracer.LiveStats) {
 		m.mu.Unlock()
 	}
 	m.setBuild(backend, hook)
+}
+
+// atLeastFollowed raises the followed count to n: the backend's count is
+// sampled, and every process the watch admitted, refused or filtered was
+// followed by it, so the counter never ends below the diagnoses.
+func (m *Metrics) atLeastFollowed(n uint64) {
+	for {
+		old := m.followed.Load()
+		if n <= old || m.followed.CompareAndSwap(old, n) {
+			return
+		}
+	}
 }
 
 // Backend names the backend in build_info before its first statistics.

@@ -122,6 +122,9 @@ type Summary struct {
 	// Shed are processes in which something failed that were still
 	// queued when the drain (Options.DrainTimeout) ran out: no line.
 	Shed uint64
+	// Incomplete are the lines marked incomplete: their process ran while
+	// events were lost, or was first seen before the drop count caught up.
+	Incomplete uint64
 }
 
 // proc is one followed process's state, from its first event to its exit.
@@ -132,6 +135,7 @@ type proc struct {
 	container snapshot.Container // from the cgroup path
 	comm      string
 	argv      []string // from an exec seen, else /proc at the first event
+	argvCut   bool     // argv is the exec event's, not /proc's
 	base      time.Duration
 	last      time.Duration
 	dropped   uint64 // the backend's drop count at the first event
@@ -155,13 +159,18 @@ type watcher struct {
 	wg   sync.WaitGroup
 
 	dropped atomic.Uint64
-	hook    atomic.Pointer[string]
-	ready   sync.Once
+	// dropBase is the drop count at the last statistics sample that
+	// showed no new drop (lastSample's count repeated): a loss is counted
+	// only at the sample after it, so a process first seen since a rise
+	// may have lost its earlier events, and is measured from here.
+	dropBase, lastSample atomic.Uint64
+	hook                 atomic.Pointer[string]
+	ready                sync.Once
 
 	outMu       sync.Mutex
 	writeFailed bool
 	sum         struct {
-		processes, diagnosed, healthy, refused, filtered, unfinished, shed atomic.Uint64
+		processes, diagnosed, healthy, refused, filtered, unfinished, shed, incomplete atomic.Uint64
 	}
 	// shed is set when the drain after the watch's end ran out: the
 	// diagnoses still queued are counted, not made.
@@ -260,12 +269,15 @@ func (w *watcher) summary() *Summary {
 	return &Summary{
 		Processes: w.sum.processes.Load(), Diagnosed: w.sum.diagnosed.Load(), Healthy: w.sum.healthy.Load(),
 		Refused: w.sum.refused.Load(), Filtered: w.sum.filtered.Load(), Dropped: w.dropped.Load(),
-		Unfinished: w.sum.unfinished.Load(), Shed: w.sum.shed.Load(),
+		Unfinished: w.sum.unfinished.Load(), Shed: w.sum.shed.Load(), Incomplete: w.sum.incomplete.Load(),
 	}
 }
 
 // stats takes the backend's live counters (from its goroutine).
 func (w *watcher) stats(s tracer.LiveStats) {
+	if w.lastSample.Swap(s.Dropped) == s.Dropped {
+		w.dropBase.Store(s.Dropped) // caught up: no drop since the last sample
+	}
 	// A final Result's count never goes back below a live one.
 	for {
 		old := w.dropped.Load()
@@ -295,6 +307,9 @@ func (w *watcher) Event(e *tracer.Event) {
 	p := w.procs[e.PID]
 	if p == nil {
 		p = w.admit(e)
+		if m := w.o.Metrics; m != nil {
+			m.atLeastFollowed(w.sum.processes.Load() + w.sum.refused.Load() + w.sum.filtered.Load())
+		}
 		if p == nil {
 			if e.Kind == tracer.KindExit {
 				delete(w.skip, e.PID)
@@ -314,7 +329,7 @@ func (w *watcher) Event(e *tracer.Event) {
 	switch {
 	case e.Kind == tracer.KindExec && e.Ret == 0:
 		if len(e.Argv) > 0 {
-			p.argv = snapshot.MaskArgv(slices.Clone(e.Argv))
+			p.argv, p.argvCut = snapshot.MaskArgv(slices.Clone(e.Argv)), true
 		}
 	case e.Kind == tracer.KindAPI && !p.cudaSeen && isInit(e.Func):
 		p.cudaSeen = true
@@ -327,7 +342,7 @@ func (w *watcher) Event(e *tracer.Event) {
 		// The session has just read /proc: the whole argv, where the
 		// event's is cut to what the kernel side copies.
 		if a := p.sess.Argv(e.PID); len(a) > 0 {
-			p.argv = snapshot.MaskArgv(slices.Clone(a))
+			p.argv, p.argvCut = snapshot.MaskArgv(slices.Clone(a)), false
 		}
 	}
 	if e.Kind == tracer.KindExit {
@@ -385,7 +400,7 @@ func (w *watcher) admit(e *tracer.Event) *proc {
 		so.Identity = &id
 	}
 	p := &proc{
-		pid: e.PID, id: id, container: ct, argv: id.Argv, base: e.Time, dropped: w.dropped.Load(),
+		pid: e.PID, id: id, container: ct, argv: id.Argv, base: e.Time, dropped: w.dropBase.Load(),
 		sess: diagnose.NewSession(so),
 	}
 	w.procs[e.PID] = p
@@ -399,10 +414,16 @@ func (w *watcher) admit(e *tracer.Event) *proc {
 	return p
 }
 
+// maxLeftOut bounds the PIDs remembered as left out (a map entry each, a
+// few MiB at most): its own bound, not MaxProcesses, since a storm that
+// fills the cap has more processes refused than followed, and each one
+// forgotten is refused (and counted) again at its next event.
+const maxLeftOut = 1 << 16
+
 // leaveOut remembers pid as left out until its exit, while there is room;
 // past that its next event is judged again (the cap counts it again).
 func (w *watcher) leaveOut(pid int) {
-	if len(w.skip) < w.o.MaxProcesses {
+	if len(w.skip) < max(w.o.MaxProcesses, maxLeftOut) {
 		w.skip[pid] = struct{}{}
 	}
 }
@@ -466,6 +487,10 @@ func (w *watcher) diagnose(p *proc) {
 	rep := p.sess.Report(tracer.Spec{PIDs: []int{p.pid}}, res, res.Started, w.o.Version)
 	rep.Target.Argv = p.argv
 	l := newLine(w.o.Host, p, rep, w.o.now())
+	if l.UID >= 0 {
+		// The target's, as the line says: no launch credentials here.
+		rep.Target.UID, rep.Target.User = int(l.UID), l.User
+	}
 	if l.Cause == "" && !w.o.Verbose {
 		w.healthy()
 		return
@@ -485,6 +510,9 @@ func (w *watcher) diagnose(p *proc) {
 				l.Report = path
 			}
 		}
+	}
+	if l.Incomplete {
+		w.sum.incomplete.Add(1)
 	}
 	w.outMu.Lock()
 	defer w.outMu.Unlock()

@@ -69,7 +69,7 @@ func explainCommand(args []string, o *options, stdout, stderr io.Writer) error {
 			return fail(exitFailure, "%v", err)
 		}
 	}
-	log, err := stracelog.ParseFiles(args)
+	log, err := stracelog.ParseFilesWith(args, diagnose.StraceLogOptions)
 	if err != nil {
 		return fail(exitBadInput, "%s: %v", strings.Join(args, ", "), err)
 	}

@@ -190,6 +190,9 @@ func watchCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "cudatrace watch: %d processes watched: %d diagnosed, %d healthy, %d still running; %d refused (--max-processes), %d filtered out; %d events lost\n",
 		sum.Processes, sum.Diagnosed, sum.Healthy, sum.Unfinished, sum.Refused, sum.Filtered, sum.Dropped)
+	if sum.Dropped > 0 {
+		fmt.Fprintf(stderr, "cudatrace watch: %d lines say incomplete: every process that ran while events were lost, or was first seen before the next statistics interval with no new loss\n", sum.Incomplete)
+	}
 	if sum.Shed > 0 {
 		fmt.Fprintf(stderr, "cudatrace watch: %d processes in which something failed were not diagnosed: the %v drain after the end ran out\n",
 			sum.Shed, watch.DefaultDrainTimeout)

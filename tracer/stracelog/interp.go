@@ -1,7 +1,9 @@
 package stracelog
 
 import (
+	"cmp"
 	"path"
+	"slices"
 	"strings"
 	"time"
 
@@ -63,6 +65,9 @@ type interp struct {
 	pidsFromNames bool
 	recognised    int
 	cur           call
+
+	opts  Options
+	folds map[foldKey]uint64 // calls per site, while Options fold
 }
 
 func newInterp() *interp {
@@ -287,8 +292,64 @@ func (in *interp) emit(c *call, e tracer.Event) {
 	e.Comm = c.tk.proc.comm
 	e.Syscall = c.name
 	e.Ret = c.res.val
+	if in.fold(c.tk.proc, &e) {
+		return
+	}
 	in.events = append(in.events, e)
 	in.evTask = append(in.evTask, c.tk)
+}
+
+// foldKey is a call site as the live backends fold it: ioctls per
+// (process, device, request), other calls per (process, kind, path).
+type foldKey struct {
+	proc    *proc
+	kind    tracer.Kind
+	path    string
+	dev     tracer.Dev
+	request uint32
+}
+
+// fold reports whether e is not kept: a successful repeat past its site's
+// first Options.FoldIoctlsAfter or FoldCallsAfter (counted in Log.Folded,
+// as the eBPF backend counts in the kernel), or, past maxEvents, any call
+// but an exec or exit (counted in Log.Overflow; a failure may use
+// maxEvents/10 more). Execs and exits are always kept: which process ran
+// what, and how it ended.
+func (in *interp) fold(pr *proc, e *tracer.Event) bool {
+	switch e.Kind {
+	case tracer.KindExec, tracer.KindExit:
+		return false
+	}
+	if !e.Failed() {
+		k := foldKey{proc: pr, kind: e.Kind, path: e.Path}
+		after := in.opts.FoldCallsAfter
+		if e.Kind == tracer.KindIoctl {
+			k.path, k.request, after = "", e.Request, in.opts.FoldIoctlsAfter
+			if e.Dev != nil {
+				k.dev = *e.Dev
+			}
+		}
+		if after > 0 {
+			if in.folds == nil {
+				in.folds = map[foldKey]uint64{}
+			}
+			if n, ok := in.folds[k]; ok || len(in.folds) < maxFoldSites {
+				in.folds[k] = n + 1
+				if n >= uint64(after) {
+					return true
+				}
+			}
+		}
+	}
+	limit := maxEvents
+	if e.Failed() {
+		limit += maxEvents / 10
+	}
+	if len(in.events) >= limit {
+		in.log.Overflow++
+		return true
+	}
+	return false
 }
 
 func (in *interp) finish() (*Log, error) {
@@ -309,6 +370,20 @@ func (in *interp) finish() (*Log, error) {
 		e.PID = in.evTask[i].proc.pid
 	}
 	lg.Events = in.events
+	for k, n := range in.folds {
+		after := in.opts.FoldCallsAfter
+		if k.kind == tracer.KindIoctl {
+			after = in.opts.FoldIoctlsAfter
+		}
+		if n > uint64(after) {
+			f := tracer.Folded{PID: k.proc.pid, Kind: k.kind, Path: k.path, Dev: k.dev, Request: k.request, Count: n - uint64(after)}
+			lg.Folded = append(lg.Folded, f)
+		}
+	}
+	slices.SortFunc(lg.Folded, func(a, b tracer.Folded) int {
+		return cmp.Or(cmp.Compare(a.PID, b.PID), cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Path, b.Path),
+			cmp.Compare(a.Dev.Major, b.Dev.Major), cmp.Compare(a.Dev.Minor, b.Dev.Minor), cmp.Compare(a.Request, b.Request))
+	})
 	if in.root != nil && in.root.proc.exitIdx >= 0 {
 		e := in.events[in.root.proc.exitIdx]
 		lg.Exit = &tracer.ExitStatus{Code: e.ExitCode, Signal: e.Signal}

@@ -51,15 +51,41 @@ type Log struct {
 	Unfinished int
 	// Exit is how the first process ended, if the log shows it.
 	Exit *tracer.ExitStatus
+	// Folded counts the successful repeats not kept as events (see
+	// Options), per site, as a live backend's tracer.Result.Folded does.
+	Folded []tracer.Folded
+	// Overflow counts calls not kept past maxEvents (not execs or exits):
+	// the log is then explained from part of it.
+	Overflow uint64
 }
+
+// Options bound what a parse keeps, so that memory does not grow with the
+// log: the successful repeats of a call site past the first N are counted,
+// not kept, as tracer.Spec.FoldIoctlsAfter and FoldCallsAfter make a live
+// backend do. 0 keeps every call (up to maxEvents).
+type Options struct {
+	FoldIoctlsAfter, FoldCallsAfter int
+}
+
+// maxEvents bounds the events kept (the recorder's own cap: diagnose/record
+// stores no more); maxFoldSites the call sites counted, past which a new
+// site's calls are kept within maxEvents.
+const (
+	maxEvents    = 200_000
+	maxFoldSites = 100_000
+)
 
 // maxLine bounds the memory one line may take; the rest of a longer line
 // is dropped and the line counted as skipped.
 const maxLine = 1 << 20
 
 // Parse reads one log, as written by strace -f -o FILE (or strace's stderr).
-func Parse(r io.Reader) (*Log, error) {
+func Parse(r io.Reader) (*Log, error) { return ParseWith(r, Options{}) }
+
+// ParseWith is Parse bounded by o.
+func ParseWith(r io.Reader, o Options) (*Log, error) {
 	in := newInterp()
+	in.opts = o
 	var clk clock
 	var carry string
 	err := readLines(r, func(line string, whole bool) {
@@ -108,7 +134,10 @@ func unsplit(carry, line string) (string, string) {
 // ParseFiles reads the per-process files of strace -ff -o FILE, named
 // FILE.PID. The pid comes from each name's suffix. Lines are merged by
 // timestamp when the files have them, else taken file by file in pid order.
-func ParseFiles(paths []string) (*Log, error) {
+func ParseFiles(paths []string) (*Log, error) { return ParseFilesWith(paths, Options{}) }
+
+// ParseFilesWith is ParseFiles bounded by o.
+func ParseFilesWith(paths []string, o Options) (*Log, error) {
 	if len(paths) == 1 {
 		if _, err := pidSuffix(paths[0]); err != nil {
 			// One plain log given as a list.
@@ -117,7 +146,7 @@ func ParseFiles(paths []string) (*Log, error) {
 				return nil, err
 			}
 			defer func() { _ = f.Close() }() // read-only: a failed close loses nothing
-			return Parse(f)
+			return ParseWith(f, o)
 		}
 	}
 	type file struct {
@@ -125,6 +154,7 @@ func ParseFiles(paths []string) (*Log, error) {
 		recs []record
 	}
 	in := newInterp()
+	in.opts = o
 	files := make([]file, 0, len(paths))
 	allTimed := true
 	for _, p := range paths {
