@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cudatrace/cudatrace/internal/reportfixture"
 	"github.com/cudatrace/cudatrace/report"
 )
 
@@ -13,7 +14,7 @@ import (
 // line before it is buffered whole: a 300 MB one-string report took 1.7 GB.
 func TestLoadRefusesHugeMember(t *testing.T) {
 	for _, where := range []string{"note", "event"} {
-		rep := buildFixture(t, fixtures[0])
+		rep := reportfixture.Build(t, reportfixture.All[0])
 		huge := strings.Repeat("A", report.MaxMemberSize+1)
 		if where == "note" {
 			rep.Trace.Notes = []string{huge}
@@ -30,7 +31,7 @@ func TestLoadRefusesHugeMember(t *testing.T) {
 		}
 	}
 	// Just under the cap still loads.
-	rep := buildFixture(t, fixtures[0])
+	rep := reportfixture.Build(t, reportfixture.All[0])
 	rep.Trace.Notes = []string{strings.Repeat("A", 1<<20)}
 	var buf bytes.Buffer
 	if err := report.WriteJSON(&buf, rep); err != nil {
