@@ -41,6 +41,10 @@ func (a *analyzer) seccompKilled(i int) {
 	}
 	d := []string{fmt.Sprintf("`%s` by %s never returned: the kernel rolled it back and sent SIGSYS, so it has no result (the driver never saw it).", FormatCall(e), thread),
 		"That is a seccomp filter's action on this call: SECCOMP_RET_KILL_PROCESS or KILL_THREAD (the kernel kills the process or thread), or SECCOMP_RET_TRAP (SIGSYS, which kills a process that does not handle it)."}
+	if e.ThreadKilled {
+		d = []string{fmt.Sprintf("`%s` by %s never returned: the kernel ended that thread inside the call (SIGSYS), so it has no result (the driver never saw it).", FormatCall(e), thread),
+			"That is a seccomp filter's SECCOMP_RET_KILL_THREAD: the process's other threads went on without it, so a program waiting for CUDA's initialisation hangs rather than dies."}
+	}
 	died := false
 	if x := a.exitOf(e.PID, i); x != nil {
 		switch {
@@ -63,7 +67,10 @@ func (a *analyzer) seccompKilled(i int) {
 		d = append(d, "The target was gone before its seccomp state could be read; `grep Seccomp /proc/PID/status` of the same job while it runs shows the filter (Seccomp: 2).")
 	}
 	cause := "a seccomp filter killed the process with SIGSYS"
-	if !died {
+	switch {
+	case e.ThreadKilled:
+		cause = "a seccomp filter killed the thread (SECCOMP_RET_KILL_THREAD), and the process went on without it"
+	case !died:
 		cause = "a seccomp filter trapped it with SIGSYS"
 	}
 	fix := a.seccompFix(e.Syscall)

@@ -927,6 +927,7 @@ enum no_entry_mark {
 	NO_ENTRY_REFUSED = 1,    /* answered by a filter (RET_ERRNO, USER_NOTIF) */
 	NO_ENTRY_SKIPPED = 2,    /* entered, not one to record (skip()) */
 	NO_ENTRY_ROLLED_BACK = 3,
+	NO_ENTRY_THREAD_KILLED = 4, /* its thread ended inside it (KILL_THREAD) */
 };
 const enum no_entry_mark *unused_no_entry_mark __attribute__((unused));
 
@@ -1442,7 +1443,7 @@ static __always_inline void killed_in_call(struct task_struct *task)
 		e->no_entry = 0;
 		return;
 	}
-	e->no_entry = NO_ENTRY_ROLLED_BACK;
+	e->no_entry = NO_ENTRY_THREAD_KILLED;
 	e->ret = 0;
 	e->arg_len = 0;
 	e->tid = (__u32)bpf_get_current_pid_tgid();

@@ -91,6 +91,10 @@ type Event struct {
 	// tracers see it come back holding its own syscall number, not a
 	// result, and so keep no Ret (0), Arg or Status for it.
 	NoReturn bool `json:"no_return,omitempty"`
+	// ThreadKilled (with NoReturn): the kernel ended the calling thread
+	// inside the call (seccomp KILL_THREAD on a thread not its process's
+	// last), and the process went on without it.
+	ThreadKilled bool `json:"thread_killed,omitempty"`
 	// Unprobed (open of a CUDA/NVML library, host-wide traces): no
 	// uretprobe was on the file yet, and the process was not stopped
 	// while they were put on, so its first API returns may be missing.

@@ -187,25 +187,30 @@ func TestFDLimitTooLow(t *testing.T) {
 func TestSeccompKillsThreadOfMany(t *testing.T) {
 	privtest.RequireRoot(t)
 	dir := fakeLib(t)
-	for _, backend := range backends {
-		t.Run(backend, func(t *testing.T) {
-			env := standIn()
-			env.SeccompDeny = []string{"ioctl:nvidia"}
-			env.SeccompAction = "kill-thread"
-			env.FaultsOnTarget = true
-			tr := traceIn(t, env, backend, nil, append([]string{"env", "FAKELIB_IOCTL=1", "FAKELIB_THREAD=1"}, libTarget(dir)...)...)
-			if !strings.Contains(tr.stdout, "cuInit thread died") {
-				t.Fatalf("target printed %q, stderr %s", tr.stdout, tr.stderr)
-			}
-			f := tr.rep.Analysis.Failing
-			if f == nil || f.Kind != tracer.KindIoctl || !f.NoReturn || f.Request != 0xc00846d6 || f.TID == f.PID {
-				t.Fatalf("failing %+v, want the cuInit thread's ioctl, never returned\nverdict %q", f, tr.rep.Analysis.Verdict)
-			}
-			tr.requireFinding(t, "seccomp-killed", "error")
-			if v := tr.rep.Analysis.Verdict; !strings.Contains(v, "never returned") || !strings.Contains(v, "seccomp") {
-				t.Errorf("verdict %q", v)
-			}
-		})
+	// worker: a second thread calls cuInit; main: the leader does, as
+	// python's main thread does, and becomes a zombie its thread outlives.
+	for _, caller := range []string{"worker", "main"} {
+		for _, backend := range backends {
+			t.Run(caller+"/"+backend, func(t *testing.T) {
+				env := standIn()
+				env.SeccompDeny = []string{"ioctl:nvidia"}
+				env.SeccompAction = "kill-thread"
+				env.FaultsOnTarget = true
+				tr := traceIn(t, env, backend, nil, append([]string{"env", "FAKELIB_IOCTL=1", "FAKELIB_THREAD=" + caller}, libTarget(dir)...)...)
+				if !strings.Contains(tr.stdout, "cuInit thread died") {
+					t.Fatalf("target printed %q, stderr %s", tr.stdout, tr.stderr)
+				}
+				f := tr.rep.Analysis.Failing
+				if f == nil || f.Kind != tracer.KindIoctl || !f.NoReturn || f.Request != 0xc00846d6 || (f.TID == f.PID) != (caller == "main") {
+					t.Fatalf("failing %+v, want the %s thread's ioctl, never returned\nverdict %q", f, caller, tr.rep.Analysis.Verdict)
+				}
+				tr.requireFinding(t, "seccomp-killed", "error")
+				v := tr.rep.Analysis.Verdict
+				if !strings.Contains(v, "never returned") || !strings.Contains(v, "killed the thread") {
+					t.Errorf("verdict %q", v)
+				}
+			})
+		}
 	}
 }
 

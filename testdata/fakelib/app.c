@@ -9,13 +9,16 @@
 // started with fork does; the app exits with the child's status (1 when
 // CUDA failed there). With FAKELIB_UNPROBED set it calls only
 // cuDriverGetVersion (an entry point cudatrace does not probe) and exits 1
-// when that fails. With FAKELIB_THREAD set, cuInit runs on a second thread
-// the main thread joins: a thread killed inside it (seccomp KILL_THREAD)
-// leaves the process running, and the app says so and exits 1.
+// when that fails. With FAKELIB_THREAD=worker, cuInit runs on a second
+// thread the main thread joins; with FAKELIB_THREAD=main, the main thread
+// calls it while a second thread joins the main one. A thread killed
+// inside cuInit (seccomp KILL_THREAD) leaves the process running: the
+// joining thread says so and exits 1.
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -27,6 +30,14 @@ static void *init_thread(void *arg)
 	(void)arg;
 	thread_rc = cu_init(0);
 	return 0;
+}
+
+static void *watch_main(void *arg)
+{
+	pthread_join(*(pthread_t *)arg, 0);
+	printf("cuInit thread died\n");
+	fflush(stdout);
+	_exit(1);
 }
 
 int main(int argc, char **argv)
@@ -60,7 +71,9 @@ int main(int argc, char **argv)
 		if (!fgets(line, sizeof(line), stdin))
 			return 1;
 	}
-	if (getenv("FAKELIB_THREAD")) {
+	const char *mode = getenv("FAKELIB_THREAD");
+	int worker = mode && !strcmp(mode, "worker");
+	if (worker) {
 		pthread_t th;
 		if (pthread_create(&th, 0, init_thread, 0) || pthread_join(th, 0))
 			return 1;
@@ -68,8 +81,13 @@ int main(int argc, char **argv)
 			printf("cuInit thread died\n");
 			return 1;
 		}
+	} else if (mode && !strcmp(mode, "main")) {
+		static pthread_t self, th;
+		self = pthread_self();
+		if (pthread_create(&th, 0, watch_main, &self))
+			return 1;
 	}
-	int rc = getenv("FAKELIB_THREAD") ? thread_rc : cu_init(0);
+	int rc = worker ? thread_rc : cu_init(0);
 	printf("cuInit %d\n", rc);
 	if (rc == 0 && getenv("FAKELIB_FORK")) {
 		fflush(stdout);

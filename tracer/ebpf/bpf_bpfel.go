@@ -127,10 +127,11 @@ const (
 type bpfNoEntryMark uint32
 
 const (
-	bpfNoEntryMarkNO_ENTRY_SEEN        bpfNoEntryMark = 0
-	bpfNoEntryMarkNO_ENTRY_REFUSED     bpfNoEntryMark = 1
-	bpfNoEntryMarkNO_ENTRY_SKIPPED     bpfNoEntryMark = 2
-	bpfNoEntryMarkNO_ENTRY_ROLLED_BACK bpfNoEntryMark = 3
+	bpfNoEntryMarkNO_ENTRY_SEEN          bpfNoEntryMark = 0
+	bpfNoEntryMarkNO_ENTRY_REFUSED       bpfNoEntryMark = 1
+	bpfNoEntryMarkNO_ENTRY_SKIPPED       bpfNoEntryMark = 2
+	bpfNoEntryMarkNO_ENTRY_ROLLED_BACK   bpfNoEntryMark = 3
+	bpfNoEntryMarkNO_ENTRY_THREAD_KILLED bpfNoEntryMark = 4
 )
 
 type bpfOpenFlags uint32

@@ -132,10 +132,12 @@ func (d *decoder) decode(raw []byte) (*tracer.Event, error) {
 	ev.Path = d.internLast(cstr(e.Path[:]), &d.lastPath)
 	ev.Flags = e.Flags
 	ev.Mode = e.Mode
-	ev.NoEntry = e.NoEntry == uint8(bpfNoEntryMarkNO_ENTRY_REFUSED) || e.NoEntry == uint8(bpfNoEntryMarkNO_ENTRY_ROLLED_BACK)
-	// Rolled back for SIGSYS: the kernel sent neither a result nor the
-	// params (the program sends ret 0 and no arg).
-	ev.NoReturn = e.NoEntry == uint8(bpfNoEntryMarkNO_ENTRY_ROLLED_BACK)
+	killed := e.NoEntry == uint8(bpfNoEntryMarkNO_ENTRY_THREAD_KILLED)
+	ev.NoEntry = e.NoEntry == uint8(bpfNoEntryMarkNO_ENTRY_REFUSED) || e.NoEntry == uint8(bpfNoEntryMarkNO_ENTRY_ROLLED_BACK) || killed
+	// Rolled back for SIGSYS, or its thread ended in it: the kernel sent
+	// neither a result nor the params (the program sends ret 0 and no arg).
+	ev.NoReturn = e.NoEntry == uint8(bpfNoEntryMarkNO_ENTRY_ROLLED_BACK) || killed
+	ev.ThreadKilled = killed
 	if e.Held != 0 && ev.Kind == tracer.KindOpen {
 		d.held = heldOpen{pid: ev.PID, fd: int(e.Ret), path: ev.Path, dev: e.Request, ino: e.Uptr, stopped: e.Held == 1}
 		d.heldOK = true

@@ -321,6 +321,9 @@ func (s *session) handle(pid int, ws unix.WaitStatus) {
 		s.resume(t, 0) // first stop of a new task, PTRACE_INTERRUPT, or end of a group-stop
 	case event == unix.PTRACE_EVENT_EXIT:
 		t.exiting = true
+		if msg, err := eventMsg(t.tid); err == nil {
+			s.killedInCall(t, unix.WaitStatus(msg))
+		}
 		s.resume(t, 0)
 	case event != 0:
 		s.resume(t, 0) // anything newer
@@ -514,6 +517,26 @@ func (s *session) finishUnreturned(t *task, c *call, refused bool) {
 	}
 }
 
+// killedInCall: t is ending with status ws (at its exit stop, or reaped
+// where it had none). Dying of SIGSYS inside a call it entered is seccomp's
+// KILL_THREAD on a thread not its process's last: the kernel ends it in
+// do_exit, with no syscall exit (the other actions roll the call back and
+// exit through it). The call never returned. A leader's reaping comes only
+// after its other threads, with the process's status: its exit stop is
+// where its own death shows.
+func (s *session) killedInCall(t *task, ws unix.WaitStatus) {
+	c := t.call
+	if c == nil || c.id == sysExecve || c.id == sysExecveat || !ws.Signaled() || ws.Signal() != unix.SIGSYS {
+		return
+	}
+	t.call = nil
+	s.noteStops(t)
+	if e := s.rules.unreturned(c); e != nil {
+		e.ThreadKilled = true
+		s.emit(t, e)
+	}
+}
+
 func (s *session) noteStops(t *task) {
 	if t.stops > s.stats.MaxStopsPerCall {
 		s.stats.MaxStopsPerCall = t.stops
@@ -601,13 +624,7 @@ func (s *session) adopt(tid, event int, comm string) *task {
 // kernel reports a traced leader only after all its threads).
 func (s *session) reap(t *task, ws unix.WaitStatus) {
 	s.drop(t)
-	if c := t.call; c != nil && c.id != sysExecve && c.id != sysExecveat && ws.Signaled() && ws.Signal() == unix.SIGSYS {
-		// The thread died of SIGSYS inside a call it entered (seccomp
-		// KILL_THREAD ends a thread with do_exit, no exit stop): the
-		// call never returned.
-		t.call = nil
-		s.finishUnreturned(t, c, false)
-	}
+	s.killedInCall(t, ws)
 	if t.tid != t.tgid && !(s.zombieLeaders[t.tgid] && s.lastOf(t.tgid)) {
 		return
 	}
