@@ -77,12 +77,8 @@ type APIProbes struct {
 // tracer.ErrUnavailable where uprobes are not allowed (no root or
 // CAP_BPF+CAP_PERFMON, lockdown) or the kernel cannot load them.
 func StartAPIProbes(start time.Time) (*APIProbes, error) {
-	if err := checkPrivileges(); err != nil {
+	if err := APIProbesAllowed(); err != nil {
 		return nil, err
-	}
-	if !inInitialPIDNamespace() {
-		// The programs see the kernel's PIDs; the caller knows its own.
-		return nil, unavailable("cudatrace runs in a PID namespace of its own, whose PIDs the uprobes cannot match")
 	}
 	spec, err := loadBpf()
 	if err != nil {
@@ -121,6 +117,19 @@ func StartAPIProbes(start time.Time) (*APIProbes, error) {
 	p.dec = newDecoder(startKtime)
 	p.dec.api = p.probes
 	return p, nil
+}
+
+// APIProbesAllowed is StartAPIProbes' first check, cheap: the privileges,
+// and the kernel's PIDs.
+func APIProbesAllowed() error {
+	if err := checkPrivileges(); err != nil {
+		return err
+	}
+	if !inInitialPIDNamespace() {
+		// The programs see the kernel's PIDs; the caller knows its own.
+		return unavailable("cudatrace runs in a PID namespace of its own, whose PIDs the uprobes cannot match")
+	}
+	return nil
 }
 
 // inInitialPIDNamespace: /proc/self/ns/pid is the initial namespace's

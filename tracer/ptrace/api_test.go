@@ -13,6 +13,7 @@ import (
 	"github.com/cudatrace/cudatrace/internal/fakelib"
 	"github.com/cudatrace/cudatrace/internal/privtest"
 	"github.com/cudatrace/cudatrace/tracer"
+	"github.com/cudatrace/cudatrace/tracer/ebpf"
 )
 
 // bpfFDs counts this process's BPF objects and perf events: a probe left
@@ -188,5 +189,37 @@ func TestLaunchLibraryProbedUnderAnotherName(t *testing.T) {
 				t.Fatalf("cuInit returns %+v, result %+v", inits, res)
 			}
 		})
+	}
+}
+
+// A target that exits before the probes have loaded opened no CUDA library
+// (such an open waits for them): the trace ends without waiting for the
+// load, says CUDA's returns were seen (none), and the load, once done,
+// leaves nothing attached.
+func TestLaunchEndsBeforeAPILoad(t *testing.T) {
+	privtest.RequireRoot(t)
+	release, loaded := make(chan struct{}), make(chan error, 1)
+	startAPIProbes = func(start time.Time) (*ebpf.APIProbes, error) {
+		<-release
+		p, err := ebpf.StartAPIProbes(start)
+		loaded <- err
+		return p, err
+	}
+	defer func() { startAPIProbes = ebpf.StartAPIProbes }()
+	before := bpfFDs(t)
+	res, _, _ := runLaunch(t, []string{"/bin/true"}, []uint32{1})
+	if res.Exit == nil || res.Exit.Code != 0 || !res.APIReturns || len(res.APILibraries) != 0 {
+		t.Fatalf("result %+v", res)
+	}
+	close(release)
+	if err := <-loaded; err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for bpfFDs(t) != before {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d BPF/perf fds open after the abandoned load, %d before", bpfFDs(t), before)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
