@@ -70,7 +70,7 @@ func buildInfoVersion(bi *debug.BuildInfo) string {
 
 func main() {
 	// A traced command starts as a re-executed cudatrace that waits for the
-	// tracer; that copy never gets past this line.
+	// tracer; that copy never gets here (tracer/launch's init runs it).
 	launch.RunLoaderIfRequested()
 	// In a pod that sees the host's processes (hostPID) but has a cgroup
 	// namespace of its own, every cgroup path would read relative to the

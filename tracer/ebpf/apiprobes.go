@@ -77,12 +77,8 @@ type APIProbes struct {
 // tracer.ErrUnavailable where uprobes are not allowed (no root or
 // CAP_BPF+CAP_PERFMON, lockdown) or the kernel cannot load them.
 func StartAPIProbes(start time.Time) (*APIProbes, error) {
-	if err := checkPrivileges(); err != nil {
+	if err := APIProbesAllowed(); err != nil {
 		return nil, err
-	}
-	if !inInitialPIDNamespace() {
-		// The programs see the kernel's PIDs; the caller knows its own.
-		return nil, unavailable("cudatrace runs in a PID namespace of its own, whose PIDs the uprobes cannot match")
 	}
 	spec, err := loadBpf()
 	if err != nil {
@@ -95,15 +91,24 @@ func StartAPIProbes(start time.Time) (*APIProbes, error) {
 		return nil, v.missing
 	}
 	var to any = &p.objs
-	if !v.uprobeMulti {
+	progs := []*ebpf.ProgramSpec{spec.Programs[bpfProgCtApiEnter], spec.Programs[bpfProgCtApiRet]}
+	if v.uprobeMulti {
+		progs = append(progs, spec.Programs[bpfProgCtApiEnterMulti], spec.Programs[bpfProgCtApiRetMulti])
+	} else {
 		to = &p.objs.apiObjects // per-symbol links remain
 	}
-	opts, err := loadOptions(kernelBTF())
+	opts, cacheKey, err := apiLoadOptions()
 	if err != nil {
 		return nil, unavailable("BPF not supported: no kernel BTF: %v", err)
 	}
 	if err := spec.LoadAndAssign(to, &opts); err != nil {
 		return nil, loadError(err, false)
+	}
+	if cacheKey != "" {
+		// Parsed in full this time: cache what the programs took of it.
+		if raw, err := reduced(opts.Programs.KernelTypes, progs); err == nil {
+			_ = writeCoreTypes(raw, cacheKey) // a failure costs the next run a parse
+		}
 	}
 	if onLoadAPI != nil {
 		onLoadAPI(p.objs.Enter, p.objs.Ret)
@@ -121,6 +126,36 @@ func StartAPIProbes(start time.Time) (*APIProbes, error) {
 	p.dec = newDecoder(startKtime)
 	p.dec.api = p.probes
 	return p, nil
+}
+
+// apiLoadOptions are the uprobe programs' load options: the kernel types
+// cached for this kernel (coretypes.go), or else the kernel's BTF parsed in
+// full, with the key to cache them under ("" when not to).
+func apiLoadOptions() (ebpf.CollectionOptions, string, error) {
+	key, err := coreTypesKey()
+	if err == nil {
+		if kt, err := readCoreTypes(key); err == nil {
+			return ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{KernelTypes: kt}}, "", nil
+		}
+	}
+	opts, lerr := loadOptions(kernelBTF())
+	if err != nil {
+		key = ""
+	}
+	return opts, key, lerr
+}
+
+// APIProbesAllowed is StartAPIProbes' first check, cheap: the privileges,
+// and the kernel's PIDs.
+func APIProbesAllowed() error {
+	if err := checkPrivileges(); err != nil {
+		return err
+	}
+	if !inInitialPIDNamespace() {
+		// The programs see the kernel's PIDs; the caller knows its own.
+		return unavailable("cudatrace runs in a PID namespace of its own, whose PIDs the uprobes cannot match")
+	}
+	return nil
 }
 
 // inInitialPIDNamespace: /proc/self/ns/pid is the initial namespace's

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -32,11 +33,37 @@ type feature struct {
 // run here (--backend auto then takes ptrace).
 var requiredFeatures = []feature{
 	{"the BPF ring buffer", "5.8", func() error { return features.HaveMapType(ebpf.RingBuf) }},
-	{"task storage maps", "5.11", func() error { return features.HaveMapType(ebpf.TaskStorage) }},
+	{"task storage maps", "5.11", probeTaskStorage},
 	{"bpf_get_current_task_btf", "5.11", func() error { return features.HaveProgramHelper(ebpf.Kprobe, asm.FnGetCurrentTaskBtf) }},
 	{"uprobe attach cookies (bpf_get_attach_cookie)", "5.15", func() error {
 		return features.HaveProgramHelper(ebpf.Kprobe, asm.FnGetAttachCookie)
 	}},
+}
+
+// probeTaskStorage asks for a task storage map whose values are too large:
+// a kernel with the type refuses it (E2BIG) in its attribute check, before
+// anything is allocated; one without says EINVAL. cilium/ebpf's probe
+// (features.HaveMapType) gets past the allocation to the BTF fd, and its
+// failure frees the map through RCU barriers in the syscall: 20-40 ms here,
+// ~200 under load, in front of every start (issue 31).
+func probeTaskStorage() error {
+	attr := struct {
+		mapType, keySize, valueSize, maxEntries, mapFlags, innerMapFD, numaNode uint32
+		name                                                                    [16]byte
+		ifindex, btfFD, btfKey, btfValue                                        uint32
+	}{mapType: unix.BPF_MAP_TYPE_TASK_STORAGE, keySize: 4, valueSize: 1 << 24, mapFlags: unix.BPF_F_NO_PREALLOC,
+		btfFD: ^uint32(0), btfKey: 1, btfValue: 1}
+	fd, _, errno := unix.Syscall(unix.SYS_BPF, unix.BPF_MAP_CREATE, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr))
+	switch errno {
+	case 0:
+		_ = unix.Close(int(fd)) // a kernel that took it has the type
+		return nil
+	case unix.E2BIG:
+		return nil
+	case unix.EINVAL:
+		return ebpf.ErrNotSupported
+	}
+	return errno
 }
 
 // kernelVariants is what the running kernel offers, probed once per

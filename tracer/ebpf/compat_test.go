@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/features"
 
 	"github.com/cudatrace/cudatrace/internal/privtest"
 	"github.com/cudatrace/cudatrace/tracer"
@@ -47,5 +48,15 @@ func TestKernelVariants(t *testing.T) {
 	}
 	if l := v.list(); len(l) != 4 || !strings.HasPrefix(l[0], "memlock=") || !strings.HasPrefix(l[1], "scans=") {
 		t.Errorf("variants %q", l)
+	}
+}
+
+// The cheap task storage probe says what cilium/ebpf's own says.
+func TestTaskStorageProbe(t *testing.T) {
+	privtest.RequireRoot(t)
+	want := features.HaveMapType(ebpf.TaskStorage)
+	got := probeTaskStorage()
+	if errors.Is(got, ebpf.ErrNotSupported) != errors.Is(want, ebpf.ErrNotSupported) || (got == nil) != (want == nil) {
+		t.Fatalf("probeTaskStorage: %v, features.HaveMapType: %v", got, want)
 	}
 }

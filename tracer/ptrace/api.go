@@ -3,6 +3,8 @@ package ptrace
 import (
 	"fmt"
 	"os"
+	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -38,20 +40,76 @@ func (s *session) startAPI(res *tracer.Result, pids []int) {
 	}
 }
 
+// startAPIProbes is ebpf.StartAPIProbes; tests slow it down.
+var startAPIProbes = ebpf.StartAPIProbes
+
 // apiLoad is the outcome of a background load of the probes.
 type apiLoad struct {
 	p   *ebpf.APIProbes
 	err error
 }
 
-// startAPILaunch loads the probes for a launched target in the background,
-// beside its start (the kernel BTF's parse and the loads were ~40 ms of its
-// start-up here), with the files its loader would pick, opened now in its
-// root. Once installed, those are probed in the background after a while,
-// and a library opened before that at its open's exit stop, where the
-// opener waits: a short target costs no uprobe (each link's close waits
-// for a grace period).
+// apiLoadAfter is how long a launched target runs before its probes load
+// in the background. Loading them beside its start (feature probes, the
+// object, maps, programs: ~15 ms of wall time in all here, with the kernel
+// types cached) doubled a short target's start-up and run under ptrace
+// (issue 31): one that exits sooner, having opened no CUDA library, costs
+// no load at all, as before ptrace had probes.
+const apiLoadAfter = 25 * time.Millisecond
+
+// apiLaunch is a launched target's probe load: begun after apiLoadAfter,
+// or at once by a library's open, whichever comes first; at most once.
+type apiLaunch struct {
+	once  sync.Once
+	timer *time.Timer
+	done  chan apiLoad // the outcome, once begun
+	libs  []*snapshot.LibFile
+	start time.Time
+}
+
+// begin starts the load, unless it began already or was given up.
+func (l *apiLaunch) begin() {
+	l.once.Do(func() {
+		go func() {
+			p, err := startAPIProbes(l.start)
+			if err != nil {
+				snapshot.CloseAll(l.libs)
+			} else {
+				// From here, not at the loop's next stop: a target that is
+				// running then may stop next only at its open of the library
+				// under another name, too late to probe it. Its processes join
+				// the probes' filter at the loop's next stop, which comes before
+				// any open of it completes (every open stops at its entry).
+				p.PreProbe(l.libs)
+			}
+			l.done <- apiLoad{p, err}
+		}()
+	})
+}
+
+// giveUp stops a load that has not begun; false: it has.
+func (l *apiLaunch) giveUp() bool {
+	l.timer.Stop()
+	gaveUp := false
+	l.once.Do(func() {
+		gaveUp = true
+		snapshot.CloseAll(l.libs)
+	})
+	return gaveUp
+}
+
+// startAPILaunch arranges the probes' load for a launched target, with the
+// files its loader would pick, opened now in its root. Once installed,
+// those are probed in the background after a while, and a library opened
+// before that at its open's exit stop, where the opener waits: a short
+// target costs no uprobe (each link's close waits for a grace period).
 func (s *session) startAPILaunch(res *tracer.Result, pid int) {
+	// Said now, not by the load: a trace that ends first does not wait
+	// for it (abandonAPI), and must still say why codes are missing.
+	if err := ebpf.APIProbesAllowed(); err != nil {
+		s.useAPI(res, nil, err)
+		return
+	}
 	libs := snapshot.OpenCUDALibraries(fmt.Sprintf("/proc/%d/root", pid), os.Getenv("LD_LIBRARY_PATH"))
 	s.awaited = map[[2]uint64]bool{}
 	for _, l := range libs {
@@ -60,38 +118,25 @@ func (s *session) startAPILaunch(res *tracer.Result, pid int) {
 			s.awaited[[2]uint64{st.Dev, st.Ino}] = true
 		}
 	}
-	ch := make(chan apiLoad, 1)
-	s.apiLoading = ch
+	l := &apiLaunch{done: make(chan apiLoad, 1), libs: libs, start: s.start}
+	l.timer = time.AfterFunc(apiLoadAfter, l.begin)
+	s.apiLoading = l
 	s.apiRes = res
-	start := s.start
-	go func() {
-		p, err := ebpf.StartAPIProbes(start)
-		if err != nil {
-			snapshot.CloseAll(libs)
-		} else {
-			// From here, not at the loop's next stop: a target that is
-			// running then may stop next only at its open of the library
-			// under another name, too late to probe it. Its processes join
-			// the probes' filter at the loop's next stop, which comes before
-			// any open of it completes (every open stops at its entry).
-			p.PreProbe(libs)
-		}
-		ch <- apiLoad{p, err}
-	}()
 }
 
 // installAPI takes the probes loaded in the background, once they are
-// ready, or waiting for them.
+// ready, or (wait) begins the load if need be and waits for it.
 func (s *session) installAPI(wait bool) {
 	if s.apiLoading == nil {
 		return
 	}
 	var l apiLoad
 	if wait {
-		l = <-s.apiLoading
+		s.apiLoading.begin()
+		l = <-s.apiLoading.done
 	} else {
 		select {
-		case l = <-s.apiLoading:
+		case l = <-s.apiLoading.done:
 		default:
 			return
 		}
@@ -178,7 +223,11 @@ func (s *session) drainAPI() {
 
 // finishAPI delivers what is left, says what was probed and detaches.
 func (s *session) finishAPI(res *tracer.Result) {
-	s.installAPI(true)
+	s.installAPI(false)
+	if s.apiLoading != nil {
+		s.abandonAPI(res)
+		return
+	}
 	if s.api == nil {
 		return
 	}
@@ -195,4 +244,24 @@ func (s *session) finishAPI(res *tracer.Result) {
 	}
 	s.api.Close()
 	s.api = nil
+}
+
+// abandonAPI ends a trace whose probes are not loaded yet. None of its
+// processes can have called CUDA: every open of a CUDA library, or of a
+// file the background probing is for, waits at its exit stop until the
+// probes are on (openedAPI), and none did. So the trace saw every CUDA
+// return there was (none), and neither loads the probes nor waits for a
+// load under way (a short target's whole run, issue 31): that one closes
+// itself once done.
+func (s *session) abandonAPI(res *tracer.Result) {
+	l := s.apiLoading
+	s.apiLoading = nil
+	if !l.giveUp() {
+		go func() {
+			if r := <-l.done; r.p != nil {
+				r.p.Close()
+			}
+		}()
+	}
+	res.APIReturns = true
 }

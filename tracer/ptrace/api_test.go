@@ -7,12 +7,14 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/cudatrace/cudatrace/internal/fakelib"
 	"github.com/cudatrace/cudatrace/internal/privtest"
 	"github.com/cudatrace/cudatrace/tracer"
+	"github.com/cudatrace/cudatrace/tracer/ebpf"
 )
 
 // bpfFDs counts this process's BPF objects and perf events: a probe left
@@ -188,5 +190,63 @@ func TestLaunchLibraryProbedUnderAnotherName(t *testing.T) {
 				t.Fatalf("cuInit returns %+v, result %+v", inits, res)
 			}
 		})
+	}
+}
+
+// A target that exits before the probes have loaded opened no CUDA library
+// (such an open waits for them): the trace ends without waiting for the
+// load, says CUDA's returns were seen (none), and the load, once done,
+// leaves nothing attached. The target outlives apiLoadAfter, so the load
+// has begun; it is held until the trace has ended.
+func TestLaunchEndsBeforeAPILoad(t *testing.T) {
+	privtest.RequireRoot(t)
+	release, loaded := make(chan struct{}), make(chan error, 1)
+	startAPIProbes = func(start time.Time) (*ebpf.APIProbes, error) {
+		<-release
+		p, err := ebpf.StartAPIProbes(start)
+		loaded <- err
+		return p, err
+	}
+	defer func() { startAPIProbes = ebpf.StartAPIProbes }()
+	before := bpfFDs(t)
+	res, _, _ := runLaunch(t, []string{"/bin/sleep", "0.1"}, []uint32{1})
+	if res.Exit == nil || res.Exit.Code != 0 || !res.APIReturns || len(res.APILibraries) != 0 {
+		t.Fatalf("result %+v", res)
+	}
+	close(release)
+	if err := <-loaded; err != nil {
+		t.Fatal(err)
+	}
+	waitBPFFDs(t, before)
+}
+
+// A target gone sooner than apiLoadAfter makes no load at all (where the
+// host is slow enough for one to begin, it is closed all the same).
+func TestLaunchShortTargetLoadsNoProbes(t *testing.T) {
+	privtest.RequireRoot(t)
+	var began atomic.Int32
+	startAPIProbes = func(start time.Time) (*ebpf.APIProbes, error) {
+		began.Add(1)
+		return ebpf.StartAPIProbes(start)
+	}
+	defer func() { startAPIProbes = ebpf.StartAPIProbes }()
+	before := bpfFDs(t)
+	res, _, _ := runLaunch(t, []string{"/bin/true"}, []uint32{1})
+	if res.Exit == nil || res.Exit.Code != 0 || !res.APIReturns {
+		t.Fatalf("result %+v", res)
+	}
+	t.Logf("loads begun: %d", began.Load())
+	waitBPFFDs(t, before)
+}
+
+// waitBPFFDs waits until this process holds want BPF/perf fds again.
+func waitBPFFDs(t *testing.T, want int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for bpfFDs(t) != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d BPF/perf fds open after the trace, %d before", bpfFDs(t), want)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -131,10 +131,11 @@ type session struct {
 	// load. apiErr is a failure to say in the result.
 	api    *ebpf.APIProbes
 	apiErr string
-	// apiLoading (launch): the probes loading in the background; the loop
-	// installs them at the first stop after they are ready, and waits for
-	// them only at a library's open (nothing can call into one before).
-	apiLoading chan apiLoad
+	// apiLoading (launch): the probes loading in the background, or soon
+	// to; the loop installs them at the first stop after they are ready,
+	// and waits for them only at a library's open (nothing can call into
+	// one before).
+	apiLoading *apiLaunch
 	apiRes     *tracer.Result
 	// awaited (launch): the files the background probing is for, by
 	// st_dev and st_ino; each is probed at the exit of its first open,

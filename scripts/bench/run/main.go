@@ -197,6 +197,10 @@ func main() {
 		cfgs = cfgs[:6]
 	}
 	trueCfgs := slices.DeleteFunc(slices.Clone(cfgs[:5]), func(c config) bool { return c.floor })
+	if b.strace != "" {
+		// ptrace's /bin/true against strace's (issue 31's goal).
+		trueCfgs = append(trueCfgs, configByName("strace"), configByName("strace-seccomp"))
+	}
 	if b.base != "" {
 		cfgs = append(slices.Clone(cfgs), baseConfigs...)
 		trueCfgs = append(trueCfgs, baseConfigs...)
@@ -252,6 +256,8 @@ func main() {
 	}
 	printTable(os.Stdout, sum)
 	printChecks(os.Stdout, b.runs)
+	fmt.Println()
+	printGoals(os.Stdout, b.runs)
 }
 
 func configByName(name string) config {

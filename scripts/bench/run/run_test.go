@@ -110,3 +110,25 @@ func TestSummariseW4StopsAndSpread(t *testing.T) {
 		t.Errorf("checks lack the W4 spread line:\n%s", out.String())
 	}
 }
+
+// Issue 31's table: a row per measure with its base and strace figures,
+// PASS where the goal is met.
+func TestGoalsTable(t *testing.T) {
+	start := func(cfg string, startupNs int64) run {
+		return run{Workload: "start", Config: cfg, OK: true, StartupNs: startupNs, W: map[string]string{}}
+	}
+	runs := []run{start("untraced", 1e6), start("ebpf", 21e6), start("ebpf-base", 51e6),
+		start("ptrace", 9e6), start("ptrace-base", 8e6), start("strace-seccomp", 7e6)}
+	var out strings.Builder
+	printGoals(&out, runs)
+	for _, want := range []string{"eBPF start-up (spawn → target runs)  20.0 ms  50.0 ms  6.0 ms (strace-seccomp)  ≤ 25 ms",
+		"ptrace start-up                      8.0 ms   7.0 ms   6.0 ms (strace-seccomp)  ≤ strace's"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
+		}
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 3 || !strings.HasSuffix(lines[1], "PASS") || !strings.HasSuffix(lines[2], "MISS") {
+		t.Errorf("want the eBPF row PASS and the ptrace row MISS:\n%s", out.String())
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 )
 
@@ -394,4 +395,78 @@ func printChecks(out io.Writer, runs []run) {
 		check("W5: delivered + dropped = truth + exec + exit, tiny ring", exact == total,
 			fmt.Sprintf("%d/%d runs exact, %d drops in all", exact, total, dropped))
 	}
+}
+
+// printGoals is issue 31's table: each measure now, with -base's build,
+// strace's where it has one, the goal, and whether it is met. Rows whose
+// runs are missing are left out.
+func printGoals(out io.Writer, runs []run) {
+	rows := summarise(runs)
+	get := func(w, c string) (row, bool) {
+		for _, r := range rows {
+			if r.Workload == w && r.Config == c && r.Added.valid() {
+				return r, true
+			}
+		}
+		return row{}, false
+	}
+	ms := func(w, c string) (float64, bool) {
+		r, ok := get(w, c)
+		return r.Added.Median / 1e6, ok
+	}
+	ns := func(w, c string) (float64, bool) {
+		r, ok := get(w, c)
+		return r.Added.Median, ok
+	}
+	tw := tabwriter.NewWriter(out, 2, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "measure\tnow\tbase\tstrace\tgoal\tPASS/MISS")
+	line := func(name string, at func(w, c string) (float64, bool), w, c, unit, goal string, met func(now, strace float64, haveStrace bool) bool, straces ...string) {
+		now, ok := at(w, c)
+		if !ok {
+			return
+		}
+		base := "–"
+		if v, ok := at(w, c+"-base"); ok {
+			base = fmt.Sprintf("%.1f %s", v, unit)
+		}
+		st, stMin, haveStrace := "–", 0.0, false
+		var parts []string
+		for _, s := range straces {
+			if v, ok := at(w, s); ok {
+				parts = append(parts, fmt.Sprintf("%.1f %s (%s)", v, unit, s))
+				if !haveStrace || v < stMin {
+					stMin, haveStrace = v, true
+				}
+			}
+		}
+		if len(parts) > 0 {
+			st = strings.Join(parts, ", ")
+		}
+		mark := "MISS"
+		if met(now, stMin, haveStrace) {
+			mark = "PASS"
+		}
+		fmt.Fprintf(tw, "%s\t%.1f %s\t%s\t%s\t%s\t%s\n", name, now, unit, base, st, goal, mark)
+	}
+	below := func(limit float64) func(float64, float64, bool) bool {
+		return func(now, _ float64, _ bool) bool { return now <= limit }
+	}
+	atStrace := func(now, strace float64, have bool) bool { return have && now <= strace }
+	line("eBPF start-up (spawn → target runs)", ms, "start", "ebpf", "ms", "≤ 25 ms", below(25), "strace", "strace-seccomp")
+	line("cudatrace -- /bin/true, added", ms, "true", "ebpf", "ms", "≤ 35 ms", below(35))
+	line("ptrace start-up", ms, "start", "ptrace", "ms", "≤ strace's", atStrace, "strace", "strace-seccomp")
+	line("cudatrace --backend ptrace -- /bin/true, added", ms, "true", "ptrace", "ms", "≤ strace's", atStrace, "strace", "strace-seccomp")
+	line("eBPF W1, per traced call", ns, "W1", "ebpf", "ns", "≤ +150 ns", below(150))
+	line("ptrace W4, per traced call", ns, "W4", "ptrace", "ns", "never slower", atStrace, "strace-seccomp")
+	if e, ok := ns("W1", "ebpf"); ok {
+		if s, ok := ns("W1", "strace"); ok {
+			f := s / max(e, 1)
+			mark := "MISS"
+			if f >= 100 {
+				mark = "PASS"
+			}
+			fmt.Fprintf(tw, "vs strace -f, added time per event\t%.0fx less\t–\t–\t≥ 100x\t%s\n", f, mark)
+		}
+	}
+	_ = tw.Flush() // stdout: nowhere to report
 }
