@@ -74,6 +74,38 @@ func TestCgroup2ANDAcrossPrograms(t *testing.T) {
 	mustContain(t, "verdict", a.Verdict, "denied by cgroup v2 device programs 57, 60")
 }
 
+// The fix goes where the denying program is: one inherited from above the
+// container (a slice, a parent the runtime does not manage) is named, and
+// the container's own config is offered only where a program below can
+// replace it (BPF_F_ALLOW_OVERRIDE).
+func TestCgroup2FixWhereTheProgramIs(t *testing.T) {
+	for _, c := range []struct {
+		flags       uint32
+		wants, nots []string
+	}{
+		{bpfAllowMulti, []string{"inherited from /machine.slice", "BPF_F_ALLOW_MULTI", "cannot lift it", "Allow `c 238:* rwm` in the device cgroup /machine.slice", "bpftool cgroup show /sys/fs/cgroup/machine.slice"}, []string{"/etc/pve/lxc/200.conf"}},
+		{0, []string{"inherited from /machine.slice", "no device program can be attached below it", "the device cgroup /machine.slice"}, []string{"/etc/pve/lxc/200.conf"}},
+		{bpfAllowOverride, []string{"inherited from /machine.slice", "BPF_F_ALLOW_OVERRIDE", "replaces it", "/etc/pve/lxc/200.conf"}, nil},
+	} {
+		s := lxcDenyUVM(t)
+		s.CgroupV2.Programs[0].AttachedTo = "/machine.slice"
+		s.CgroupV2.Programs[0].AttachFlags = c.flags
+		f := find(t, Analyze(denyUVMEvents(), s), "cgroup2-denied")
+		mustContain(t, fmt.Sprintf("fix (flags %d)", c.flags), f.Fix, c.wants...)
+		for _, n := range c.nots {
+			if strings.Contains(f.Fix, n) {
+				t.Errorf("flags %d: fix offers %q, which cannot help:\n%s", c.flags, n, f.Fix)
+			}
+		}
+	}
+	// The container's own program (LXC's on /lxc/200, the payload in
+	// /lxc/200/ns) keeps the container's fix.
+	f := find(t, Analyze(denyUVMEvents(), lxcDenyUVM(t)), "cgroup2-denied")
+	if strings.Contains(f.Fix, "inherited from") {
+		t.Errorf("LXC's own program taken for an inherited one:\n%s", f.Fix)
+	}
+}
+
 func TestCgroup2FixPerRuntime(t *testing.T) {
 	cases := []struct {
 		c     snapshot.Container
@@ -93,6 +125,13 @@ func TestCgroup2FixPerRuntime(t *testing.T) {
 	for _, c := range cases {
 		s := lxcDenyUVM(t)
 		s.Container = c.c
+		// Attached where that runtime attaches it: LXC on /lxc/ID (the
+		// payload in /lxc/ID/ns), the others on the target's cgroup.
+		s.CgroupV2.Programs[0].AttachedTo = s.CgroupV2.Path
+		if c.c.Runtime == "lxc" {
+			s.CgroupV2.Path = "/lxc/" + c.c.ID + "/ns"
+			s.CgroupV2.Programs[0].AttachedTo = "/lxc/" + c.c.ID
+		}
 		f := find(t, Analyze(denyUVMEvents(), s), "cgroup2-denied")
 		mustContain(t, "fix for "+c.c.Runtime, f.Fix, c.wants...)
 		mustContain(t, "fix for "+c.c.Runtime, f.Fix, "238 is nvidia-uvm's current major")

@@ -208,6 +208,53 @@ func progName(p snapshot.DeviceProgram) string {
 	return s
 }
 
+// containersOwn: cgroup path at is the container's (its name holds the
+// container's ID, Proxmox CT ID, unit or pod UID), whose runtime's
+// settings write its program.
+func containersOwn(c snapshot.Container, at string) bool {
+	for _, id := range []string{c.ID, c.ProxmoxCTID, c.Unit, c.PodUID, strings.ReplaceAll(c.PodUID, "-", "_")} {
+		if id != "" && strings.Contains(at, id) {
+			return true
+		}
+	}
+	return false
+}
+
+// The cgroup attach flags (uapi bpf.h).
+const (
+	bpfAllowOverride = 1
+	bpfAllowMulti    = 2
+)
+
+// heldAbove: where the first denying program attached above both the
+// target's cgroup and its container's sits (a slice, a parent the runtime
+// does not manage), and what that means for a rule; "" when none is. The
+// fix goes where that program is. The container's own cgroup is the one
+// its ID names (LXC attaches to /lxc/ID and runs the payload in
+// /lxc/ID/ns). replaceable: it was attached with BPF_F_ALLOW_OVERRIDE, so
+// a program attached below replaces it.
+func heldAbove(s *snapshot.Snapshot, denied []snapshot.DeviceProgram) (text, at string, replaceable bool) {
+	for _, p := range denied {
+		at = p.AttachedTo
+		if at == "" || at == s.CgroupV2.Path || containersOwn(s.Container, at) {
+			continue
+		}
+		q := p
+		q.AttachedTo = ""
+		head := fmt.Sprintf("The denying program %s is inherited from %s, above the target's cgroup %s", progName(q), at, s.CgroupV2.Path)
+		show := "`bpftool cgroup show /sys/fs/cgroup" + at + "`"
+		switch {
+		case p.AttachFlags&bpfAllowOverride != 0:
+			return head + " (BPF_F_ALLOW_OVERRIDE): a device program attached to the target's own cgroup replaces it, so that program must allow the device and everything else the job needs. Or change the program on " + at + ".", at, true
+		case p.AttachFlags&bpfAllowMulti != 0:
+			return head + " (BPF_F_ALLOW_MULTI): every program from there down must allow, so a rule in the target's own cgroup or its container's config cannot lift it. Change the program on " + at + " (" + show + " names it), or run the job outside that cgroup.", at, false
+		default:
+			return head + " (no override flag): no device program can be attached below it, so only the program on " + at + " can change (" + show + ").", at, false
+		}
+	}
+	return "", "", false
+}
+
 // staleAllowMajors lists majors that allow rules name but that no driver
 // owns now: rules written for an earlier dynamic major.
 func staleAllowMajors(s *snapshot.Snapshot, majors []int64, want uint32) []uint32 {
@@ -367,8 +414,17 @@ func (a *analyzer) cgroup2Denied(e *tracer.Event, f nodeFacts, req cgroupdev.Req
 		word, verb = "programs", "deny"
 	}
 	sum := fmt.Sprintf("cgroup v2 device %s %s %s %s (%s)", word, strings.Join(ids, ", "), verb, reqString(req), e.Path)
+	fix := deviceAllowFix(a.s, "v2", major, name, e.Path, a.s.CgroupV2.Path)
+	if held, at, replaceable := heldAbove(a.s, v2.deniedBy); held != "" {
+		if !replaceable {
+			// The runtime's own settings act below the program: the rule
+			// goes in the program on that cgroup.
+			fix = deviceAllowFix(&snapshot.Snapshot{}, "v2", major, name, e.Path, at)
+		}
+		fix = held + "\n" + fix
+	}
 	a.add(Finding{ID: "cgroup2-denied", Severity: SeverityError, Summary: sum, Detail: d,
-		Fix:    deviceAllowFix(a.s, "v2", major, name, e.Path, a.s.CgroupV2.Path),
+		Fix:    fix,
 		Events: events}, fmt.Sprintf("denied by cgroup v2 device %s %s", word, strings.Join(ids, ", ")))
 
 	if f.regOK && major != nvdev.Major {
