@@ -49,6 +49,9 @@ const enum statx_layout *unused_statx_layout __attribute__((unused));
 #define SIGNAL_GROUP_EXIT 0x00000004
 #define SIGSTOP 19
 #define SIGSYS 31
+/* seccomp's mode once a KILL action ran (5.17+; 5.15 has none: there a
+ * KILL_THREAD of one thread of many is not seen). */
+#define SECCOMP_MODE_DEAD 3
 
 /* Runtime settings, fixed at load time (the verifier prunes dead branches). */
 const volatile bool follow_children = true;
@@ -1418,14 +1421,22 @@ int ct_fork(__u64 *ctx)
  * in do_exit(SIGSYS) inside the call: no syscall exit runs (the other
  * actions, and the last thread, roll the call back and exit through it), so
  * this exit is the call's only trace. Its registers still hold the call,
- * its fds are still open; its memory is gone. A thread killed with its
- * process has SIGNAL_GROUP_EXIT set, one ended by a sibling's exec SIGKILL. */
+ * its fds are still open; its memory is gone. On arm64 a rollback cannot be
+ * told from the registers (x0 keeps the first argument either way): not
+ * seen there. */
 static __always_inline void killed_in_call(struct task_struct *task)
 {
-	if (task->exit_code != SIGSYS || (task->signal->flags & SIGNAL_GROUP_EXIT) || !seccomp_filtered())
+	struct task_struct *cur = bpf_get_current_task_btf();
+	if (task->exit_code != SIGSYS || !bpf_core_field_exists(cur->seccomp) || cur->seccomp.mode != SECCOMP_MODE_DEAD)
 		return;
-	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(cur);
 	if (!regs || in_compat_syscall())
+		return;
+	/* A rolled-back call exited through sys_exit, which reported it; a
+	 * sibling dying with the process is not in SECCOMP_MODE_DEAD. Not
+	 * SIGNAL_GROUP_EXIT: a sibling woken by this thread's exit (a join)
+	 * may end the process before this tracepoint runs. */
+	if (rolled_back(regs, is_arm64() ? ((struct pt_regs___arm64 *)regs)->regs[0] : ((struct pt_regs___x86 *)regs)->ax))
 		return;
 	/* The calls a sandbox kills inside cuInit are the driver's ioctls
 	 * (no filter can tell a /dev/nvidia* open from another). Built here,

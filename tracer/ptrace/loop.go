@@ -118,6 +118,11 @@ type session struct {
 	// zombieLeaders are attached processes whose leader had exited already:
 	// the last thread's exit is the process's.
 	zombieLeaders map[int]bool
+	// sigsysRollback are the processes one of whose calls a seccomp filter
+	// rolled back for SIGSYS (KILL_PROCESS, TRAP, or KILL_THREAD on the
+	// last thread): their threads then die of SIGSYS with the process, not
+	// each killed in its own call. Cleared at the process's exit.
+	sigsysRollback map[int]bool
 	// unannounced are tids met through their own stop or exit before
 	// their creator's fork/clone event named them. wait4 prefers the
 	// newest tracee, so a child can stop, run and exit (or be detached)
@@ -154,15 +159,16 @@ type session struct {
 
 func newSession(mode stopMode, spec tracer.Spec, sink tracer.Sink) *session {
 	return &session{
-		mode:          mode,
-		rules:         newRules(spec.DeviceMajors, spec.InbandStatus),
-		sink:          sink,
-		hold:          tracer.NewStopHolder(sink),
-		tasks:         map[int]*task{},
-		zombieLeaders: map[int]bool{},
-		unannounced:   map[int]bool{},
-		self:          unix.Gettid(),
-		debug:         spec.Debug,
+		mode:           mode,
+		rules:          newRules(spec.DeviceMajors, spec.InbandStatus),
+		sink:           sink,
+		hold:           tracer.NewStopHolder(sink),
+		tasks:          map[int]*task{},
+		zombieLeaders:  map[int]bool{},
+		sigsysRollback: map[int]bool{},
+		unannounced:    map[int]bool{},
+		self:           unix.Gettid(),
+		debug:          spec.Debug,
 	}
 }
 
@@ -447,6 +453,7 @@ func (s *session) syscallStop(t *task) {
 			if s.rolledBack(t, c, si.rval(), refused) {
 				// Rolled back for SIGSYS: rval is a register restored,
 				// not a result.
+				s.sigsysRollback[t.tgid] = true
 				s.finishUnreturned(t, c, true)
 			} else {
 				s.finishRefused(t, c, si.rval(), refused)
@@ -527,7 +534,7 @@ func (s *session) finishUnreturned(t *task, c *call, refused bool) {
 // where its own death shows.
 func (s *session) killedInCall(t *task, ws unix.WaitStatus) {
 	c := t.call
-	if c == nil || c.id == sysExecve || c.id == sysExecveat || !ws.Signaled() || ws.Signal() != unix.SIGSYS {
+	if c == nil || c.id == sysExecve || c.id == sysExecveat || !ws.Signaled() || ws.Signal() != unix.SIGSYS || s.sigsysRollback[t.tgid] {
 		return
 	}
 	t.call = nil
@@ -634,6 +641,7 @@ func (s *session) reap(t *task, ws unix.WaitStatus) {
 	// will never report (a thread that exec'd and died before its exec
 	// stop took the leader's tid, and this exit is its own).
 	s.forgetOthers(t.tgid, nil)
+	delete(s.sigsysRollback, t.tgid)
 	e := &tracer.Event{Kind: tracer.KindExit, Syscall: "exit"}
 	if ws.Signaled() {
 		e.Signal = int(ws.Signal())
