@@ -1471,17 +1471,21 @@ int ct_exit(__u64 *ctx)
 {
 	struct task_struct *task = untrusted_task((void *)ctx[0]);
 	__u32 tgid = task->tgid;
-	if (!is_traced(tgid))
-		return 0;
 	bool group_dead;
 	if (exit_tp_has_group_dead)
 		group_dead = ctx[1] != 0;
 	else
 		group_dead = task->signal->live.counter == 0;
 	if (!group_dead) {
-		killed_in_call(task);
+		/* The sibling whose exit ends the process may run this
+		 * tracepoint first and untrace it: a thread with a slot was
+		 * traced. */
+		if (is_traced(tgid) || bpf_task_storage_get(&pending, bpf_get_current_task_btf(), 0, 0))
+			killed_in_call(task);
 		return 0;
 	}
+	if (!is_traced(tgid))
+		return 0;
 	bpf_map_delete_elem(&traced, &tgid);
 
 	struct event *e = bpf_ringbuf_reserve(&events, EVENT_HEADER_SIZE, 0);
