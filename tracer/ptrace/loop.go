@@ -245,7 +245,7 @@ func (s *session) loop(shouldStop func() bool) {
 //     exec's de_thread) wakes a thread out of a stop whose report is still
 //     queued, and it stops again at PTRACE_EVENT_EXIT, reported apart. Its
 //     queued stop is checked before any request acts on it (the syscall
-//     info's op, stillAt for event stops): a request would act on the exit
+//     info's op, eventAt for event stops): a request would act on the exit
 //     stop, and a stale fork event's message (the exit code) would name a
 //     task that never exits. The exit stop itself is always resumed.
 //   - Group-stops are parked with PTRACE_LISTEN, not resumed (the process
@@ -305,18 +305,20 @@ func (s *session) handle(pid int, ws unix.WaitStatus) {
 		s.stats.SeccompStops++
 		s.seccompStop(t)
 	case sig == unix.SIGTRAP && (event == unix.PTRACE_EVENT_FORK || event == unix.PTRACE_EVENT_VFORK || event == unix.PTRACE_EVENT_CLONE):
-		if !stillAt(t.tid, event) {
+		child, ok := eventAt(t.tid, event)
+		if !ok {
 			s.stats.Stale++
-			return // stale (queue.go): its event message is another stop's
+			return // stale (queue.go): killed, it is at its exit stop or gone
 		}
-		s.announced(t, event)
+		s.announce(int(child), event, t.comm)
 		s.resume(t, 0)
 	case sig == unix.SIGTRAP && event == unix.PTRACE_EVENT_EXEC:
-		if !stillAt(t.tid, event) {
+		former, ok := eventAt(t.tid, event)
+		if !ok {
 			s.stats.Stale++
 			return
 		}
-		s.execStop(t)
+		s.execStop(t, int(former))
 	case event == unix.PTRACE_EVENT_STOP:
 		if !fresh && isStopSignal(sig) {
 			// Group-stop: stay stopped, but let SIGCONT wake us.
@@ -554,9 +556,10 @@ func (s *session) noteStops(t *task) {
 
 // execStop: a successful execve. A thread other than the leader that
 // execs takes over the leader's tid; the old leader vanishes silently.
-func (s *session) execStop(t *task) {
-	if former, err := eventMsg(t.tid); err == nil && int(former) != t.tid {
-		if ex := s.tasks[int(former)]; ex != nil {
+// former is the exec stop's event message: the tid that exec'd.
+func (s *session) execStop(t *task, former int) {
+	if former != t.tid {
+		if ex := s.tasks[former]; ex != nil {
 			s.drop(ex)
 			s.drop(t) // the vanished leader
 			ex.tid = t.tid
@@ -576,17 +579,6 @@ func (s *session) execStop(t *task) {
 		s.finish(t, c, 0)
 	}
 	s.resume(t, 0)
-}
-
-// announced handles t's fork, vfork or clone event: the new task, traced
-// since its birth, is registered unless it was met (and maybe reaped or
-// detached) already.
-func (s *session) announced(t *task, event int) {
-	msg, err := eventMsg(t.tid)
-	if err != nil {
-		return // killed meanwhile; a live child still shows up by its stops
-	}
-	s.announce(int(msg), event, t.comm)
 }
 
 // announce registers child, just named by its creator's event.
@@ -717,7 +709,9 @@ func (s *session) detachAt(t *task, sig unix.Signal, event int) {
 		t.call = nil
 	case event == unix.PTRACE_EVENT_FORK || event == unix.PTRACE_EVENT_VFORK || event == unix.PTRACE_EVENT_CLONE:
 		// The new task is already attached: detach it too when it stops.
-		s.announced(t, event)
+		if child, ok := eventAt(t.tid, event); ok {
+			s.announce(int(child), event, t.comm)
+		}
 	case event == 0:
 		deliver = int(sig)
 	}

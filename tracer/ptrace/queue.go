@@ -77,17 +77,29 @@ const maxRound = 4096
 // stop. Above all, the event message of a stale fork or clone event is
 // the exit code, which was announced as a new thread (tid 0, say) that
 // never exits: the loop waited for it forever. Seccomp and syscall stops
-// are checked by the syscall info they read anyway (its op); event stops
-// by stillAt, one request more at each fork, clone and exec.
+// are checked by the syscall info they read anyway (its op, in the same
+// request as the values); event stops by eventAt.
 
-// stillAt reports whether tid is still stopped at a PTRACE_EVENT_* stop of
-// this kind (its siginfo's si_code is SIGTRAP | event<<8).
-func stillAt(tid, event int) bool {
+// eventAt returns the event message of tid's PTRACE_EVENT_* stop of this
+// kind; ok is false when the stop is stale. Two requests, and SIGKILL can
+// move the thread from the event stop to its exit stop between them, with
+// the exit code as its message: so the message is read first and the
+// stop checked after (its siginfo's si_code is SIGTRAP | event<<8). A
+// thread's stops only go forward while we do not resume it (event stop,
+// then its exit stop, then gone), so one still at the event after the
+// read was at it during the read. Checked first, the message could be the
+// exit code: a new thread announced that never exits (the loop waited for
+// tid 1792, the exit code 7<<8, under load).
+func eventAt(tid, event int) (msg uint64, ok bool) {
+	msg, err := eventMsg(tid)
+	if err != nil {
+		return 0, false
+	}
 	var si [128]byte // siginfo_t; si_code follows si_signo and si_errno
 	if ptrace(unix.PTRACE_GETSIGINFO, tid, 0, uintptr(unsafe.Pointer(&si[0]))) != nil {
-		return false
+		return 0, false
 	}
-	return int32(binary.NativeEndian.Uint32(si[8:])) == int32(unix.SIGTRAP)|int32(event)<<8
+	return msg, int32(binary.NativeEndian.Uint32(si[8:])) == int32(unix.SIGTRAP)|int32(event)<<8
 }
 
 // next returns the next stop to handle: the round's next, or after a
