@@ -305,12 +305,17 @@ func (s *session) handle(pid int, ws unix.WaitStatus) {
 		s.stats.SeccompStops++
 		s.seccompStop(t)
 	case sig == unix.SIGTRAP && (event == unix.PTRACE_EVENT_FORK || event == unix.PTRACE_EVENT_VFORK || event == unix.PTRACE_EVENT_CLONE):
-		child, ok := eventAt(t.tid, event)
-		if !ok {
-			s.stats.Stale++
-			return // stale (queue.go): killed, it is at its exit stop or gone
+		// A stop that looks stale is resumed all the same: under load a
+		// thread was left in its clone stop for good when the check
+		// failed with the thread still there (cause not found). Stale,
+		// the resume reaches its exit stop or fails with ESRCH, and that
+		// stop, reported apart, is resumed again, harmlessly; its child
+		// shows up by its own stops.
+		if child, ok := eventAt(t.tid, event); ok {
+			s.announce(int(child), event, t.comm)
+		} else {
+			s.debugf("fork event of %d looks stale; resumed anyway", t.tid)
 		}
-		s.announce(int(child), event, t.comm)
 		s.resume(t, 0)
 	case sig == unix.SIGTRAP && event == unix.PTRACE_EVENT_EXEC:
 		former, ok := eventAt(t.tid, event)
@@ -363,15 +368,30 @@ func (s *session) resume(t *task, sig int) {
 	}
 }
 
+// requestFailed answers a seccomp or syscall stop whose syscall info could
+// not be read: it is resumed all the same, its call unrecorded. Gone
+// (killed), the resume fails with ESRCH too. But under load a thread was
+// left in such a stop for good, still there after the request failed
+// (cause not found): dropped unanswered, the trace waited forever. A stop
+// the info shows to be another one (its op) is stale and dropped.
+func (s *session) requestFailed(t *task, stop string, err error) {
+	s.debugf("%s stop of %d unread (%v); resumed anyway", stop, t.tid, err)
+	t.call, t.inSyscall = nil, false
+	s.resume(t, 0)
+}
+
 func (s *session) seccompStop(t *task) {
 	if s.quiet && s.queue.len() == 0 {
 		s.resume(t, 0)
 		return
 	}
 	var si syscallInfo
-	if err := getSyscallInfo(t.tid, &si); err != nil || si.Op != unix.PTRACE_SYSCALL_INFO_SECCOMP {
+	if err := getSyscallInfo(t.tid, &si); err != nil {
+		s.requestFailed(t, "seccomp", err)
+		return
+	} else if si.Op != unix.PTRACE_SYSCALL_INFO_SECCOMP {
 		s.stats.Stale++
-		return // stale (queue.go): killed, it is gone or at its exit stop, reported apart
+		return // stale (queue.go): killed, it is at its exit stop, reported apart
 	}
 	if s.deferExec(t, &si, true) {
 		return
@@ -433,9 +453,12 @@ func (s *session) syscallStop(t *task) {
 		return
 	}
 	var si syscallInfo
-	if err := getSyscallInfo(t.tid, &si); err != nil || si.Op == unix.PTRACE_SYSCALL_INFO_NONE {
+	if err := getSyscallInfo(t.tid, &si); err != nil {
+		s.requestFailed(t, "syscall", err)
+		return
+	} else if si.Op == unix.PTRACE_SYSCALL_INFO_NONE {
 		s.stats.Stale++
-		return // stale (queue.go)
+		return // stale (queue.go): killed, it is at its exit stop, reported apart
 	}
 	if si.Op == unix.PTRACE_SYSCALL_INFO_ENTRY && s.deferExec(t, &si, false) {
 		return
