@@ -12,7 +12,20 @@ import (
 
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
+	"github.com/cudatrace/cudatrace/tracer/uprobe"
 )
+
+// The ptrace backend loads the probes through package uprobe, which does
+// not import this one.
+func init() {
+	uprobe.Register(uprobe.Loader{Allowed: APIProbesAllowed, Start: func(start time.Time) (uprobe.API, error) {
+		p, err := StartAPIProbes(start)
+		if err != nil {
+			return nil, err // not a typed nil
+		}
+		return p, nil
+	}})
+}
 
 // apiRingBytes is the API probes' own ring: api events only, a few hundred
 // bytes each, read at every stop of the tracer that drains it.
@@ -55,15 +68,11 @@ func (o *apiObjects) close() {
 }
 
 // APIProbes are the uretprobes on the CUDA and NVML entry points alone, for
-// a backend that sees the syscalls by other means (ptrace). Its user puts
-// the thread groups to watch in the filter (Trace, Untrace), attaches the
-// libraries (AttachLibs for those already mapped, AttachOpened while an
-// opener is stopped: nothing is held by the kernel), and reads the api
-// events with Drain. Drain, AttachOpened and Close are meant for one
-// goroutine, the one that delivers events to the Sink.
+// a backend that sees the syscalls by other means (ptrace): uprobe.API,
+// loaded from this package's BPF object.
 type APIProbes struct {
 	objs   apiMultiObjects // the multi programs nil before 6.6
-	probes *apiProbes
+	probes *uprobe.Probes
 	rd     *ringbuf.Reader
 	dec    *decoder
 	rec    ringbuf.Record
@@ -117,8 +126,7 @@ func StartAPIProbes(start time.Time) (*APIProbes, error) {
 		p.objs.close()
 		return nil, fmt.Errorf("open ring buffer: %w", err)
 	}
-	p.probes = newAPIProbes(p.objs.Enter, p.objs.Ret, p.objs.Probed)
-	p.probes.enterMulti, p.probes.retMulti = p.objs.EnterMulti, p.objs.RetMulti
+	p.probes = uprobe.New(uprobe.Objects{Enter: p.objs.Enter, Ret: p.objs.Ret, EnterMulti: p.objs.EnterMulti, RetMulti: p.objs.RetMulti, Probed: p.objs.Probed})
 	startKtime := monotonicNow()
 	if since := time.Since(start); since > 0 && uint64(since) < startKtime {
 		startKtime -= uint64(since)
@@ -179,20 +187,20 @@ func (p *APIProbes) Untrace(tgid int) {
 }
 
 // AttachLibs probes the libraries and closes their files.
-func (p *APIProbes) AttachLibs(libs []*snapshot.LibFile) { p.probes.attachLibs(libs) }
+func (p *APIProbes) AttachLibs(libs []*snapshot.LibFile) { p.probes.AttachLibs(libs) }
 
 // PreProbe probes a launched target's libraries in the background once it
-// has run for a while (preProbeAfter), unless the probes are closed first;
-// it closes their files. A library opened before then by its own name is
+// has run for a while (uprobe's preProbeAfter), unless the probes are
+// closed first; it closes their files. A library opened before then by its own name is
 // probed at that open's stop (AttachOpened).
 func (p *APIProbes) PreProbe(libs []*snapshot.LibFile) {
-	p.probes.preProbe(libs, func() bool { return true })
+	p.probes.PreProbe(libs, func() bool { return true })
 }
 
 // AttachOpened probes the library that process (or thread) pid has just
 // opened as fd, named name, unless that file is probed already. The opener
 // must be stopped until it returns, so that no call into it is missed.
-func (p *APIProbes) AttachOpened(pid, fd int, name string) { p.probes.attachOpened(pid, fd, name) }
+func (p *APIProbes) AttachOpened(pid, fd int, name string) { p.probes.AttachOpened(pid, fd, name) }
 
 // Drain delivers the api events recorded so far, without waiting: each is
 // valid only during the call (Seq is the decoder's own; the caller numbers
@@ -222,14 +230,12 @@ func (p *APIProbes) Drain(deliver func(*tracer.Event)) {
 }
 
 // Libraries lists the library files probed.
-func (p *APIProbes) Libraries() []string { return p.probes.probedLibs() }
+func (p *APIProbes) Libraries() []string { return p.probes.Libraries() }
 
 // Notes are what the report must say about the probes (a library that
 // could not be probed, one with none of the entry points).
 func (p *APIProbes) Notes() []string {
-	p.probes.mu.Lock()
-	defer p.probes.mu.Unlock()
-	notes := append([]string(nil), p.probes.notes...)
+	notes := p.probes.Notes()
 	if p.readErr != nil {
 		notes = append(notes, fmt.Sprintf("reading CUDA's return codes failed: %v; the trace is incomplete", p.readErr))
 	}
@@ -251,7 +257,7 @@ func (p *APIProbes) Lost() uint64 {
 
 // Close detaches every probe and frees the programs and maps.
 func (p *APIProbes) Close() {
-	p.probes.close()
+	p.probes.Close()
 	_ = p.rd.Close() // best-effort cleanup: nothing to do if it fails
 	p.objs.close()
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
 	"github.com/cudatrace/cudatrace/tracer/launch"
+	"github.com/cudatrace/cudatrace/tracer/uprobe"
 )
 
 // DefaultRingBufferBytes is the ring buffer size unless Spec says otherwise.
@@ -109,7 +110,7 @@ func (backend) Run(ctx context.Context, spec tracer.Spec, sink tracer.Sink) (res
 	dec := newDecoder(startKtime)
 	dec.api = s.api
 	p := newPump(s.rd, dec, sink, s.exits)
-	p.hold = s.api.release
+	p.hold = s.api.Release
 	var live *liveSet
 	if spec.HostWide {
 		live = newLiveSet()
@@ -166,8 +167,8 @@ func (backend) Run(ctx context.Context, spec tracer.Spec, sink tracer.Sink) (res
 	}
 	res.Folded = folded
 	res.APIReturns = true
-	res.APILibraries = s.api.probedLibs()
-	res.Notes = append(res.Notes, s.api.notes...)
+	res.APILibraries = s.api.Libraries()
+	res.Notes = append(res.Notes, s.api.Notes()...)
 	res.Dropped = byReason[bpfDropReasonDROP_RINGBUF] + byReason[bpfDropReasonDROP_PENDING] + p.undecodable.Load()
 	if res.Dropped > 0 {
 		res.Notes = append(res.Notes, fmt.Sprintf(
@@ -267,7 +268,7 @@ type session struct {
 	phases   *phaseLog
 	exits    chan struct{} // a traced process exited (attach: is any left?)
 	fold     foldAfter
-	api      *apiProbes
+	api      *uprobe.Probes
 }
 
 // load reads the object, makes the maps and loads the programs; phases
@@ -327,9 +328,11 @@ func load(spec tracer.Spec, ringBytes int, phases *phaseLog) (*session, error) {
 		onLoad(coll)
 	}
 	s := &session{coll: coll, hook: hook, variants: v.list(), debug: spec.Debug, fold: fold, exits: make(chan struct{}, 1),
-		api: newAPIProbes(coll.Programs[bpfProgCtApiEnter], coll.Programs[bpfProgCtApiRet], coll.Maps[bpfMapProbedLibs])}
-	s.api.enterMulti, s.api.retMulti = coll.Programs[bpfProgCtApiEnterMulti], coll.Programs[bpfProgCtApiRetMulti]
-	s.api.awaited, s.api.awaiting = coll.Maps[bpfMapAwaitedLibs], coll.Variables[bpfVarAwaitingLibs]
+		api: uprobe.New(uprobe.Objects{
+			Enter: coll.Programs[bpfProgCtApiEnter], Ret: coll.Programs[bpfProgCtApiRet],
+			EnterMulti: coll.Programs[bpfProgCtApiEnterMulti], RetMulti: coll.Programs[bpfProgCtApiRetMulti],
+			Probed: coll.Maps[bpfMapProbedLibs], Awaited: coll.Maps[bpfMapAwaitedLibs], Awaiting: coll.Variables[bpfVarAwaitingLibs],
+		})}
 	majors := coll.Maps[bpfMapNvidiaMajors]
 	if len(spec.DeviceMajors) > int(majors.MaxEntries()) {
 		s.close()
@@ -408,13 +411,13 @@ func (s *session) close() {
 	var uprobes time.Duration
 	wg.Go(func() {
 		start := time.Now()
-		s.api.close()
+		s.api.Close()
 		uprobes = time.Since(start)
 	})
 	s.detach()
 	wg.Wait()
-	if s.api.preProbed != "" {
-		s.phases.note("uprobes: " + s.api.preProbed)
+	if pre := s.api.PreProbed(); pre != "" {
+		s.phases.note("uprobes: " + pre)
 	}
 	s.phases.note(fmt.Sprintf("uprobes detached in %v", uprobes.Round(100*time.Microsecond)))
 	if s.rd != nil {
@@ -470,7 +473,7 @@ func (s *session) runLaunch(ctx context.Context, spec tracer.Spec, child *launch
 	// The libraries the target's loader would pick, as its root shows them
 	// now, are probed while it runs; until then, and for one opened from
 	// anywhere else, its open is held (hold_unprobed_libs).
-	s.api.preProbe(snapshot.OpenCUDALibraries(fmt.Sprintf("/proc/%d/root", child.PID), os.Getenv("LD_LIBRARY_PATH")), s.tracing)
+	s.api.PreProbe(snapshot.OpenCUDALibraries(fmt.Sprintf("/proc/%d/root", child.PID), os.Getenv("LD_LIBRARY_PATH")), s.tracing)
 	s.phases.mark("attached")
 	waitc := make(chan waitResult, 1)
 	if err := child.Release(); err != nil {
@@ -581,8 +584,8 @@ func (s *session) runAttach(ctx context.Context, spec tracer.Spec, tgids []int, 
 		}
 	}
 	for _, t := range tgids {
-		s.api.attachLibs(snapshot.OpenMappedLibraries(t))
-		s.api.attachLibs(snapshot.OpenCUDALibraries(fmt.Sprintf("/proc/%d/root", t), TargetLibraryPath(t)))
+		s.api.AttachLibs(snapshot.OpenMappedLibraries(t))
+		s.api.AttachLibs(snapshot.OpenCUDALibraries(fmt.Sprintf("/proc/%d/root", t), uprobe.TargetLibraryPath(t)))
 	}
 	res.Notes = append(res.Notes, "attached to running processes: calls made before the attach are not in this trace")
 	for _, t := range tgids {

@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/cudatrace/cudatrace/tracer"
+	"github.com/cudatrace/cudatrace/tracer/uprobe"
 )
 
 // Keyed by the generated constants, so the tables follow the C enums.
@@ -84,10 +85,10 @@ type decoder struct {
 	box        eventBox
 	full       bpfEvent // a cut record, zero-filled to full size
 	// api names the probes behind api events (nil: none attached).
-	api *apiProbes
+	api *uprobe.Probes
 	// held is the last event's hold, when the kernel stopped its process
 	// at the open of an unprobed library (heldOK).
-	held   heldOpen
+	held   uprobe.Held
 	heldOK bool
 }
 
@@ -139,7 +140,7 @@ func (d *decoder) decode(raw []byte) (*tracer.Event, error) {
 	ev.NoReturn = e.NoEntry == uint8(bpfNoEntryMarkNO_ENTRY_ROLLED_BACK) || killed
 	ev.ThreadKilled = killed
 	if e.Held != 0 && ev.Kind == tracer.KindOpen {
-		d.held = heldOpen{pid: ev.PID, fd: int(e.Ret), path: ev.Path, dev: e.Request, ino: e.Uptr, stopped: e.Held == 1}
+		d.held = uprobe.Held{PID: ev.PID, FD: int(e.Ret), Path: ev.Path, Dev: e.Request, Ino: e.Uptr, Stopped: e.Held == 1}
 		d.heldOK = true
 		ev.Unprobed = e.Held == 2
 	}
@@ -197,7 +198,7 @@ func (d *decoder) decodeAPI(e *bpfEvent) (*tracer.Event, error) {
 	if d.api == nil {
 		return nil, fmt.Errorf("api event with no probes attached")
 	}
-	fn, lib, ok := d.api.describe(e.Request)
+	fn, lib, ok := d.api.Describe(e.Request)
 	if !ok {
 		return nil, fmt.Errorf("api event with unknown cookie %#x", e.Request)
 	}

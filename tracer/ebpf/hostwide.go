@@ -29,7 +29,7 @@ func (s *session) runHostWide(ctx context.Context, spec tracer.Spec, res *tracer
 	// The host's own copies, as its loader would pick them; a container's
 	// copy is probed at its first open (the process is not stopped for
 	// it: the event says so).
-	s.api.attachLibs(snapshot.OpenCUDALibraries("/", ""))
+	s.api.AttachLibs(snapshot.OpenCUDALibraries("/", ""))
 	s.phases.mark("attached")
 	var timeout <-chan time.Time
 	if spec.Duration > 0 {

@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cilium/ebpf/link"
-
 	"github.com/cudatrace/cudatrace/internal/fakelib"
 	"github.com/cudatrace/cudatrace/internal/privtest"
 	"github.com/cudatrace/cudatrace/snapshot"
@@ -36,17 +34,15 @@ func TestPreProbe(t *testing.T) {
 				t.Fatalf("found %d libraries in %s, want the fake libcuda and libnvidia-ml", len(libs), dir)
 			}
 			asked := 0
-			p.probes.preProbe(libs, func() bool { asked++; return tc.wanted })
-			p.probes.background.Wait()
+			p.probes.PreProbe(libs, func() bool { asked++; return tc.wanted })
+			p.probes.Wait()
 			if got := len(p.Libraries()); got != tc.probed {
 				t.Errorf("%d libraries probed (%v), want %d", got, p.Libraries(), tc.probed)
 			}
 			if asked == 0 {
 				t.Error("wanted was never asked")
 			}
-			p.probes.mu.Lock()
-			links := len(p.probes.links)
-			p.probes.mu.Unlock()
+			links := p.probes.Links()
 			if tc.probed == 0 && links != 0 {
 				t.Errorf("%d links made for nobody", links)
 			}
@@ -64,12 +60,10 @@ func TestPreProbe(t *testing.T) {
 			t.Fatal(err)
 		}
 		libs := snapshot.OpenCUDALibraries("/", dir)
-		p.probes.preProbe(libs, func() bool { return true })
+		p.probes.PreProbe(libs, func() bool { return true })
 		p.Close() // waits for the goroutine
-		p.probes.mu.Lock()
-		defer p.probes.mu.Unlock()
-		if len(p.probes.links) != 0 {
-			t.Errorf("%d links left after close", len(p.probes.links))
+		if n := p.probes.Links(); n != 0 {
+			t.Errorf("%d links left after close", n)
 		}
 		for _, l := range libs {
 			if l.File.Fd() != ^uintptr(0) {
@@ -79,74 +73,10 @@ func TestPreProbe(t *testing.T) {
 	})
 }
 
-// The offsets the probes are attached at, read from .dynsym alone, are the
-// ones cilium/ebpf resolves the same names to from all the symbols.
-func TestExportedFuncOffsets(t *testing.T) {
-	dir := fakelib.Build(t)
-	path := filepath.Join(dir, "libcuda.so.1")
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = f.Close() }() // read-only
-	got, err := exportedFuncs(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ex, err := link.OpenExecutable(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, fn := range apiFuncs {
-		off, ok := got[fn.name]
-		if !ok {
-			continue
-		}
-		n++
-		sym, err := ex.Symbol(off)
-		if err != nil || sym.Symbol != fn.name || sym.Offset != 0 {
-			t.Errorf("%s at offset %#x: cilium/ebpf says %+v (%v)", fn.name, off, sym, err)
-		}
-	}
-	if n == 0 || got["cuInit"] == 0 {
-		t.Fatalf("no entry point found in %s: %v", path, got)
-	}
-}
-
-// A library file the target made may be anything: a truncated or garbage
-// ELF is an error, never a panic or a huge allocation.
-func TestExportedFuncsHostileFile(t *testing.T) {
-	dir := fakelib.Build(t)
-	good, err := os.ReadFile(filepath.Join(dir, "libcuda.so.1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, data := range map[string][]byte{
-		"empty":     nil,
-		"truncated": good[:len(good)/3],
-		"header":    good[:64],
-		"garbage":   append(append([]byte{}, good[:16]...), make([]byte, 4096)...),
-	} {
-		path := filepath.Join(t.TempDir(), name)
-		if err := os.WriteFile(path, data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		f, err := os.Open(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got, err := exportedFuncs(f); err == nil && len(got) > 0 {
-			t.Errorf("%s: found %v in a broken file", name, got)
-		}
-		_ = f.Close() // read-only
-	}
-}
-
 // A launched target's libcuda, on cudatrace's LD_LIBRARY_PATH as the
 // loader would find it, has cuInit's return recorded whether the target
 // opens it at once (held by the kernel until it is probed: the background
-// probing waits preProbeAfter), at once under another name (held by its
+// probing waits uprobe's preProbeAfter), at once under another name (held by its
 // inode), or after the background probing put the probes on.
 func TestLaunchedTargetLibraryProbed(t *testing.T) {
 	dir := fakelib.Build(t)

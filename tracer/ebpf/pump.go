@@ -9,6 +9,7 @@ import (
 	"github.com/cilium/ebpf/ringbuf"
 
 	"github.com/cudatrace/cudatrace/tracer"
+	"github.com/cudatrace/cudatrace/tracer/uprobe"
 )
 
 // pollInterval bounds how long an event waits in the ring: the BPF side
@@ -27,7 +28,7 @@ type pump struct {
 	exits chan<- struct{}
 	// hold continues a process the kernel stopped at its open of an
 	// unprobed library, once the library is probed.
-	hold func(heldOpen)
+	hold func(uprobe.Held)
 	// before, when set, sees each event before the sink does (host-wide
 	// traces: who is followed, and a process's folded counts before its
 	// exit).

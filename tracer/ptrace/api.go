@@ -11,11 +11,12 @@ import (
 	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
-	"github.com/cudatrace/cudatrace/tracer/ebpf"
+	"github.com/cudatrace/cudatrace/tracer/uprobe"
 )
 
 // CUDA's own return codes come from the eBPF backend's uretprobes on
-// libcuda and libnvidia-ml, where the privileges allow them (root, or
+// libcuda and libnvidia-ml (loaded through package uprobe, which the eBPF
+// backend registers with when linked in), where the privileges allow them (root, or
 // CAP_BPF+CAP_PERFMON). The tracer thread owns them: it puts each traced
 // process in their filter as it appears, probes a library opened from
 // anywhere at the open's exit stop (the opener waits, stopped, so no
@@ -30,22 +31,22 @@ const apiUnknownNote = "CUDA's return code is unknown: "
 // pids have loaded (their mappings, and the loader's choice for a later
 // dlopen). Without the probes the trace goes on, with res saying why.
 func (s *session) startAPI(res *tracer.Result, pids []int) {
-	p, err := ebpf.StartAPIProbes(s.start)
+	p, err := uprobe.Start(s.start)
 	if !s.useAPI(res, p, err) {
 		return
 	}
 	for _, pid := range pids {
 		p.AttachLibs(snapshot.OpenMappedLibraries(pid))
-		p.AttachLibs(snapshot.OpenCUDALibraries(fmt.Sprintf("/proc/%d/root", pid), ebpf.TargetLibraryPath(pid)))
+		p.AttachLibs(snapshot.OpenCUDALibraries(fmt.Sprintf("/proc/%d/root", pid), uprobe.TargetLibraryPath(pid)))
 	}
 }
 
-// startAPIProbes is ebpf.StartAPIProbes; tests slow it down.
-var startAPIProbes = ebpf.StartAPIProbes
+// startAPIProbes is uprobe.Start; tests slow it down.
+var startAPIProbes = uprobe.Start
 
 // apiLoad is the outcome of a background load of the probes.
 type apiLoad struct {
-	p   *ebpf.APIProbes
+	p   uprobe.API
 	err error
 }
 
@@ -106,7 +107,7 @@ func (l *apiLaunch) giveUp() bool {
 func (s *session) startAPILaunch(res *tracer.Result, pid int) {
 	// Said now, not by the load: a trace that ends first does not wait
 	// for it (abandonAPI), and must still say why codes are missing.
-	if err := ebpf.APIProbesAllowed(); err != nil {
+	if err := uprobe.Allowed(); err != nil {
 		s.useAPI(res, nil, err)
 		return
 	}
@@ -147,7 +148,7 @@ func (s *session) installAPI(wait bool) {
 
 // useAPI makes p the session's probes, with every process traced so far in
 // their filter; false (res saying why) when they could not load.
-func (s *session) useAPI(res *tracer.Result, p *ebpf.APIProbes, err error) bool {
+func (s *session) useAPI(res *tracer.Result, p uprobe.API, err error) bool {
 	if err != nil {
 		res.Notes = append(res.Notes, apiUnknownNote+"its uprobes could not be loaded: "+err.Error())
 		return false

@@ -14,7 +14,8 @@ import (
 	"github.com/cudatrace/cudatrace/internal/fakelib"
 	"github.com/cudatrace/cudatrace/internal/privtest"
 	"github.com/cudatrace/cudatrace/tracer"
-	"github.com/cudatrace/cudatrace/tracer/ebpf"
+	_ "github.com/cudatrace/cudatrace/tracer/ebpf" // registers the uprobes' loader
+	"github.com/cudatrace/cudatrace/tracer/uprobe"
 )
 
 // bpfFDs counts this process's BPF objects and perf events: a probe left
@@ -201,13 +202,13 @@ func TestLaunchLibraryProbedUnderAnotherName(t *testing.T) {
 func TestLaunchEndsBeforeAPILoad(t *testing.T) {
 	privtest.RequireRoot(t)
 	release, loaded := make(chan struct{}), make(chan error, 1)
-	startAPIProbes = func(start time.Time) (*ebpf.APIProbes, error) {
+	startAPIProbes = func(start time.Time) (uprobe.API, error) {
 		<-release
-		p, err := ebpf.StartAPIProbes(start)
+		p, err := uprobe.Start(start)
 		loaded <- err
 		return p, err
 	}
-	defer func() { startAPIProbes = ebpf.StartAPIProbes }()
+	defer func() { startAPIProbes = uprobe.Start }()
 	before := bpfFDs(t)
 	res, _, _ := runLaunch(t, []string{"/bin/sleep", "0.1"}, []uint32{1})
 	if res.Exit == nil || res.Exit.Code != 0 || !res.APIReturns || len(res.APILibraries) != 0 {
@@ -225,11 +226,11 @@ func TestLaunchEndsBeforeAPILoad(t *testing.T) {
 func TestLaunchShortTargetLoadsNoProbes(t *testing.T) {
 	privtest.RequireRoot(t)
 	var began atomic.Int32
-	startAPIProbes = func(start time.Time) (*ebpf.APIProbes, error) {
+	startAPIProbes = func(start time.Time) (uprobe.API, error) {
 		began.Add(1)
-		return ebpf.StartAPIProbes(start)
+		return uprobe.Start(start)
 	}
-	defer func() { startAPIProbes = ebpf.StartAPIProbes }()
+	defer func() { startAPIProbes = uprobe.Start }()
 	before := bpfFDs(t)
 	res, _, _ := runLaunch(t, []string{"/bin/true"}, []uint32{1})
 	if res.Exit == nil || res.Exit.Code != 0 || !res.APIReturns {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/cudatrace/cudatrace/internal/procfs"
 	"github.com/cudatrace/cudatrace/tracer"
-	"github.com/cudatrace/cudatrace/tracer/ebpf"
+	"github.com/cudatrace/cudatrace/tracer/uprobe"
 )
 
 // stopMode is how tracees stop on syscalls.
@@ -134,7 +134,7 @@ type session struct {
 	debug       bool
 	// api records CUDA's return codes (api.go); nil where it could not
 	// load. apiErr is a failure to say in the result.
-	api    *ebpf.APIProbes
+	api    uprobe.API
 	apiErr string
 	// apiLoading (launch): the probes loading in the background, or soon
 	// to; the loop installs them at the first stop after they are ready,

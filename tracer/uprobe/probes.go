@@ -1,10 +1,16 @@
-package ebpf
+// Package uprobe is the uprobes on the CUDA driver and NVML entry points,
+// shared by the eBPF and ptrace backends: which functions, how a library
+// file is probed (per symbol, or one uprobe_multi link per library), the
+// kernel-held opens released once probed, and the interface a backend
+// without the BPF object (ptrace) loads them through.
+package uprobe
 
 import (
 	"debug/elf"
 	"errors"
 	"fmt"
 	"os"
+	"structs"
 	"sync"
 	"time"
 
@@ -40,10 +46,10 @@ var apiFuncs = []apiFunc{
 // The attach cookie names the probe: library index << 16 | apiFuncs index.
 func apiCookie(lib, fn int) uint64 { return uint64(lib)<<16 | uint64(fn) }
 
-// apiProbes are the uprobes on the CUDA and NVML libraries of one trace.
+// Probes are the uprobes on the CUDA and NVML libraries of one trace.
 // Attaching happens before the target is released, from the pump (a held
 // open), and at the end nothing is left: Close detaches all.
-type apiProbes struct {
+type Probes struct {
 	enter, ret *ebpf.Program
 	// enterMulti, retMulti attach a library's entry points with one
 	// uprobe_multi link each (nil before 6.6, or where not loaded).
@@ -69,12 +75,29 @@ type apiProbes struct {
 	preProbed string
 }
 
-func newAPIProbes(enter, ret *ebpf.Program, probed *ebpf.Map) *apiProbes {
-	return &apiProbes{enter: enter, ret: ret, probed: probed, attached: map[[2]uint64]bool{}}
+// Objects are the loaded programs and maps the probes use, from the
+// caller's BPF collection (the object is the eBPF backend's: it is built
+// from one C file with the syscall programs, whose maps these share).
+type Objects struct {
+	Enter, Ret *ebpf.Program
+	// EnterMulti, RetMulti: the uprobe_multi twins (nil before 6.6, or
+	// where not loaded).
+	EnterMulti, RetMulti *ebpf.Program
+	Probed               *ebpf.Map // probed_libs
+	// Awaited (awaited_libs) and Awaiting (awaiting_libs), for PreProbe's
+	// hold of opens by any name (nil: not launching, or ptrace).
+	Awaited  *ebpf.Map
+	Awaiting *ebpf.Variable
+}
+
+// New makes the probes of one trace; nothing is attached yet.
+func New(o Objects) *Probes {
+	return &Probes{enter: o.Enter, ret: o.Ret, enterMulti: o.EnterMulti, retMulti: o.RetMulti, probed: o.Probed,
+		awaited: o.Awaited, awaiting: o.Awaiting, attached: map[[2]uint64]bool{}}
 }
 
 // describe names a returned probe for the decoder.
-func (p *apiProbes) describe(cookie uint32) (fn, lib string, ok bool) {
+func (p *Probes) Describe(cookie uint32) (fn, lib string, ok bool) {
 	li, fi := int(cookie>>16), int(cookie&0xffff)
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -85,7 +108,7 @@ func (p *apiProbes) describe(cookie uint32) (fn, lib string, ok bool) {
 }
 
 // attachLibs probes each file and closes it.
-func (p *apiProbes) attachLibs(libs []*snapshot.LibFile) {
+func (p *Probes) AttachLibs(libs []*snapshot.LibFile) {
 	for _, l := range libs {
 		if err := p.attachFile(l.File, l.Path, nil); err != nil {
 			p.note("uprobes on %s: %v", l.Path, err)
@@ -110,7 +133,7 @@ const preProbeAfter = 25 * time.Millisecond
 // name, is held by the kernel until its library is probed
 // (hold_unprobed_libs, await), so no return is missed either way. wanted
 // says whether anyone is left to probe for.
-func (p *apiProbes) preProbe(libs []*snapshot.LibFile, wanted func() bool) {
+func (p *Probes) PreProbe(libs []*snapshot.LibFile, wanted func() bool) {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -160,7 +183,7 @@ func (p *apiProbes) preProbe(libs []*snapshot.LibFile, wanted func() bool) {
 // target runs: an open of one under another name than libcuda's or NVML's
 // (a symlink) is held as theirs are. Best effort: a file not awaited is
 // still held when opened by its own name.
-func (p *apiProbes) await(libs []*snapshot.LibFile) {
+func (p *Probes) await(libs []*snapshot.LibFile) {
 	if p.awaited == nil || p.awaiting == nil {
 		return
 	}
@@ -177,12 +200,12 @@ func (p *apiProbes) await(libs []*snapshot.LibFile) {
 }
 
 // awaitDone ends await once the background probing is over.
-func (p *apiProbes) awaitDone() {
+func (p *Probes) awaitDone() {
 	if p.awaited == nil || p.awaiting == nil {
 		return
 	}
 	_ = p.awaiting.Set(uint32(0)) // the map is emptied next; a stale entry only holds an open
-	var key bpfLibId
+	var key libID
 	for p.awaited.NextKey(nil, &key) == nil {
 		if p.awaited.Delete(key) != nil {
 			break
@@ -190,15 +213,24 @@ func (p *apiProbes) awaitDone() {
 	}
 }
 
+// libID is probed_libs' and awaited_libs' key (struct lib_id in
+// cudatrace.c, bpfLibId in the eBPF backend's generated code).
+type libID struct {
+	_   structs.HostLayout
+	Ino uint64
+	Dev uint32
+	Pad uint32
+}
+
 // libKey is a file as the kernel names it: its superblock's dev_t and inode.
-func libKey(st *unix.Stat_t) bpfLibId {
-	return bpfLibId{Ino: st.Ino, Dev: uint32(unix.Major(st.Dev))<<20 | uint32(unix.Minor(st.Dev))}
+func libKey(st *unix.Stat_t) libID {
+	return libID{Ino: st.Ino, Dev: uint32(unix.Major(st.Dev))<<20 | uint32(unix.Minor(st.Dev))}
 }
 
 // attachFile puts the entry points' probes on an opened library file
 // (through /proc/self/fd, so exactly this file), once per file. With
 // wanted, it makes no link once wanted says no (errNotWanted).
-func (p *apiProbes) attachFile(f *os.File, name string, wanted func() bool) error {
+func (p *Probes) attachFile(f *os.File, name string, wanted func() bool) error {
 	var st unix.Stat_t
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
 		return err
@@ -261,7 +293,7 @@ func (p *apiProbes) attachFile(f *os.File, name string, wanted func() bool) erro
 // attachMulti attaches the library's exported entry points with one
 // uretprobe_multi link (and one uprobe_multi for those with a count out),
 // returning how many it probes; an error leaves nothing attached.
-func (p *apiProbes) attachMulti(ex *link.Executable, f *os.File, li int, wanted func() bool) (int, error) {
+func (p *Probes) attachMulti(ex *link.Executable, f *os.File, li int, wanted func() bool) (int, error) {
 	if p.enterMulti == nil || p.retMulti == nil {
 		return 0, errors.New("uprobe_multi not available")
 	}
@@ -353,30 +385,30 @@ func exportedFuncs(f *os.File) (out map[string]uint64, err error) {
 
 // markProbed records a file as the kernel identified it in a held open, so
 // later opens of it are not held again.
-func (p *apiProbes) markProbed(dev uint32, ino uint64) {
-	_ = p.probed.Put(bpfLibId{Ino: ino, Dev: dev}, uint8(1)) // on failure the next open is held again: slower, not wrong
+func (p *Probes) markProbed(dev uint32, ino uint64) {
+	_ = p.probed.Put(libID{Ino: ino, Dev: dev}, uint8(1)) // on failure the next open is held again: slower, not wrong
 }
 
 // release continues a process the kernel stopped at its open of an
 // unprobed library, once that library is probed (or could not be).
-func (p *apiProbes) release(h heldOpen) {
-	if !h.stopped {
+func (p *Probes) Release(h Held) {
+	if !h.Stopped {
 		p.attachUnstopped(h)
 		return
 	}
 	defer func() {
 		// Gone already (ESRCH) is fine; a live process left stopped is not.
-		if err := unix.Kill(h.pid, unix.SIGCONT); err != nil && err != unix.ESRCH {
-			p.note("could not continue PID %d after probing %s: %v; it stays stopped (kill -CONT %d)", h.pid, h.path, err, h.pid)
+		if err := unix.Kill(h.PID, unix.SIGCONT); err != nil && err != unix.ESRCH {
+			p.note("could not continue PID %d after probing %s: %v; it stays stopped (kill -CONT %d)", h.PID, h.Path, err, h.PID)
 		}
 	}()
-	p.attachOpened(h.pid, h.fd, h.path)
-	p.markProbed(h.dev, h.ino)
+	p.AttachOpened(h.PID, h.FD, h.Path)
+	p.markProbed(h.Dev, h.Ino)
 }
 
 // attachOpened probes the library a process just opened, as its fd fd
 // (in /proc/PID/fd: a thread id works too), if it is a regular file.
-func (p *apiProbes) attachOpened(pid, fd int, name string) {
+func (p *Probes) AttachOpened(pid, fd int, name string) {
 	// Looked up O_PATH and opened only if regular: the target may have
 	// opened a device under a library's name.
 	f, err := snapshot.OpenRegular(fmt.Sprintf("/proc/%d/fd/%d", pid, fd))
@@ -395,40 +427,40 @@ func (p *apiProbes) attachOpened(pid, fd int, name string) {
 // loader closes it once mapped) or even reused by then: the file is taken
 // from the fd or the process's mappings only if it is the inode the kernel
 // named.
-func (p *apiProbes) attachUnstopped(h heldOpen) {
+func (p *Probes) attachUnstopped(h Held) {
 	same := func(f *os.File) bool {
 		var st unix.Stat_t
-		return unix.Fstat(int(f.Fd()), &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Ino == h.ino &&
-			uint32(unix.Major(st.Dev))<<20|uint32(unix.Minor(st.Dev)) == h.dev
+		return unix.Fstat(int(f.Fd()), &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Ino == h.Ino &&
+			uint32(unix.Major(st.Dev))<<20|uint32(unix.Minor(st.Dev)) == h.Dev
 	}
 	attached := false
-	if f, err := snapshot.OpenRegular(fmt.Sprintf("/proc/%d/fd/%d", h.pid, h.fd)); err == nil {
+	if f, err := snapshot.OpenRegular(fmt.Sprintf("/proc/%d/fd/%d", h.PID, h.FD)); err == nil {
 		if same(f) {
 			attached = true
-			if err := p.attachFile(f, h.path, nil); err != nil {
-				p.note("uprobes on %s: %v", h.path, err)
+			if err := p.attachFile(f, h.Path, nil); err != nil {
+				p.note("uprobes on %s: %v", h.Path, err)
 			}
 		}
 		_ = f.Close() // read-only: a failed close loses nothing
 	}
-	for _, l := range snapshot.OpenMappedLibraries(h.pid) {
+	for _, l := range snapshot.OpenMappedLibraries(h.PID) {
 		if !attached && same(l.File) {
 			attached = true
-			if err := p.attachFile(l.File, h.path, nil); err != nil {
-				p.note("uprobes on %s: %v", h.path, err)
+			if err := p.attachFile(l.File, h.Path, nil); err != nil {
+				p.note("uprobes on %s: %v", h.Path, err)
 			}
 		}
 		_ = l.Close() // best-effort cleanup: nothing to do if it fails
 	}
 	if !attached {
 		// Not marked probed: the next open of it tries again.
-		p.note("uprobes on %s (opened by PID %d): the file was closed and unmapped before it could be probed", h.path, h.pid)
+		p.note("uprobes on %s (opened by PID %d): the file was closed and unmapped before it could be probed", h.Path, h.PID)
 		return
 	}
-	p.markProbed(h.dev, h.ino)
+	p.markProbed(h.Dev, h.Ino)
 }
 
-func (p *apiProbes) note(format string, args ...any) {
+func (p *Probes) note(format string, args ...any) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if len(p.notes) < 8 {
@@ -437,7 +469,7 @@ func (p *apiProbes) note(format string, args ...any) {
 }
 
 // probedLibs lists the libraries probed, for the report.
-func (p *apiProbes) probedLibs() []string {
+func (p *Probes) Libraries() []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return append([]string(nil), p.libs...)
@@ -446,7 +478,7 @@ func (p *apiProbes) probedLibs() []string {
 // close detaches every probe, in parallel: each uprobe's unregistration
 // waits for its own grace period (~40 ms here), which one after another
 // made a run with both libraries probed take ~400 ms longer to exit.
-func (p *apiProbes) close() {
+func (p *Probes) Close() {
 	p.mu.Lock()
 	p.closed = true // after a background attach in flight, which holds mu
 	if p.closing != nil {
@@ -464,14 +496,15 @@ func (p *apiProbes) close() {
 	wg.Wait()
 }
 
-// heldOpen is an open of an unprobed library whose process the kernel
-// stopped: fd is the open's result in process pid.
-type heldOpen struct {
-	pid, fd int
-	path    string
-	dev     uint32
-	ino     uint64
-	stopped bool // the kernel sent it SIGSTOP: SIGCONT it once probed
+// Held is an open of an unprobed library whose process the kernel
+// stopped (Stopped) or, host-wide, only reported: FD is the open's result
+// in process PID, Dev and Ino the file as the kernel names it.
+type Held struct {
+	PID, FD int
+	Path    string
+	Dev     uint32
+	Ino     uint64
+	Stopped bool // the kernel sent it SIGSTOP: SIGCONT it once probed
 }
 
 // TargetLibraryPath is a running process's LD_LIBRARY_PATH, read through
@@ -482,4 +515,30 @@ func TargetLibraryPath(pid int) string {
 		return ""
 	}
 	return env["LD_LIBRARY_PATH"]
+}
+
+// Notes are what the report must say about the probes (a library that
+// could not be probed, one with none of the entry points).
+func (p *Probes) Notes() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.notes...)
+}
+
+// PreProbed says, for --debug, how PreProbe's background probing ended
+// ("" when there was none, or it has not ended).
+func (p *Probes) PreProbed() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.preProbed
+}
+
+// Wait waits for PreProbe's background probing to end (its tests).
+func (p *Probes) Wait() { p.background.Wait() }
+
+// Links counts the links attached (its tests).
+func (p *Probes) Links() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.links)
 }
