@@ -247,7 +247,11 @@ func (s *session) loop(shouldStop func() bool) {
 //     queued stop is checked before any request acts on it (the syscall
 //     info's op, eventAt for event stops): a request would act on the exit
 //     stop, and a stale fork event's message (the exit code) would name a
-//     task that never exits. The exit stop itself is always resumed.
+//     task that never exits. The exit stop itself is always resumed. Only
+//     a stop shown to be another one (its syscall info's op) is dropped:
+//     one whose check fails is resumed all the same, since under load a
+//     live tracee's check failed now and then (cause not found), and
+//     dropped, it stayed stopped for good.
 //   - Group-stops are parked with PTRACE_LISTEN, not resumed (the process
 //     stays stopped, as without a tracer) and not counted as stale; a new
 //     task's first stop, PTRACE_EVENT_STOP, is resumed whatever its signal.
@@ -318,10 +322,16 @@ func (s *session) handle(pid int, ws unix.WaitStatus) {
 		}
 		s.resume(t, 0)
 	case sig == unix.SIGTRAP && event == unix.PTRACE_EVENT_EXEC:
+		// The exec stop comes from the new program's tid, after de_thread
+		// has ended every other thread: it is never a killed thread's
+		// late stop, so it is always resumed. Dropped when the check
+		// failed, a vfork child that exec'd stayed in its exec stop for
+		// good under two CPU hogs (alive, not killed: cause not found).
+		// Unread, the tid that exec'd is taken to be this one.
 		former, ok := eventAt(t.tid, event)
 		if !ok {
-			s.stats.Stale++
-			return
+			s.debugf("exec event of %d unread; resumed anyway", t.tid)
+			former = uint64(t.tid)
 		}
 		s.execStop(t, int(former))
 	case event == unix.PTRACE_EVENT_STOP:
