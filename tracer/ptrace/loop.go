@@ -94,6 +94,10 @@ type Stats struct {
 	// Stale the stops dropped because their thread was killed while they
 	// waited (the invariants above handle: Stops = Requests + Stale).
 	Requests, Stale uint64
+	// Unread are the seccomp, syscall and exec stops resumed unread (their
+	// check failed): a call or an exec may be missing from the trace, which
+	// says so (Result.Dropped).
+	Unread uint64
 }
 
 // session is the state of one Run, owned by the tracer thread.
@@ -309,12 +313,10 @@ func (s *session) handle(pid int, ws unix.WaitStatus) {
 		s.stats.SeccompStops++
 		s.seccompStop(t)
 	case sig == unix.SIGTRAP && (event == unix.PTRACE_EVENT_FORK || event == unix.PTRACE_EVENT_VFORK || event == unix.PTRACE_EVENT_CLONE):
-		// A stop that looks stale is resumed all the same: under load a
-		// thread was left in its clone stop for good when the check
-		// failed with the thread still there (cause not found). Stale,
-		// the resume reaches its exit stop or fails with ESRCH, and that
-		// stop, reported apart, is resumed again, harmlessly; its child
-		// shows up by its own stops.
+		// Resumed even when it looks stale (the invariants above): then
+		// the resume meets its exit stop, which is resumed again when it
+		// is reported, or fails with ESRCH; its child shows up by its own
+		// stops.
 		if child, ok := eventAt(t.tid, event); ok {
 			s.announce(int(child), event, t.comm)
 		} else {
@@ -323,13 +325,13 @@ func (s *session) handle(pid int, ws unix.WaitStatus) {
 		s.resume(t, 0)
 	case sig == unix.SIGTRAP && event == unix.PTRACE_EVENT_EXEC:
 		// The exec stop comes from the new program's tid, after de_thread
-		// has ended every other thread: it is never a killed thread's
-		// late stop, so it is always resumed. Dropped when the check
-		// failed, a vfork child that exec'd stayed in its exec stop for
-		// good under two CPU hogs (alive, not killed: cause not found).
-		// Unread, the tid that exec'd is taken to be this one.
+		// has ended every other thread: never a killed thread's late stop,
+		// it is always resumed (a vfork child once stayed in it for good
+		// when its failed check dropped it). Unread, the tid that exec'd
+		// is taken to be this one.
 		former, ok := eventAt(t.tid, event)
 		if !ok {
+			s.stats.Unread++
 			s.debugf("exec event of %d unread; resumed anyway", t.tid)
 			former = uint64(t.tid)
 		}
@@ -379,12 +381,10 @@ func (s *session) resume(t *task, sig int) {
 }
 
 // requestFailed answers a seccomp or syscall stop whose syscall info could
-// not be read: it is resumed all the same, its call unrecorded. Gone
-// (killed), the resume fails with ESRCH too. But under load a thread was
-// left in such a stop for good, still there after the request failed
-// (cause not found): dropped unanswered, the trace waited forever. A stop
-// the info shows to be another one (its op) is stale and dropped.
+// not be read: it is resumed all the same (the invariants above), its call
+// unrecorded and counted. Gone (killed), the resume fails with ESRCH too.
 func (s *session) requestFailed(t *task, stop string, err error) {
+	s.stats.Unread++
 	s.debugf("%s stop of %d unread (%v); resumed anyway", stop, t.tid, err)
 	t.call, t.inSyscall = nil, false
 	s.resume(t, 0)

@@ -240,8 +240,17 @@ func (s *session) finishResult(res *tracer.Result) {
 	res.Ended = time.Now()
 	res.Events = s.seq
 	res.Exit = s.rootSt
+	s.noteUnread(res)
 	if s.detached > 0 {
 		res.Notes = append(res.Notes, fmt.Sprintf("the trace ended before all of the target's processes did: %d thread(s) were detached and run on under the seccomp filter, where the traced syscalls now fail with ENOSYS", s.detached))
+	}
+}
+
+// noteUnread marks the trace incomplete by the stops resumed unread.
+func (s *session) noteUnread(res *tracer.Result) {
+	if n := s.stats.Unread; n > 0 {
+		res.Dropped += n
+		res.Notes = append(res.Notes, fmt.Sprintf("%d stop(s) could not be read and were resumed unrecorded: a call or an exec may be missing; the trace is incomplete", n))
 	}
 }
 
@@ -277,6 +286,7 @@ func (b *Backend) attach(ctx context.Context, spec tracer.Spec, sink tracer.Sink
 		return cancelled || expired
 	})
 	s.finishAPI(res)
+	s.noteUnread(res)
 	res.Ended = time.Now()
 	res.Events = s.seq
 	return s, res, nil

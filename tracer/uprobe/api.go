@@ -94,9 +94,5 @@ func Start(start time.Time) (API, error) {
 	if l.Start == nil {
 		return nil, errNoLoader
 	}
-	p, err := l.Start(start)
-	if err != nil {
-		return nil, err
-	}
-	return p, nil
+	return l.Start(start) // the loader returns a nil interface on error
 }
