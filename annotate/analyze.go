@@ -2,6 +2,7 @@ package annotate
 
 import (
 	"fmt"
+	"path"
 	"sort"
 	"strings"
 	"syscall"
@@ -277,7 +278,7 @@ func (a *analyzer) refusedMemfd() int {
 // stubLibcuda is the load of a stub libcuda (the build-time one).
 func (a *analyzer) stubLibcuda() int {
 	for i := range a.ev {
-		if libcudaKind(&a.ev[i]) == "stub" && a.beforeCUDAFailure(i) {
+		if a.libKind(&a.ev[i]) == "stub" && a.beforeCUDAFailure(i) {
 			return i
 		}
 	}
@@ -385,7 +386,7 @@ func (a *analyzer) explainFailing() {
 	case tracer.KindMemfd:
 		a.seccompMemfd(a.fail)
 	}
-	if libcudaKind(e) == "stub" {
+	if a.libKind(e) == "stub" {
 		a.libcudaStub(a.fail)
 	}
 	if a.cause == "" {
@@ -734,11 +735,29 @@ func (a *analyzer) versionMismatch(i int) {
 		d = append(d, "User-space libraries opened: "+strings.Join(libs, ", ")+".")
 	}
 	d = append(d, a.kernelLines(func(t string) bool { return strings.Contains(t, "API mismatch") })...)
+	summary, cause := "the NVIDIA user-space libraries do not match the kernel module", "the user-space driver does not match the kernel module"
+	fix := "Reboot, or reload the kernel modules (`rmmod nvidia_uvm nvidia_drm nvidia_modeset nvidia && modprobe nvidia`), so the module matches the installed libraries. In containers, do not ship driver libraries in the image; let the NVIDIA Container Toolkit mount the host's."
+	if j := a.mismatchedLibcuda(); j >= 0 {
+		// The libcuda the process loaded is the other version: that copy,
+		// and what made the loader take it, is the cause and the fix.
+		l := &a.ev[j]
+		lv, from := a.libcudaVersion(l)
+		kind := ""
+		if a.libKind(l) == "compat" {
+			kind = " (a forward-compatibility copy)"
+		}
+		src, _ := a.libcudaSource(l)
+		d = append(d, fmt.Sprintf("%s loaded %s%s: libcuda %s (%s).", who(l), l.Path, kind, lv, from), src)
+		summary = fmt.Sprintf("libcuda %s%s was loaded from %s, and the kernel module is %s", lv, kind, path.Dir(l.Path), a.moduleVersion())
+		cause = fmt.Sprintf("it loaded libcuda %s%s from %s, and the kernel module is %s", lv, kind, path.Dir(l.Path), a.moduleVersion())
+		fix = a.mismatchFix(l)
+		events = append(events, l.Seq)
+	}
 	a.add(Finding{ID: "version-mismatch", Severity: SeverityError,
-		Summary: "the NVIDIA user-space libraries do not match the kernel module",
+		Summary: summary,
 		Detail:  d,
-		Fix:     "Reboot, or reload the kernel modules (`rmmod nvidia_uvm nvidia_drm nvidia_modeset nvidia && modprobe nvidia`), so the module matches the installed libraries. In containers, do not ship driver libraries in the image; let the NVIDIA Container Toolkit mount the host's.",
-		Events:  events}, "the user-space driver does not match the kernel module")
+		Fix:     fix,
+		Events:  events}, cause)
 }
 
 func cString(b []byte) string {

@@ -80,12 +80,23 @@ func (a *analyzer) openedOK(path string) bool {
 	return false
 }
 
-// libcudaKind classifies an open of libcuda: "stub", "compat", or "".
-func libcudaKind(e *tracer.Event) string {
+// libKind classifies an open of libcuda: "stub", "compat", or "". The
+// file's contents, as the snapshot read them, decide before its path: a
+// stub copied to libcuda.so.1 outside any stubs directory is still one.
+func (a *analyzer) libKind(e *tracer.Event) string {
 	if e.Kind != tracer.KindOpen || e.Failed() {
 		return ""
 	}
-	return libcudaPathKind(e.Path)
+	if k := libcudaPathKind(e.Path); k != "" {
+		return k
+	}
+	if lf := a.libraryFile(e); lf != nil {
+		if lf.Stub && strings.HasPrefix(baseName(e.Path), "libcuda.so") {
+			return "stub"
+		}
+		return libcudaPathKind(lf.Resolved)
+	}
+	return ""
 }
 
 // libcudaPathKind classifies a libcuda path: "stub", "compat", or "".
@@ -104,7 +115,7 @@ func libcudaPathKind(p string) string {
 
 func (a *analyzer) checkLibcuda() {
 	for i := range a.ev {
-		switch libcudaKind(&a.ev[i]) {
+		switch a.libKind(&a.ev[i]) {
 		case "stub":
 			a.libcudaStub(i)
 		case "compat":
@@ -123,13 +134,22 @@ func (a *analyzer) libcudaStub(i int) {
 	e := &a.ev[i]
 	d := []string{callLine(e),
 		"That is the CUDA toolkit's link-time stub, not the driver: cuInit returns 34 (CUDA_ERROR_STUB_LIBRARY)."}
+	if lf := a.libraryFile(e); lf != nil && lf.Stub && libcudaPathKind(e.Path) != "stub" {
+		d = append(d, fmt.Sprintf("Its contents say so, not its name: %d bytes and no driver version inside (the driver's libcuda is ~100 MB and carries its version).", lf.Size))
+	}
 	if v, ok := a.s.Env["LD_LIBRARY_PATH"]; ok && strings.Contains(v, "stubs") {
 		d = append(d, "LD_LIBRARY_PATH="+v)
+	}
+	src, undo := a.libcudaSource(e)
+	d = append(d, src)
+	fix := "Remove the toolkit's lib64/stubs directory from LD_LIBRARY_PATH (and from ld.so.conf / rpath) so the driver's libcuda.so.1 is found."
+	if undo != "" {
+		fix = "Load the driver's libcuda, not the stub: " + undo + " (the stub is for linking only; at run time the driver's libcuda.so.1 must be found)."
 	}
 	a.add(Finding{ID: "libcuda-stub", Severity: SeverityError,
 		Summary: "the stub libcuda was loaded: " + e.Path,
 		Detail:  d,
-		Fix:     "Remove the toolkit's lib64/stubs directory from LD_LIBRARY_PATH (and from ld.so.conf / rpath) so the driver's libcuda.so.1 is found.",
+		Fix:     fix,
 		Events:  []uint64{e.Seq}}, "the CUDA toolkit's stub libcuda was loaded instead of the driver's (CUDA_ERROR_STUB_LIBRARY, 34)")
 }
 

@@ -123,13 +123,19 @@ func (a *analyzer) fabricManagerMissing(f *tracer.Event, ds *snapshot.DriverStat
 }
 
 // checkLibraryVersions: the libcuda/libnvidia-ml the target opened against
-// the kernel module (CUDA 803, NVML 18), when CUDA did not succeed.
+// the kernel module (CUDA 803, NVML 18), when CUDA did not succeed. A
+// libcuda's version is read from its contents where the snapshot could;
+// a compat copy newer than the module is meant to differ and counts only
+// when CUDA said 803.
 func (a *analyzer) checkLibraryVersions() {
-	kv := a.s.Host.DriverVersion
-	if kv == "" && a.s.DriverState != nil {
-		kv = a.s.DriverState.ModuleVersion
-	}
+	kv := a.moduleVersion()
 	if kv == "" || a.cuda.Status == "ok" || a.cuda.Status == "not-called" {
+		return
+	}
+	f := a.cudaFailed()
+	said803 := f != nil && (f.Func == "cuInit" && f.Ret == cudaDriverMismatch || strings.HasPrefix(f.Func, "nvml") && f.Ret == nvmlRMVersionMism)
+	if i := a.mismatchedLibcuda(); i >= 0 && (said803 || a.libKind(&a.ev[i]) != "compat") {
+		a.versionMismatch(-1)
 		return
 	}
 	for i := range a.ev {
@@ -142,7 +148,7 @@ func (a *analyzer) checkLibraryVersions() {
 			return
 		}
 	}
-	if f := a.cudaFailed(); f != nil && (f.Func == "cuInit" && f.Ret == cudaDriverMismatch || strings.HasPrefix(f.Func, "nvml") && f.Ret == nvmlRMVersionMism) {
+	if said803 {
 		a.versionMismatch(-1)
 	}
 }

@@ -58,11 +58,14 @@ type deps struct {
 	// cgroupPath resolves a cgroup v2 id recorded at a call
 	// (snapshot.CgroupV2PathByID).
 	cgroupPath func(id uint64) (string, error)
-	analyze    func([]tracer.Event, *snapshot.Snapshot, annotate.Facts) annotate.Analysis
+	// inspectLibrary reads a libcuda or NVML file a process opened
+	// (snapshot.InspectLibrary).
+	inspectLibrary func(pid int, path string, sameRoot bool) snapshot.LibraryFile
+	analyze        func([]tracer.Event, *snapshot.Snapshot, annotate.Facts) annotate.Analysis
 }
 
 var live = deps{collectView: snapshot.CollectView, addHost: snapshot.AddHost, targetEnv: snapshot.TargetEnv,
-	targetContainer: snapshot.TargetContainer, targetIdentity: snapshot.TargetIdentity, cgroupPath: snapshot.CgroupV2PathByID, analyze: annotate.AnalyzeFacts}
+	targetContainer: snapshot.TargetContainer, targetIdentity: snapshot.TargetIdentity, cgroupPath: snapshot.CgroupV2PathByID, inspectLibrary: snapshot.InspectLibrary, analyze: annotate.AnalyzeFacts}
 
 // Trace runs the backend on o.Spec and returns the analysed report.
 // release (never nil) waits for the backend to let go of what it still

@@ -24,6 +24,7 @@ type Session struct {
 	// read holds the PIDs whose identity was read at their first event
 	// (at most maxIdentities).
 	read map[int]bool
+	libs libraries
 }
 
 // SessionOptions configure a Session.
@@ -48,6 +49,7 @@ type System struct {
 	TargetEnv       func(pid int) (map[string]string, error)
 	TargetContainer func(pid int) (snapshot.Container, bool)
 	TargetIdentity  func(pid int) (snapshot.Identity, error)
+	InspectLibrary  func(pid int, path string, sameRoot bool) snapshot.LibraryFile
 	Analyze         func([]tracer.Event, *snapshot.Snapshot, annotate.Facts) annotate.Analysis
 }
 
@@ -69,6 +71,9 @@ func (s *System) deps() deps {
 	}
 	if s.TargetIdentity != nil {
 		d.targetIdentity = s.TargetIdentity
+	}
+	if s.InspectLibrary != nil {
+		d.inspectLibrary = s.InspectLibrary
 	}
 	if s.Analyze != nil {
 		d.analyze = s.Analyze
@@ -101,6 +106,10 @@ func newSession(o SessionOptions, d deps) *Session {
 func (s *Session) Event(e *tracer.Event) {
 	s.rec.Event(e)
 	s.readIdentity(e)
+	if e.Kind == tracer.KindOpen && !e.Failed() && nvdev.IsLibrary(e.Path) {
+		id := s.snapper.identity(e.PID)
+		s.libs.inspect(s.d.inspectLibrary, e.PID, e.Path, id != nil && id.RootKnown && id.SameRoot)
+	}
 	// The snapshot is taken while the failing process still exists.
 	switch {
 	case e.Failed() && e.Kind == tracer.KindOpen && nvdev.IsNodePath(e.Path):
@@ -180,5 +189,6 @@ func (s *Session) Report(spec tracer.Spec, res *tracer.Result, started time.Time
 		s.snapper.fillEnv(snap, snapOpts.PID)
 	}
 	fillCred(snap, spec.Cred)
+	snap.Libraries = s.libs.wait()
 	return buildReport(spec, res, s.rec, snap, started, version, s.d.analyze)
 }

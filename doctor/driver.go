@@ -67,12 +67,12 @@ func checkVersions(h *host) Check {
 		switch {
 		case l.Path == "":
 			continue // the environment check says it is missing
-		case annotate.LibcudaKind(l.Path) != "":
+		case l.Stub || annotate.LibcudaKind(l.Path) != "":
 			continue // stub and compat libraries have their own versions
 		case l.Version == "":
 			ok = append(ok, l.Name+" (version not in its file name: "+l.Resolved+")")
 		case l.Version != kv:
-			bad = append(bad, fmt.Sprintf("%s is %s (%s), the kernel module is %s", l.Name, l.Version, l.Resolved, kv))
+			bad = append(bad, fmt.Sprintf("%s is %s (%s, from its %s), the kernel module is %s", l.Name, l.Version, l.Resolved, versionWord(l.VersionFrom), kv))
 		default:
 			ok = append(ok, l.Name+" "+l.Version)
 		}
@@ -88,6 +88,14 @@ func checkVersions(h *host) Check {
 		c.Summary += "; " + strings.Join(ok, ", ")
 	}
 	return c
+}
+
+// versionWord says where a library's version was read.
+func versionWord(from string) string {
+	if from == "contents" {
+		return "contents"
+	}
+	return "name"
 }
 
 // checkFirmware: GSP firmware files for the running version (open module).

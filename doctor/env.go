@@ -45,7 +45,11 @@ func checkEnvironment(h *host) []Check {
 			continue
 		}
 		c := Check{ID: "libcuda", Subject: "libcuda.so.1", Status: Pass}
-		switch kind := annotate.LibcudaKind(l.Path); {
+		kind := annotate.LibcudaKind(l.Path)
+		if l.Stub {
+			kind = "stub"
+		}
+		switch {
 		case l.Path == "" && !h.b.Driver.Loaded:
 			c.Status, c.Summary = Skip, "not found, and no driver is loaded either"
 		case l.Path == "":

@@ -201,6 +201,8 @@ for be in ebpf ptrace; do
   wait "$tpid"
 done
 
+states_libcuda
+
 echo "== leftovers"
 {
   echo "--- mounts after (tracefs/debugfs/cgroup)"
@@ -210,8 +212,43 @@ echo "== leftovers"
 } >"$out/after.txt" 2>&1
 cat "$out/after.txt"
 }
-# OVERHEAD_ONLY=1 skips the states (a second run within a time limit).
-[ "${OVERHEAD_ONLY:-}" = 1 ] || states
+# 19 (issue 27, class 8): which libcuda, by its contents. The host's own
+# CUDA toolkit files: its forward-compatibility libcuda (another driver
+# version: cuInit 803) first on LD_LIBRARY_PATH, the same file copied to a
+# neutral directory as libcuda.so.1 (neither its name nor its directory
+# says what it is), and the toolkit's real stub copied there likewise
+# (cuInit 34). Skipped where the toolkit has no compat or stub files.
+states_libcuda() {
+  local compat stub neutral
+  compat=$(ls -d /usr/local/cuda*/compat 2>/dev/null | head -1)
+  stub=$(ls /usr/local/cuda*/targets/*/lib/stubs/libcuda.so 2>/dev/null | head -1)
+  for be in ebpf ptrace; do
+    sfx=; [ $be = ptrace ] && sfx=-ptrace
+    if [ -n "$compat" ] && [ -e "$compat/libcuda.so.1" ]; then
+      traced 19-compat-first-cuinit$sfx none -- --backend $be -- env LD_LIBRARY_PATH="$compat" python3 -c "$CUINIT"
+      traced 19-compat-first-torch$sfx  none -- --backend $be -- env LD_LIBRARY_PATH="$compat" python3 -c "$TORCH"
+      neutral=$(mktemp -d)/lib
+      mkdir -p "$neutral" && cp "$(readlink -f "$compat/libcuda.so.1")" "$neutral/libcuda.so.1"
+      traced 19-compat-renamed-cuinit$sfx none -- --backend $be -- env LD_LIBRARY_PATH="$neutral" python3 -c "$CUINIT"
+      rm -rf "$(dirname "$neutral")"
+    fi
+    if [ -n "$stub" ]; then
+      neutral=$(mktemp -d)/lib
+      mkdir -p "$neutral" && cp "$stub" "$neutral/libcuda.so.1"
+      traced 19-real-stub-renamed-cuinit$sfx none -- --backend $be -- env LD_LIBRARY_PATH="$neutral" python3 -c "$CUINIT"
+      traced 19-real-stub-renamed-torch$sfx  none -- --backend $be -- env LD_LIBRARY_PATH="$neutral" python3 -c "$TORCH"
+      rm -rf "$(dirname "$neutral")"
+    fi
+  done
+}
+
+# OVERHEAD_ONLY=1 skips the states (a second run within a time limit);
+# LIBCUDA_ONLY=1 runs state 19 alone.
+if [ "${LIBCUDA_ONLY:-}" = 1 ]; then
+  states_libcuda
+elif [ "${OVERHEAD_ONLY:-}" != 1 ]; then
+  states
+fi
 
 echo "== overhead: torch.zeros(1).cuda(), $reps alternating rounds"
 : >"$out/overhead.csv"

@@ -258,9 +258,14 @@ func findLibrary(r *rootFS, soname, ldLibraryPath string, cache []string) Librar
 		return lib
 	}
 	lib.Path, lib.Via = hits[0].path, hits[0].via
-	lib.Resolved = r.resolve(lib.Path)
-	if m := libVersionRE.FindStringSubmatch(lib.Resolved); m != nil {
-		lib.Version = m[1]
+	lf := LibraryFile{Path: lib.Path}
+	if err := readLibraryFile(r, &lf); err == nil {
+		lib.Resolved, lib.Version, lib.VersionFrom, lib.Stub = lf.Resolved, lf.Version, lf.VersionFrom, lf.Stub
+	} else {
+		lib.Resolved = r.resolve(lib.Path)
+		if m := libVersionRE.FindStringSubmatch(lib.Resolved); m != nil {
+			lib.Version, lib.VersionFrom = m[1], "name"
+		}
 	}
 	for _, h := range hits[1:] {
 		lib.Shadowed = append(lib.Shadowed, h.path)

@@ -30,6 +30,9 @@ type Snapshot struct {
 	KernelLog   []KernelLine      `json:"kernel_log,omitempty"`
 	Container   Container         `json:"container"`
 	Env         map[string]string `json:"env,omitempty"` // only the variables DiagnosticEnv keeps (never secrets)
+	// Libraries are the libcuda and NVML files the traced processes opened,
+	// read at the open.
+	Libraries []LibraryFile `json:"libraries,omitempty"`
 	// TargetLost: the target exited while its own view (nodes, mounts,
 	// cgroups, credentials) was being read, so that part may be cudatrace's.
 	TargetLost bool `json:"-"`

@@ -94,9 +94,13 @@ type Library struct {
 	Path string `json:"path,omitempty"`
 	Via  string `json:"via,omitempty"`
 	// Resolved is the file Path's symlinks lead to, and Version the driver
-	// version in its name (libcuda.so.580.159.04).
-	Resolved string `json:"resolved,omitempty"`
-	Version  string `json:"version,omitempty"`
+	// version it is: from its banner, else its name (libcuda.so.580.159.04);
+	// VersionFrom says which ("contents", "name").
+	Resolved    string `json:"resolved,omitempty"`
+	Version     string `json:"version,omitempty"`
+	VersionFrom string `json:"version_from,omitempty"`
+	// Stub: the CUDA toolkit's link-time stub, by its contents.
+	Stub bool `json:"stub,omitempty"`
 	// Shadowed are further copies the loader would have taken had Path
 	// not been first.
 	Shadowed []string `json:"shadowed,omitempty"`

@@ -370,8 +370,13 @@ func TestLibcudaLoadedResultUnknown(t *testing.T) {
 				t.Errorf("verdict %q", v)
 			}
 			tr.requireFinding(t, "libcuda-loaded", "info")
-			if text := tr.findingText("libcuda-loaded"); !strings.Contains(text, "LD_LIBRARY_PATH, entry 1 ("+dir+")") {
+			// Its version, read from its contents at the open (the
+			// stand-in's banner; its name says none).
+			if text := tr.findingText("libcuda-loaded"); !strings.Contains(text, "LD_LIBRARY_PATH, entry 1 ("+dir+")") || !strings.Contains(text, "575.57.08 (from its contents)") {
 				t.Errorf("libcuda-loaded:\n%s", text)
+			}
+			if libs := tr.rep.Snapshot.Libraries; len(libs) == 0 || libs[0].Path != lib || libs[0].Version != "575.57.08" || libs[0].VersionFrom != "contents" || libs[0].Stub {
+				t.Errorf("snapshot libraries %+v", libs)
 			}
 		})
 	}

@@ -14,6 +14,11 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+/* The driver's libcuda carries its version in this banner in .rodata; a
+ * copy renamed libcuda.so.1 is known by it (cudatrace reads it). */
+__attribute__((used)) static const char banner[] =
+	"Version 575.57.08. Copyright (C) 2025 NVIDIA Corporation. All rights reserved.";
+
 static int initialized;
 static pid_t init_pid; /* CUDA's state belongs to the process that made it */
 static int devices;
