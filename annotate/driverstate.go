@@ -2,6 +2,7 @@ package annotate
 
 import (
 	"fmt"
+	"path"
 	"slices"
 	"strings"
 	"time"
@@ -16,6 +17,9 @@ const (
 	cudaNoDevice       = 100
 	cudaSystemNotReady = 802
 	cudaDriverMismatch = 803
+	// cudaCompatUnsupported: a forward-compatibility libcuda on a GPU or
+	// driver branch it does not support.
+	cudaCompatUnsupported = 804
 	cudaDevUnavailable = 46
 	nvmlRMVersionMism  = 18 // NVML_ERROR_LIB_RM_VERSION_MISMATCH
 )
@@ -133,6 +137,10 @@ func (a *analyzer) checkLibraryVersions() {
 		return
 	}
 	f := a.cudaFailed()
+	if f != nil && f.Func == "cuInit" && f.Ret == cudaCompatUnsupported {
+		a.compatUnsupported(f)
+		return
+	}
 	said803 := f != nil && (f.Func == "cuInit" && f.Ret == cudaDriverMismatch || strings.HasPrefix(f.Func, "nvml") && f.Ret == nvmlRMVersionMism)
 	if i := a.mismatchedLibcuda(); i >= 0 && (said803 || a.libKind(&a.ev[i]) != "compat") {
 		a.versionMismatch(-1)
@@ -151,6 +159,33 @@ func (a *analyzer) checkLibraryVersions() {
 	if said803 {
 		a.versionMismatch(-1)
 	}
+}
+
+// compatUnsupported: cuInit 804 names the libcuda that was loaded, the
+// forward-compatibility copy newer than the kernel module, and what chose
+// it.
+func (a *analyzer) compatUnsupported(f *tracer.Event) {
+	i := a.mismatchedLibcuda()
+	if i < 0 {
+		i = a.libcudaOpen()
+	}
+	d := []string{fmt.Sprintf("`%s()` by %s returned %d (%s).", f.Func, who(f), f.Ret, apiCodeName(f.Func, f.Ret))}
+	summary := "cuInit refused the forward-compatibility libcuda on this GPU (804)"
+	fix := "Remove the CUDA compat directory from LD_LIBRARY_PATH / ld.so.conf (or use an image without cuda-compat), so the driver's own libcuda is loaded; forward compatibility needs a data-center GPU and a supported driver branch."
+	events := []uint64{f.Seq}
+	if i >= 0 {
+		e := &a.ev[i]
+		lv, from := a.libcudaVersion(e)
+		src, undo := a.libcudaSource(e)
+		d = append(d, fmt.Sprintf("%s loaded %s: libcuda %s (%s); the kernel module is %s.", who(e), e.Path, orUnknown(lv), orUnknown(from), orUnknown(a.moduleVersion())), src)
+		summary = fmt.Sprintf("the forward-compatibility libcuda %s (%s) does not support this GPU or driver branch (804)", orUnknown(lv), path.Dir(e.Path))
+		if undo != "" {
+			fix = "Load the driver's own libcuda: " + undo + "; forward compatibility needs a data-center GPU and a supported driver branch."
+		}
+		events = append(events, e.Seq)
+	}
+	d = append(d, "CUDA's forward-compatibility package (cuda-compat) runs a newer libcuda on an older kernel module, on data-center GPUs only and on the driver branches it lists.")
+	a.add(Finding{ID: "compat-unsupported", Severity: SeverityError, Summary: summary, Detail: d, Fix: fix, Events: events}, "")
 }
 
 // libVersion is the driver version in a versioned library's name

@@ -87,6 +87,16 @@ func TestLibcudaByContents(t *testing.T) {
 	}
 	mustContain(t, "detail", detail(find(t, a, "libcuda-loaded")), "580.95.05 (from its contents)", "LD_LIBRARY_PATH, entry 1")
 
+	// A newer compat libcuda on a GPU it does not support: 804 names it.
+	s.Libraries[0].Version, s.Libraries[0].Resolved = "590.10.01", "/usr/local/cuda-13.0/compat/libcuda.so.590.10.01"
+	a = run(compat, 804, s)
+	f = find(t, a, "compat-unsupported")
+	if f.Severity != SeverityError {
+		t.Errorf("804: severity %s", f.Severity)
+	}
+	mustContain(t, "verdict", a.Verdict, "804", "forward-compatibility libcuda 590.10.01 (/usr/local/cuda-13.0/compat) does not support this GPU")
+	mustContain(t, "fix", f.Fix, "remove /usr/local/cuda-13.0/compat from LD_LIBRARY_PATH")
+
 	// A driver libcuda of another version, renamed libcuda.so.1 and baked
 	// into a container image: only its contents tell; the image is the fix.
 	s = h200()
