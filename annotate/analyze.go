@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/cudatrace/cudatrace/nvdev"
+	"github.com/cudatrace/cudatrace/nvdev/nvfile"
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
 )
@@ -826,7 +826,7 @@ func (a *analyzer) driverNotLoadedSev(name string, d []string, events []uint64, 
 		d = append(d, "nvidia-uvm is not in /proc/devices: the nvidia_uvm module is not loaded (it is loaded on demand, which fails without root or inside a container).")
 		fix = "On the host: `nvidia-modprobe -u -c=0` or `modprobe nvidia_uvm`, and load it at boot (add nvidia_uvm to /etc/modules-load.d/nvidia.conf)."
 	default:
-		d = append(d, fmt.Sprintf("No NVIDIA driver is registered in /proc/devices (no major %d): the nvidia kernel module is not loaded.", nvdev.Major))
+		d = append(d, fmt.Sprintf("No NVIDIA driver is registered in /proc/devices (no major %d): the nvidia kernel module is not loaded.", nvfile.Major))
 		fix = "Load it on the host (`modprobe nvidia`); if that fails, the kernel log says why: an unsigned module under Secure Boot (\"Key was rejected by service\"), a GPU the open module does not support, or a module built for another kernel."
 	}
 	a.add(Finding{ID: "driver-not-loaded", Severity: sev,

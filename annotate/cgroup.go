@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/cudatrace/cudatrace/cgroupdev"
-	"github.com/cudatrace/cudatrace/nvdev"
+	"github.com/cudatrace/cudatrace/nvdev/nvfile"
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
 )
@@ -340,7 +340,7 @@ func (a *analyzer) explainEPERM(i int) {
 			Inferred: true, Events: events}, "refused with EPERM, not by the device cgroup")
 		return
 	}
-	if reqOK && req.Major == nvdev.Major {
+	if reqOK && req.Major == nvfile.Major {
 		a.daemonReload(e, f, req, v2, v1, events)
 	}
 }
@@ -427,7 +427,7 @@ func (a *analyzer) cgroup2Denied(e *tracer.Event, f nodeFacts, req cgroupdev.Req
 		Fix:    fix,
 		Events: events}, fmt.Sprintf("denied by cgroup v2 device %s %s", word, strings.Join(ids, ", ")))
 
-	if f.regOK && major != nvdev.Major {
+	if f.regOK && major != nvfile.Major {
 		if stale := staleAllowMajors(a.s, allowMajors, major); len(stale) > 0 {
 			a.add(Finding{ID: "cgroup2-stale-major", Severity: SeverityError,
 				Summary: fmt.Sprintf("the rule allows %s, but %s is now %d", majorsList(stale), name, major),
@@ -469,7 +469,7 @@ func (a *analyzer) cgroup1Denied(e *tracer.Event, f nodeFacts, req cgroupdev.Req
 	if a.s.CgroupV1.ReadAfterExit {
 		d = append(d, afterExitNote("devices.list was read from", path))
 	}
-	if f.regOK && major != nvdev.Major {
+	if f.regOK && major != nvfile.Major {
 		if stale := staleAllowMajors(a.s, majors, major); len(stale) > 0 {
 			d = append(d, fmt.Sprintf("The list allows char major %s, which no driver owns now; %s is %d: the rule was written for an earlier major.", majorsList(stale), name, major))
 		}
@@ -572,7 +572,7 @@ func (a *analyzer) daemonReload(e *tracer.Event, f nodeFacts, req cgroupdev.Requ
 	var ev []string
 	// Other NVIDIA majors the cgroup still allows.
 	for _, d := range a.s.ProcDevices {
-		if d.Major == nvdev.Major || !strings.HasPrefix(d.Name, "nvidia") {
+		if d.Major == nvfile.Major || !strings.HasPrefix(d.Name, "nvidia") {
 			continue
 		}
 		other := cgroupdev.Request{Type: cgroupdev.TypeChar, Major: d.Major, Minor: 0, Access: cgroupdev.AccessRead | cgroupdev.AccessWrite}
@@ -587,13 +587,13 @@ func (a *analyzer) daemonReload(e *tracer.Event, f nodeFacts, req cgroupdev.Requ
 		}
 	}
 	for _, r := range v1.rules {
-		if (r.Type == cgroupdev.TypeChar || r.Type == cgroupdev.TypeAll) && r.Major == nvdev.Major && r.Access&(cgroupdev.AccessRead|cgroupdev.AccessWrite) == 0 {
-			ev = append(ev, fmt.Sprintf("devices.list keeps only `%s` for major %d, as seen after such rewrites (kubernetes#77073)", r, nvdev.Major))
+		if (r.Type == cgroupdev.TypeChar || r.Type == cgroupdev.TypeAll) && r.Major == nvfile.Major && r.Access&(cgroupdev.AccessRead|cgroupdev.AccessWrite) == 0 {
+			ev = append(ev, fmt.Sprintf("devices.list keeps only `%s` for major %d, as seen after such rewrites (kubernetes#77073)", r, nvfile.Major))
 		}
 	}
 	for j := range a.ev {
 		o := &a.ev[j]
-		if o.Kind == tracer.KindOpen && !o.Failed() && o.Dev != nil && o.Dev.Major != nvdev.Major && isNvidiaNode(o.Path) {
+		if o.Kind == tracer.KindOpen && !o.Failed() && o.Dev != nil && o.Dev.Major != nvfile.Major && isNvidiaNode(o.Path) {
 			ev = append(ev, fmt.Sprintf("%s (c %d:%d) opened fine in this trace", o.Path, o.Dev.Major, o.Dev.Minor))
 			break
 		}
@@ -603,8 +603,8 @@ func (a *analyzer) daemonReload(e *tracer.Event, f nodeFacts, req cgroupdev.Requ
 	}
 	systemd := systemdCgroup(a.s) || a.s.Container.Unit != ""
 	d := []string{
-		fmt.Sprintf("Major %d is denied but %s.", nvdev.Major, joinAnd(ev)),
-		fmt.Sprintf("That is the footprint of a device cgroup rewritten after the container started without the NVIDIA rules: with runc and the systemd cgroup driver, `systemctl daemon-reload` re-applies the unit's DeviceAllow list, which cannot name the NVIDIA nodes because they have no /dev/char/%d:N links; `docker update` and the kubelet CPU manager (static policy) re-apply the container's cgroup the same way.", nvdev.Major),
+		fmt.Sprintf("Major %d is denied but %s.", nvfile.Major, joinAnd(ev)),
+		fmt.Sprintf("That is the footprint of a device cgroup rewritten after the container started without the NVIDIA rules: with runc and the systemd cgroup driver, `systemctl daemon-reload` re-applies the unit's DeviceAllow list, which cannot name the NVIDIA nodes because they have no /dev/char/%d:N links; `docker update` and the kubelet CPU manager (static policy) re-apply the container's cgroup the same way.", nvfile.Major),
 	}
 	if systemd {
 		d = append(d, "The target's cgroup is a systemd scope/slice, so systemd manages its device program.")

@@ -7,14 +7,14 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/cudatrace/cudatrace/nvdev"
+	"github.com/cudatrace/cudatrace/nvdev/nvfile"
 	"github.com/cudatrace/cudatrace/tracer"
 )
 
 // checkAll adds what the trace and snapshot show beyond the failing call.
 func (a *analyzer) checkAll() {
 	if len(a.s.ProcDevices) > 0 {
-		if _, ok := a.s.MajorOf("nvidia"); !ok && a.s.MajorName(nvdev.Major) == "" {
+		if _, ok := a.s.MajorOf("nvidia"); !ok && a.s.MajorName(nvfile.Major) == "" {
 			a.driverNotLoaded("nvidia", nil)
 		} else if _, ok := a.s.MajorOf("nvidia-uvm"); !ok && !a.openedOK("/dev/nvidia-uvm") {
 			// Not fatal yet (libcuda may load it through nvidia-modprobe),
@@ -478,7 +478,7 @@ func (a *analyzer) checkCallsOK() {
 func (a *analyzer) cudaSeen() bool {
 	for i := range a.ev {
 		e := &a.ev[i]
-		if e.Kind == tracer.KindAPI || e.Kind == tracer.KindOpen && nvdev.IsLibrary(e.Path) || strings.HasPrefix(e.Path, "/dev/nvidia-uvm") {
+		if e.Kind == tracer.KindAPI || e.Kind == tracer.KindOpen && nvfile.IsLibrary(e.Path) || strings.HasPrefix(e.Path, "/dev/nvidia-uvm") {
 			return true
 		}
 	}

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/cudatrace/cudatrace/nvdev"
+	"github.com/cudatrace/cudatrace/nvdev/nvfile"
 	"github.com/cudatrace/cudatrace/tracer"
 )
 
@@ -323,7 +323,7 @@ func (a *analyzer) apiUnseen() string {
 func (a *analyzer) loadedLibcuda() bool {
 	for i := range a.ev {
 		e := &a.ev[i]
-		if e.Kind == tracer.KindOpen && !e.Failed() && nvdev.IsLibrary(e.Path) {
+		if e.Kind == tracer.KindOpen && !e.Failed() && nvfile.IsLibrary(e.Path) {
 			return true
 		}
 	}

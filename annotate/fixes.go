@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/cudatrace/cudatrace/nvdev"
+	"github.com/cudatrace/cudatrace/nvdev/nvfile"
 	"github.com/cudatrace/cudatrace/snapshot"
 )
 
@@ -28,7 +28,7 @@ func runtimeKind(s *snapshot.Snapshot) string {
 
 // dynamicMajorNote explains that a non-195 major must be re-checked.
 func dynamicMajorNote(major uint32, name string) string {
-	if major == nvdev.Major || name == "" {
+	if major == nvfile.Major || name == "" {
 		return ""
 	}
 	return fmt.Sprintf("%d is %s's current major in /proc/devices (decimal; `stat -c %%t` prints it in hex). It is assigned dynamically and can change after a module reload, driver upgrade or new kernel, so re-check it then.", major, name)

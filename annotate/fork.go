@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"sort"
 
-	"github.com/cudatrace/cudatrace/nvdev"
+	"github.com/cudatrace/cudatrace/nvdev/nvfile"
 	"github.com/cudatrace/cudatrace/tracer"
 )
 
@@ -31,7 +31,7 @@ func (a *analyzer) forkFacts() *forkFacts {
 			p = &procFork{first: i}
 			f.procs[e.PID] = p
 		}
-		if !e.Failed() && (e.Kind == tracer.KindExec || (e.Kind == tracer.KindOpen && nvdev.IsLibrary(e.Path))) {
+		if !e.Failed() && (e.Kind == tracer.KindExec || (e.Kind == tracer.KindOpen && nvfile.IsLibrary(e.Path))) {
 			p.ownImage = true
 		}
 		if e.Kind == tracer.KindAPI {

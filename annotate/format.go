@@ -10,7 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cudatrace/cudatrace/internal/sysabi"
-	"github.com/cudatrace/cudatrace/nvdev"
+	"github.com/cudatrace/cudatrace/nvdev/nvfile"
 	"github.com/cudatrace/cudatrace/tracer"
 )
 
@@ -62,7 +62,7 @@ func fileTypeString(mode uint32) string {
 func IoctlName(request uint32, dev *tracer.Dev) string {
 	nr := request & 0xff
 	typ := (request >> 8) & 0xff
-	isRM := dev != nil && dev.Major == nvdev.Major
+	isRM := dev != nil && dev.Major == nvfile.Major
 	if dev == nil && typ == rmIoctlMagic {
 		isRM = true
 	}
@@ -114,7 +114,7 @@ func isRMRequest(e *tracer.Event, nr uint32) bool {
 		return false
 	}
 	if e.Dev != nil {
-		return e.Dev.Major == nvdev.Major
+		return e.Dev.Major == nvfile.Major
 	}
 	return (e.Request>>8)&0xff == rmIoctlMagic
 }

@@ -8,7 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/cudatrace/cudatrace/nvdev"
+	"github.com/cudatrace/cudatrace/nvdev/nvfile"
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
 )
@@ -20,7 +20,7 @@ var (
 
 // isNvidiaNode is whether p is an NVIDIA device node path (not a /dev/char
 // link, which libcuda creates best-effort and whose failures are noise).
-var isNvidiaNode = nvdev.IsNodePath
+var isNvidiaNode = nvfile.IsNode
 
 func isGPUNode(p string) bool { return gpuNodeRe.MatchString(p) }
 
@@ -88,7 +88,7 @@ func driverName(s *snapshot.Snapshot, major, minor uint32) string {
 	if len(names) <= 1 {
 		return strings.Join(names, "")
 	}
-	if major == nvdev.Major {
+	if major == nvfile.Major {
 		want := "nvidia"
 		switch minor {
 		case 255:

@@ -7,7 +7,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cudatrace/cudatrace/internal/sysabi"
-	"github.com/cudatrace/cudatrace/nvdev"
+	"github.com/cudatrace/cudatrace/nvdev/nvfile"
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
 )
@@ -85,7 +85,7 @@ func placeholderMade(evs []tracer.Event, path string) *tracer.Event {
 func (a *analyzer) checkNotCharDevice() {
 	for _, path := range a.nvidiaPaths() {
 		nd, ok := nonDeviceAt(a.s, a.ev, path)
-		if !ok || (nd.kind == "a directory" && nvdev.IsDir(path)) {
+		if !ok || (nd.kind == "a directory" && nvfile.IsDir(path)) {
 			continue
 		}
 		var d []string

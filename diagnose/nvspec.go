@@ -8,7 +8,7 @@ import (
 
 	"github.com/cudatrace/cudatrace/annotate"
 	"github.com/cudatrace/cudatrace/diagnose/record"
-	"github.com/cudatrace/cudatrace/nvdev"
+	"github.com/cudatrace/cudatrace/nvdev/nvfile"
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
 )
@@ -37,8 +37,8 @@ func NVIDIASpec(spec *tracer.Spec, procDevices string, extra []uint, fold bool) 
 // nvidiaMajors picks the majors whose fds count as NVIDIA devices. 195 is
 // fixed by the driver, so it is included even when nothing is registered.
 func nvidiaMajors(devs []snapshot.DriverMajor, extra []uint) []uint32 {
-	seen := map[uint32]bool{nvdev.Major: true}
-	out := []uint32{nvdev.Major}
+	seen := map[uint32]bool{nvfile.Major: true}
+	out := []uint32{nvfile.Major}
 	add := func(m uint32) {
 		if !seen[m] {
 			seen[m] = true

@@ -5,7 +5,7 @@ import (
 
 	"github.com/cudatrace/cudatrace/annotate"
 	"github.com/cudatrace/cudatrace/diagnose/record"
-	"github.com/cudatrace/cudatrace/nvdev"
+	"github.com/cudatrace/cudatrace/nvdev/nvfile"
 	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
@@ -106,15 +106,15 @@ func newSession(o SessionOptions, d deps) *Session {
 func (s *Session) Event(e *tracer.Event) {
 	s.rec.Event(e)
 	s.readIdentity(e)
-	if e.Kind == tracer.KindOpen && !e.Failed() && nvdev.IsLibrary(e.Path) {
+	if e.Kind == tracer.KindOpen && !e.Failed() && nvfile.IsLibrary(e.Path) {
 		id := s.snapper.identity(e.PID)
 		s.libs.inspect(s.d.inspectLibrary, e.PID, e.Path, id != nil && id.RootKnown && id.SameRoot)
 	}
 	// The snapshot is taken while the failing process still exists.
 	switch {
-	case e.Failed() && e.Kind == tracer.KindOpen && nvdev.IsNodePath(e.Path):
+	case e.Failed() && e.Kind == tracer.KindOpen && nvfile.IsNode(e.Path):
 		s.snapper.triggerAs(e, e.Path, true)
-	case e.Kind == tracer.KindOpen && !e.Failed() && e.Dev == nil && nvdev.IsNodePath(e.Path):
+	case e.Kind == tracer.KindOpen && !e.Failed() && e.Dev == nil && nvfile.IsNode(e.Path):
 		// The live backends read the new fd's inode: no device number
 		// means it is not a device (LXC's placeholder file). Snapshot
 		// it in the target's view, which the exit snapshot may lose.

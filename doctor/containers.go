@@ -7,7 +7,7 @@ import (
 
 	"github.com/cudatrace/cudatrace/annotate"
 	"github.com/cudatrace/cudatrace/cgroupdev"
-	"github.com/cudatrace/cudatrace/nvdev"
+	"github.com/cudatrace/cudatrace/nvdev/nvfile"
 	"github.com/cudatrace/cudatrace/snapshot"
 )
 
@@ -56,7 +56,7 @@ func parseContainer(cc snapshot.ContainerConfig) containerView {
 				v.mounts = append(v.mounts, mountEntry{line: l, source: f[0], optional: strings.Contains(","+f[3]+",", ",optional,")})
 			}
 		case strings.HasPrefix(l.Key, "dev"):
-			if p, _, _ := strings.Cut(l.Value, ","); nvdev.IsNodePath(p) {
+			if p, _, _ := strings.Cut(l.Value, ","); nvfile.IsNode(p) {
 				v.devs = append(v.devs, l)
 			}
 		}
@@ -168,7 +168,7 @@ func checkContainer(h *host, cc snapshot.ContainerConfig) Check {
 	}
 
 	var needs []majorNeed
-	needs = append(needs, majorNeed{nvdev.Major, -1, "nvidia", "/dev/nvidiactl"})
+	needs = append(needs, majorNeed{nvfile.Major, -1, "nvidia", "/dev/nvidiactl"})
 	if m, ok := h.uvmMajor(); ok {
 		needs = append(needs, majorNeed{m, -1, "nvidia-uvm", "/dev/nvidia-uvm"})
 	}

@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/cudatrace/cudatrace/annotate"
-	"github.com/cudatrace/cudatrace/nvdev"
+	"github.com/cudatrace/cudatrace/nvdev/nvfile"
 	"github.com/cudatrace/cudatrace/snapshot"
 )
 
@@ -71,7 +71,7 @@ func (h *host) needs() []need {
 		required[p] = required[p] || req
 	}
 	_, ctlOK := h.b.MajorOf("nvidiactl")
-	driverThere := ctlOK || h.b.MajorName(nvdev.Major) != "" || h.b.Driver.Loaded
+	driverThere := ctlOK || h.b.MajorName(nvfile.Major) != "" || h.b.Driver.Loaded
 	if driverThere {
 		add("/dev/nvidiactl", true)
 		add("/dev/nvidia-uvm", true)

@@ -10,7 +10,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/cudatrace/cudatrace/nvdev"
+	"github.com/cudatrace/cudatrace/nvdev/nvfile"
 )
 
 // LibraryFile is a libcuda or libnvidia-ml a traced process opened, as its
@@ -100,7 +100,7 @@ func readLibraryFile(r *rootFS, lf *LibraryFile) error {
 		lf.Size = st.Size()
 	}
 	text, isELF := libraryText(f)
-	if v := nvdev.LibraryVersion(text); v != "" {
+	if v := nvfile.LibraryVersion(text); v != "" {
 		lf.Version, lf.VersionFrom = v, "contents"
 	} else if m := libVersionRE.FindStringSubmatch(lf.Resolved); m != nil {
 		lf.Version, lf.VersionFrom = m[1], "name"
@@ -108,9 +108,9 @@ func readLibraryFile(r *rootFS, lf *LibraryFile) error {
 	base := path.Base(p)
 	switch {
 	case strings.HasPrefix(base, "libcuda.so"):
-		lf.Stub = isELF && lf.VersionFrom != "contents" && lf.Size < nvdev.StubMaxSize
+		lf.Stub = isELF && lf.VersionFrom != "contents" && lf.Size < nvfile.StubMaxSize
 	case strings.HasPrefix(base, "libnvidia-ml.so"):
-		lf.Stub = nvdev.IsNVMLStubText(text)
+		lf.Stub = nvfile.IsNVMLStubText(text)
 	}
 	return nil
 }

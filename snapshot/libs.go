@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/cudatrace/cudatrace/nvdev"
+	"github.com/cudatrace/cudatrace/nvdev/nvfile"
 )
 
 // LibFile is a CUDA or NVML library a process loads or would load, opened
@@ -129,7 +129,7 @@ func OpenMappedLibraries(pid int) []*LibFile {
 	for sc.Scan() && len(out) < maxLibFiles {
 		// start-end perms offset dev inode path
 		fields := strings.Fields(sc.Text())
-		if len(fields) < 6 || !nvdev.IsLibrary(fields[5]) {
+		if len(fields) < 6 || !nvfile.IsLibrary(fields[5]) {
 			continue
 		}
 		lf, err := OpenRegular(fmt.Sprintf("/proc/%d/map_files/%s", pid, fields[0]))

@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/cudatrace/cudatrace/nvdev"
+	"github.com/cudatrace/cudatrace/nvdev/nvfile"
 )
 
 // nvidiaDirs are the /dev subdirectories whose entries are all NVIDIA nodes.
@@ -91,7 +91,7 @@ func expectedNodes(devs []DriverMajor) []string {
 	var out []string
 	for _, d := range devs {
 		switch {
-		case d.Major == nvdev.Major && (d.Name == "nvidiactl" || d.Name == "nvidia-frontend"):
+		case d.Major == nvfile.Major && (d.Name == "nvidiactl" || d.Name == "nvidia-frontend"):
 			out = append(out, "/dev/nvidiactl")
 		case d.Name == "nvidia-uvm":
 			out = append(out, "/dev/nvidia-uvm")

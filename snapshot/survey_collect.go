@@ -18,7 +18,7 @@ import (
 	cdi "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/cudatrace/cudatrace/internal/accounts"
-	"github.com/cudatrace/cudatrace/nvdev"
+	"github.com/cudatrace/cudatrace/nvdev/nvfile"
 )
 
 // SurveyOptions says whose view SurveyHost takes. The zero value surveys
@@ -234,7 +234,7 @@ func (sv *Survey) collectCharLinks(r *rootFS) {
 		sv.CharDir = true
 	}
 	for _, n := range sv.Base.Nodes {
-		if n.Type != "c" || !nvdev.IsNodePath(n.Path) {
+		if n.Type != "c" || !nvfile.IsNode(n.Path) {
 			continue
 		}
 		cl := CharLink{Node: n.Path, Link: fmt.Sprintf("/dev/char/%d:%d", n.Major, n.Minor)}

@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/cudatrace/cudatrace/nvdev"
+	"github.com/cudatrace/cudatrace/nvdev/nvfile"
 )
 
 // HeldNoteSuffix ends each of HeldDeviceNotes' notes: the analysis finds
@@ -45,7 +45,7 @@ func HeldDeviceNotes(fdDir string, majors []uint32) []string {
 		}
 		path, _ := os.Readlink(name)
 		major, minor := st.Rdev_major, st.Rdev_minor
-		if !slices.Contains(majors, major) && !nvdev.IsNodePath(path) {
+		if !slices.Contains(majors, major) && !nvfile.IsNode(path) {
 			continue
 		}
 		notes = append(notes, fmt.Sprintf("fd %d → %s (c %d:%d)%s", fd, path, major, minor, HeldNoteSuffix))

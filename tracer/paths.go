@@ -3,7 +3,7 @@ package tracer
 import (
 	"strings"
 
-	"github.com/cudatrace/cudatrace/nvdev"
+	"github.com/cudatrace/cudatrace/nvdev/nvfile"
 )
 
 // The path rules every backend applies (the eBPF programs in bpf/cudatrace.c
@@ -13,12 +13,12 @@ import (
 // IsDevicePath: NVIDIA device nodes and the /dev/char/M:m links libcuda
 // creates for them.
 func IsDevicePath(p string) bool {
-	return nvdev.IsNodePath(p) || strings.HasPrefix(p, "/dev/char/")
+	return nvfile.IsNode(p) || strings.HasPrefix(p, "/dev/char/")
 }
 
 // IsInterestingOpen adds the files that tell which driver and library were
 // used: /proc/driver/nvidia, /proc/devices, module parameters, and the CUDA
-// and NVML libraries by file name (nvdev.IsLibrary: a stub or compat copy
+// and NVML libraries by file name (nvfile.IsLibrary: a stub or compat copy
 // shows here, and so does a dlopen of a bare "libcuda.so.1" that the loader
 // turned into a relative open).
 func IsInterestingOpen(p string) bool {
@@ -26,7 +26,7 @@ func IsInterestingOpen(p string) bool {
 		strings.HasPrefix(p, "/proc/driver/nvidia") ||
 		strings.HasPrefix(p, "/proc/devices") ||
 		strings.HasPrefix(p, "/sys/module/nvidia") ||
-		nvdev.IsLibrary(p)
+		nvfile.IsLibrary(p)
 }
 
 // IsInterestingStat adds libcuda looking for nvidia-modprobe.

@@ -20,7 +20,7 @@ func TestPathRules(t *testing.T) {
 		{"/usr/lib/libcudart.so.12", false, false},
 		{"/dev/null", false, false},
 		{"/proc/version", false, false},
-		// The library rule looks at the file's name only (nvdev.IsLibrary),
+		// The library rule looks at the file's name only (nvfile.IsLibrary),
 		// as the BPF filter does: relative names count, a directory named
 		// like the library does not.
 		{"libcuda.so.1", true, false},

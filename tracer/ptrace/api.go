@@ -8,7 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/cudatrace/cudatrace/nvdev"
+	"github.com/cudatrace/cudatrace/nvdev/nvfile"
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
 	"github.com/cudatrace/cudatrace/tracer/uprobe"
@@ -200,7 +200,7 @@ func (s *session) openedAPI(t *task, c *call, ret int64) {
 	}
 	if awaited := c.fileOK && s.awaited[c.file]; awaited {
 		delete(s.awaited, c.file) // probed below, once
-	} else if !nvdev.IsLibrary(c.ev.Path) {
+	} else if !nvfile.IsLibrary(c.ev.Path) {
 		return
 	}
 	s.installAPI(true) // nothing can call into it until it is probed

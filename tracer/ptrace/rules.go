@@ -7,7 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/cudatrace/cudatrace/nvdev"
+	"github.com/cudatrace/cudatrace/nvdev/nvfile"
 	"github.com/cudatrace/cudatrace/tracer"
 )
 
@@ -203,7 +203,7 @@ func (r *rules) exit(tid, fdDir int, c *call, ret int64) *tracer.Event {
 				c.setDev(tracer.Dev{Major: unix.Major(st.Rdev), Minor: unix.Minor(st.Rdev)})
 				if st.Mode&unix.S_IFMT == unix.S_IFCHR && r.majors[c.dev.Major] {
 					c.pathMatched = true
-				} else if st.Mode&unix.S_IFMT == unix.S_IFCHR && nvdev.IsNodePath(e.Path) && len(r.pathDevs) < maxPathDevs {
+				} else if st.Mode&unix.S_IFMT == unix.S_IFCHR && nvfile.IsNode(e.Path) && len(r.pathDevs) < maxPathDevs {
 					r.pathDevs[c.dev] = true
 				}
 			}

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cudatrace/cudatrace/nvdev"
+	"github.com/cudatrace/cudatrace/nvdev/nvfile"
 	"github.com/cudatrace/cudatrace/tracer"
 )
 
@@ -404,11 +404,11 @@ var (
 // /dev/char/M:m does only for the fixed major; without -yy the log cannot
 // tell what a dynamic major such as nvidia-uvm's was.
 func isNvidiaNode(p string) bool {
-	return nvdev.IsNodePath(p) || nvdev.IsFixedMajorLink(p)
+	return nvfile.IsNode(p) || nvfile.IsFixedMajorLink(p)
 }
 
 func isNvidiaAnnotation(a annotation) bool {
-	return isNvidiaNode(a.path) || (a.char && a.dev != nil && a.dev.Major == nvdev.Major)
+	return isNvidiaNode(a.path) || (a.char && a.dev != nil && a.dev.Major == nvfile.Major)
 }
 
 // pathArg reads the path at args[i], or for the *at forms at args[i+1]

@@ -1,7 +1,12 @@
-// Package nvdev holds the facts about NVIDIA device nodes that the tracers,
-// the snapshot and the analysis share, so each is written once (the source:
-// device_nodes in annotate/internal/gentables/nvidia-abi.json).
-package nvdev
+// Package nvfile holds the facts that tell NVIDIA's files, which the
+// tracers, the snapshot and the analysis share, so each is written once:
+// the device nodes by path and major (the source: device_nodes in
+// annotate/internal/gentables/nvidia-abi.json), the driver's directories,
+// and the CUDA driver library and NVML by name and by contents (the
+// version banner, the toolkit's stubs). It imports nothing of cudatrace's:
+// tracer and snapshot, in whose types nvdev's knowledge is phrased, import
+// it.
+package nvfile
 
 import (
 	"strconv"
@@ -14,12 +19,12 @@ import (
 // nvidia-caps, ...) is allocated dynamically: only /proc/devices tells it.
 const Major = 195
 
-// PathPrefix starts the path of every NVIDIA device node.
-const PathPrefix = "/dev/nvidia"
+// Prefix starts the path of every NVIDIA device node.
+const Prefix = "/dev/nvidia"
 
-// IsNodePath reports whether p names an NVIDIA device node, taken as the
+// IsNode reports whether p names an NVIDIA device node, taken as the
 // target passed it (not resolved).
-func IsNodePath(p string) bool { return strings.HasPrefix(p, PathPrefix) }
+func IsNode(p string) bool { return strings.HasPrefix(p, Prefix) }
 
 var fixedMajorLink = "/dev/char/" + strconv.Itoa(Major) + ":"
 

@@ -1,4 +1,4 @@
-package nvdev
+package nvfile
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package nvdev
+package nvfile
 
 import (
 	"encoding/json"
@@ -8,7 +8,7 @@ import (
 
 // The facts agree with the reviewed reference they come from.
 func TestFactsMatchTheABIReference(t *testing.T) {
-	raw, err := os.ReadFile("../annotate/internal/gentables/nvidia-abi.json")
+	raw, err := os.ReadFile("../../annotate/internal/gentables/nvidia-abi.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,8 +24,8 @@ func TestFactsMatchTheABIReference(t *testing.T) {
 	}
 	fixed := 0
 	for _, n := range abi.Nodes {
-		if !IsNodePath(n.Path) {
-			t.Errorf("%s is an NVIDIA node, but IsNodePath says no", n.Path)
+		if !IsNode(n.Path) {
+			t.Errorf("%s is an NVIDIA node, but IsNode says no", n.Path)
 		}
 		if n.Dynamic {
 			continue
@@ -52,8 +52,8 @@ func TestPaths(t *testing.T) {
 		"/dev/null":                    {false, false},
 		"dev/nvidiactl":                {false, false},
 	} {
-		if got := [2]bool{IsNodePath(p), IsFixedMajorLink(p)}; got != want {
-			t.Errorf("%s: IsNodePath, IsFixedMajorLink = %v, want %v", p, got, want)
+		if got := [2]bool{IsNode(p), IsFixedMajorLink(p)}; got != want {
+			t.Errorf("%s: IsNode, IsFixedMajorLink = %v, want %v", p, got, want)
 		}
 	}
 }
