@@ -163,7 +163,7 @@ struct event {
 	__u8 arg_len;    /* valid bytes in arg */
 	__u8 argc;       /* exec: argv slots read into aux */
 	__u8 matched;    /* the path passed the filter (open: else decided at exit) */
-	__u8 retry;      /* the path could not be read at enter */
+	__u8 retry;      /* the path could not be read at enter (RETRY_*) */
 	__u16 path_len;  /* bytes of path read, with its NUL */
 	/* The call's entry was never seen: something answered it before the
 	 * kernel ran it (a seccomp filter's RET_ERRNO, KILL or USER_NOTIF). */
@@ -578,6 +578,12 @@ static __always_inline bool load_path(struct event *e)
 	return true;
 }
 
+/* struct event's retry. RETRY_PATH: a traced call's path, read again at
+ * exit; RETRY_WATCH: host-wide, an untraced process's open whose path
+ * could not be read at entry, begun so that its exit decides whether the
+ * process is followed (watch_follows). */
+enum { RETRY_PATH = 1, RETRY_WATCH = 2 };
+
 /* Read the path argument. A tracepoint cannot fault pages in, so a string
  * in a cold page (a literal in a library's .rodata) fails here; the exit
  * handler reads it again once the kernel itself has touched it. */
@@ -585,7 +591,7 @@ static __always_inline bool read_path(struct event *e, unsigned long uptr)
 {
 	e->path_uptr = uptr;
 	if (!load_path(e)) {
-		e->retry = 1;
+		e->retry = RETRY_PATH;
 		return false;
 	}
 	return true;
@@ -1022,33 +1028,45 @@ static __always_inline int enter(__u8 sc, struct pt_regs *regs)
 	return enter_args(sc, &args);
 }
 
-/* Host-wide: does this open by an untraced process name something of
- * NVIDIA's (a /dev/nvidia* node, the driver's /proc or /sys files, the CUDA
- * or NVML library)? Then the process is followed from this call on. The
- * path is read at entry: one the kernel has yet to fault in is missed. */
-static __always_inline bool watch_follows(__u8 sc, struct pt_regs *regs, __u32 tgid)
+/* Follow process tgid from now on (host-wide); false when the map is full
+ * (counted). */
+static __always_inline bool follow(__u32 tgid)
 {
-	if (sc != SC_OPENAT && sc != SC_OPENAT2 && sc != SC_OPEN)
-		return false;
-	if (tgid == self_tgid || in_compat_syscall())
-		return false;
-	struct sys_args args;
-	read_args(regs, &args);
-	__u32 zero = 0;
-	struct event *e = bpf_map_lookup_elem(&watch_scratch, &zero);
-	if (!e)
-		return false;
-	e->path_uptr = sc == SC_OPEN ? args.a[0] : args.a[1];
-	if (!load_path(e))
-		return false;
-	if (!is_nvidia_file(e->path) && !names_nvidia_lib(e, true))
-		return false;
 	__u8 one = 1;
 	if (bpf_map_update_elem(&traced, &tgid, &one, BPF_ANY)) {
 		count_drop(DROP_CHILD);
 		return false;
 	}
 	return true;
+}
+
+/* watch_follows' answers. WATCH_AT_EXIT: the path could not be read (a
+ * string in a page the process has not touched yet: a program at a
+ * syscall's entry cannot fault it in), so the open is begun and its exit,
+ * after the kernel read the path, decides (finish_open). */
+enum { WATCH_NO = 0, WATCH_FOLLOW = 1, WATCH_AT_EXIT = 2 };
+
+/* Host-wide: does this open by an untraced process name something of
+ * NVIDIA's (a /dev/nvidia* node, the driver's /proc or /sys files, the CUDA
+ * or NVML library)? Then the process is followed from this call on. */
+static __always_inline int watch_follows(__u8 sc, struct pt_regs *regs, __u32 tgid)
+{
+	if (sc != SC_OPENAT && sc != SC_OPENAT2 && sc != SC_OPEN)
+		return WATCH_NO;
+	if (tgid == self_tgid || in_compat_syscall())
+		return WATCH_NO;
+	struct sys_args args;
+	read_args(regs, &args);
+	__u32 zero = 0;
+	struct event *e = bpf_map_lookup_elem(&watch_scratch, &zero);
+	if (!e)
+		return WATCH_NO;
+	e->path_uptr = sc == SC_OPEN ? args.a[0] : args.a[1];
+	if (!load_path(e))
+		return e->path_uptr ? WATCH_AT_EXIT : WATCH_NO;
+	if (!is_nvidia_file(e->path) && !names_nvidia_lib(e, true))
+		return WATCH_NO;
+	return follow(tgid) ? WATCH_FOLLOW : WATCH_NO;
 }
 
 /* Every syscall's entry: (struct pt_regs *regs, long id). */
@@ -1059,11 +1077,23 @@ int ct_sys_enter(__u64 *ctx)
 	if (sc == SC_NONE)
 		return 0;
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
-	if (!is_traced(tgid) && !(host_wide && watch_follows(sc, (struct pt_regs *)ctx[0], tgid)))
-		return 0;
+	int watch = WATCH_NO;
+	if (!is_traced(tgid)) {
+		if (!host_wide)
+			return 0;
+		watch = watch_follows(sc, (struct pt_regs *)ctx[0], tgid);
+		if (watch == WATCH_NO)
+			return 0;
+	}
 	if (in_compat_syscall())
 		return 0;
-	return enter(sc, (struct pt_regs *)ctx[0]);
+	enter(sc, (struct pt_regs *)ctx[0]);
+	if (watch == WATCH_AT_EXIT) {
+		struct event *e = bpf_task_storage_get(&pending, bpf_get_current_task_btf(), 0, 0);
+		if (e && e->kind == KIND_OPEN)
+			e->retry = RETRY_WATCH;
+	}
+	return 0;
 }
 
 /* ---- the one exit path ---- */
@@ -1197,8 +1227,19 @@ __attribute__((noinline)) int finish_open(struct event *e, long ret)
 	if (!known && !lib && hold_unprobed_libs && awaiting_libs && ret >= 0 && !have_inode)
 		lib = is_awaited_lib((int)ret); /* the library, under another name */
 	e->matched = known || lib;
+	bool nvidia_node = have_inode && (imode & S_IFMT) == S_IFCHR && is_nvidia_major(rdev >> 20);
+	if (e->retry == RETRY_WATCH) {
+		/* An untraced process's open whose path was unreadable at entry
+		 * (watch_follows): now the kernel has read it, follow the
+		 * process if it named (or opened) something of NVIDIA's. */
+		e->retry = 0;
+		if (!(is_nvidia_file(e->path) || lib || nvidia_node) || !follow(e->tgid)) {
+			discard(e);
+			return OPEN_DISCARD;
+		}
+	}
 	/* An unknown path counts only if it opened an NVIDIA node. */
-	if (!e->matched && !(have_inode && (imode & S_IFMT) == S_IFCHR && is_nvidia_major(rdev >> 20))) {
+	if (!e->matched && !nvidia_node) {
 		discard(e);
 		return OPEN_DISCARD;
 	}

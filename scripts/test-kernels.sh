@@ -40,7 +40,7 @@ mkdir -p "$ir"/{etc,proc,sys,dev,tmp,run,root,t/bin/fakelib}
 # alone, and TestBelowMinimumKernel checks the one-line fallback.
 plan=$work/plan
 if [ -n "${KTEST_PLAN:-}" ]; then cp "$KTEST_PLAN" "$plan"; else cat >"$plan" <<'PLAN'
-bookworm,trixie tracer/ebpf ^(TestEveryProgramLoads|TestProbe|TestFentryProbe|TestOpenIoctlAndFailures|TestFdWalkWithoutRdonlyCast|TestScansWithoutBpfLoop|TestHostWideFollowsNVIDIAOpeners|TestLaunchedTargetLibraryProbed|TestInbandFailureNotFolded|TestAttach|TestNothingLeftBehind)$
+bookworm,trixie tracer/ebpf ^(TestEveryProgramLoads|TestProbe|TestFentryProbe|TestOpenIoctlAndFailures|TestFdWalkWithoutRdonlyCast|TestScansWithoutBpfLoop|TestHostWideFollowsNVIDIAOpeners|TestHostWideFollowsColdPathOpen|TestLaunchedTargetLibraryProbed|TestInbandFailureNotFolded|TestAttach|TestNothingLeftBehind)$
 bookworm,trixie tracer/ptrace ^(TestLaunchDeviceCalls|TestSeccompFilter|TestLaunchAPIReturns|TestAttachAPIReturns)$
 bullseye tracer/ptrace ^(TestLaunchDeviceCalls|TestSeccompFilter|TestLaunchProcessTree|TestAttachShellLoop)$
 bookworm,trixie cmd/cudatrace ^(TestHealthy|TestCgroup2DeniesUVM|TestNodeStaleMajor|TestNodeMissingUnprivileged|TestNodeRepairedByRoot|TestSeccompRefusedIoctl|TestSeccompKillsThreadOfMany|TestAddressSpaceLimit|TestCUDAReturnCodeDenyUVM|TestCUDALibraryOpenedFromElsewhere|TestAttach|TestWatchScenarios|TestWatchCgroupFilter|TestWatchGoneProcess|TestWatchVerboseHealthyCUDA)$

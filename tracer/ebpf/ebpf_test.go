@@ -207,7 +207,18 @@ func coldOpen(path string) error {
 		return err
 	}
 	defer unix.Munmap(mem)
-	fd, _, errno := unix.Syscall6(unix.SYS_OPENAT, uintptr(atFDCWD), uintptr(unsafe.Pointer(&mem[0])), unix.O_RDONLY, 0, 0, 0)
+	addr := uintptr(unsafe.Pointer(&mem[0])) // the address only: nothing is read
+	// The page must not be mapped yet (pagemap's present bit), or the
+	// entry program would read it and nothing cold is tested.
+	var entry [8]byte
+	if pm, err := os.Open("/proc/self/pagemap"); err == nil {
+		_, err = pm.ReadAt(entry[:], int64(addr/uintptr(os.Getpagesize()))*8)
+		pm.Close()
+		if err == nil && entry[7]&0x80 != 0 {
+			return errors.New("cold-open: the path's page is mapped already")
+		}
+	}
+	fd, _, errno := unix.Syscall6(unix.SYS_OPENAT, uintptr(atFDCWD), addr, unix.O_RDONLY, 0, 0, 0)
 	if errno != 0 {
 		return errno
 	}
@@ -693,6 +704,7 @@ func TestScansWithoutBpfLoop(t *testing.T) {
 	t.Cleanup(func() { boundedLoops = false })
 	t.Run("library", TestLibraryAndProcOpens)
 	t.Run("node-repair", TestNodeRepairCalls)
+	t.Run("host-wide-cold-path", TestHostWideFollowsColdPathOpen)
 }
 
 // A node under /dev/nvidia* whose major is another driver's (a stale

@@ -231,3 +231,79 @@ func TestHostWideFollowsNVIDIAOpeners(t *testing.T) {
 		}
 	}
 }
+
+// A process whose NVIDIA open passes a path in a page it never touched
+// (the entry program cannot read it) is followed all the same, decided at
+// the open's exit; a cold open of anything else is not followed (issue 32
+// item 5).
+func TestHostWideFollowsColdPathOpen(t *testing.T) {
+	privtest.RequireRoot(t)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := fmt.Sprintf("/dev/nvidia-coldpath-cudatrace-test-%08x", rand.Uint32())
+	if err := unix.Mknod(node, unix.S_IFCHR|0o666, int(unix.Mkdev(1, 9))); err != nil {
+		t.Fatalf("mknod %s: %v", node, err)
+	}
+	t.Cleanup(func() { os.Remove(node) })
+	other := filepath.Join(t.TempDir(), "not-nvidia")
+	if err := os.WriteFile(other, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(privtest.Deadline(t))
+	defer cancel()
+	stats := make(chan tracer.LiveStats, 64)
+	rec := &recorder{}
+	done := make(chan error, 1)
+	go func() {
+		_, err := New().Run(ctx, tracer.Spec{
+			HostWide: true, DeviceMajors: []uint32{1},
+			Stats: func(s tracer.LiveStats) {
+				select {
+				case stats <- s:
+				default:
+				}
+			},
+		}, rec)
+		done <- err
+	}()
+	select {
+	case <-stats:
+	case err := <-done:
+		t.Fatalf("Run returned before tracing: %v", err)
+	case <-ctx.Done():
+		t.Fatal("no live counters before the deadline")
+	}
+	run := func(args ...string) int {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, self, args...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, out)
+		}
+		return cmd.Process.Pid
+	}
+	notFollowed := run(helperArg, "cold-open", other)
+	followed := run(helperArg, "cold-open", node)
+	// A warm open after both, always followed: the ring buffer is in the
+	// order its events were reserved, so once this one's exit is in, all
+	// the cold openers did is too.
+	marker := run(helperArg, "open-ioctl", node)
+	for len(rec.find(func(e *tracer.Event) bool { return e.PID == marker && e.Kind == tracer.KindExit })) == 0 {
+		select {
+		case <-stats:
+		case <-ctx.Done():
+			t.Fatalf("the marker's exit did not arrive\n%s", rec.dump())
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if got := rec.find(func(e *tracer.Event) bool { return e.PID == followed && e.Kind == tracer.KindOpen && e.Path == node && !e.Failed() }); len(got) != 1 {
+		t.Errorf("the cold open of %s: %d events, want 1\n%s", node, len(got), rec.dump())
+	}
+	if got := rec.find(func(e *tracer.Event) bool { return e.PID == notFollowed }); len(got) != 0 {
+		t.Errorf("a cold open of another file was followed: %+v", *got[0])
+	}
+}
