@@ -44,10 +44,10 @@ fakecuda:
 bpf:
 	$(GO) generate ./tracer/ebpf/
 
-# Everything generated: the eBPF objects, and annotate/nvtables.go from
-# annotate/internal/gentables/nvidia-abi.json.
+# Everything generated: the eBPF objects, and nvdev/nvtables.go from
+# nvdev/internal/gentables/nvidia-abi.json.
 generate: bpf
-	$(GO) generate ./annotate/
+	$(GO) generate ./nvdev/
 
 # Regenerates in scratch copies and fails when the committed files are stale
 # or the generation is not reproducible. Needs what `make generate` needs.

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/nvdev/nvfile"
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
@@ -193,7 +194,7 @@ func (a *analyzer) failedNodeOpen(caps bool) int {
 		if !fatalOpenErrnos[e.Errno()] && !e.NoEntry && a.cudaFailed() == nil {
 			continue // without CUDA's verdict, only the errnos libcuda cannot get past
 		}
-		if _, ok := a.ignorable(i); ok || isCapsNode(e.Path) != caps {
+		if _, ok := a.ignorable(i); ok || nvdev.IsCapsNode(e.Path) != caps {
 			continue
 		}
 		a.retry = a.findRetry(i)
@@ -233,12 +234,14 @@ func (a *analyzer) refusedIoctl() int {
 		// ioctl is a filter's or an LSM's too.
 		func(e *tracer.Event) bool { return e.NoEntry && e.Failed() },
 		func(e *tracer.Event) bool { return e.Errno() == unix.EPERM || e.Errno() == unix.EACCES },
-		func(e *tracer.Event) bool { return isRMRequest(e, escCheckVersionStr) && e.Errno() == unix.EINVAL },
-		func(e *tracer.Event) bool { return e.Errno() == unix.EIO || e.Errno() == unix.ENODEV },
-		func(e *tracer.Event) bool { rc, _, ok := waitOpenResult(e); return ok && rc != 0 },
 		func(e *tracer.Event) bool {
-			st, ok := uvmInitStatus(e)
-			return e.Request == uvmInitialize && (e.Failed() || ok && st != 0)
+			return nvdev.IsRMRequest(e, nvdev.EscCheckVersionStr) && e.Errno() == unix.EINVAL
+		},
+		func(e *tracer.Event) bool { return e.Errno() == unix.EIO || e.Errno() == unix.ENODEV },
+		func(e *tracer.Event) bool { rc, _, ok := nvdev.WaitOpenResult(e); return ok && rc != 0 },
+		func(e *tracer.Event) bool {
+			st, ok := nvdev.UVMInitStatus(e)
+			return e.Request == nvdev.UVMInitialize && (e.Failed() || ok && st != 0)
 		},
 	}
 	if a.cudaFailed() != nil {
@@ -326,15 +329,15 @@ func (a *analyzer) failEvents() []uint64 {
 // failed repairs before it, and the node.
 func (a *analyzer) headLines(i int, f nodeFacts) []string {
 	e := &a.ev[i]
-	d := []string{callLine(e)}
+	d := []string{nvdev.CallLine(e)}
 	if i == a.fail && a.retry >= 0 {
 		r := &a.ev[a.retry]
-		d = append(d, fmt.Sprintf("Retried as `%s` %s.", FormatCall(r), FormatResult(r)))
+		d = append(d, fmt.Sprintf("Retried as `%s` %s.", nvdev.FormatCall(r), nvdev.FormatResult(r)))
 	}
 	if i == a.fail {
 		for _, j := range a.chain {
 			c := &a.ev[j]
-			d = append(d, fmt.Sprintf("Before that, `%s` by %s %s.", FormatCall(c), who(c), FormatResult(c)))
+			d = append(d, fmt.Sprintf("Before that, `%s` by %s %s.", nvdev.FormatCall(c), nvdev.Caller(c), nvdev.FormatResult(c)))
 		}
 	}
 	d = append(d, f.describe(a.s))
@@ -392,7 +395,7 @@ func (a *analyzer) explainFailing() {
 	if a.cause == "" {
 		// Nothing above recognised it: still say what is known.
 		f := factsFor(a.s, a.ev, a.fail, e, e.Path)
-		d := []string{callLine(e)}
+		d := []string{nvdev.CallLine(e)}
 		if isNvidiaNode(e.Path) {
 			d = a.headLines(a.fail, f)
 		}
@@ -400,7 +403,7 @@ func (a *analyzer) explainFailing() {
 			d = append(d, "EBUSY from the NVIDIA driver means the device is sequestered or its open queue is closed (e.g. during a GPU reset).")
 		}
 		a.add(Finding{ID: "call-failed", Severity: SeverityError,
-			Summary: fmt.Sprintf("%s failed with %s", FormatCall(e), e.ErrnoName()),
+			Summary: fmt.Sprintf("%s failed with %s", nvdev.FormatCall(e), e.ErrnoName()),
 			Detail:  d, Events: a.failEvents()}, "")
 		if a.cause == "" {
 			a.cause = "the cause is not one cudatrace recognises"
@@ -468,7 +471,7 @@ func (a *analyzer) repairTries(upto int, path string) []string {
 	for j := 0; j < upto; j++ {
 		c := &a.ev[j]
 		if (c.Kind == tracer.KindMknod || c.Kind == tracer.KindUnlink) && c.Path == path && c.Failed() && !containsIdx(a.chain, j) {
-			d = append(d, fmt.Sprintf("libcuda tried `%s` → %s.", FormatCall(c), c.ErrnoName()))
+			d = append(d, fmt.Sprintf("libcuda tried `%s` → %s.", nvdev.FormatCall(c), c.ErrnoName()))
 		}
 	}
 	if len(d) > 0 || len(a.chain) > 0 {
@@ -478,7 +481,7 @@ func (a *analyzer) repairTries(upto int, path string) []string {
 	}
 	for _, m := range a.modprobeFailures() {
 		if m.exec < upto {
-			d = append(d, fmt.Sprintf("libcuda ran `%s`, which %s.", FormatCall(&a.ev[m.exec]), m.how))
+			d = append(d, fmt.Sprintf("libcuda ran `%s`, which %s.", nvdev.FormatCall(&a.ev[m.exec]), m.how))
 		}
 	}
 	return d
@@ -494,7 +497,7 @@ func containsIdx(xs []int, i int) bool {
 }
 
 func (a *analyzer) inContainer() bool {
-	return runtimeKind(a.s) != "" || a.s.Process.UserNS
+	return nvdev.RuntimeKind(a.s) != "" || a.s.Process.UserNS
 }
 
 func (a *analyzer) explainENOENT(i int) {
@@ -510,7 +513,7 @@ func (a *analyzer) explainENOENT(i int) {
 			d = append(d, fmt.Sprintf("%s is registered at major %d (/proc/devices): the driver is loaded, but the node was not created in the target's /dev.", f.regName, f.regMajor))
 		case len(a.s.ProcDevices) > 0:
 			driverMissing = true
-			d = append(d, fmt.Sprintf("%s is not in /proc/devices: its kernel module is not loaded, so there is nothing to create the node for.", f.exp.names[0]))
+			d = append(d, fmt.Sprintf("%s is not in /proc/devices: its kernel module is not loaded, so there is nothing to create the node for.", f.exp.Names[0]))
 		}
 	}
 	fix := a.missingNodeFix(e.Path)
@@ -518,7 +521,7 @@ func (a *analyzer) explainENOENT(i int) {
 		Summary: fmt.Sprintf("%s does not exist", e.Path),
 		Detail:  d, Fix: fix, Events: a.failEvents()}, fmt.Sprintf("%s does not exist", e.Path))
 	if driverMissing {
-		a.driverNotLoaded(f.exp.names[0], a.failEvents())
+		a.driverNotLoaded(f.exp.Names[0], a.failEvents())
 	}
 }
 
@@ -540,28 +543,28 @@ func (a *analyzer) explainENXIO(i int) {
 		d = append(d, fmt.Sprintf("No driver owns major %d, so the kernel has nothing to open (ENXIO).", f.dev.Major))
 		name := "nvidia"
 		if f.expOK {
-			name = f.exp.names[0]
+			name = f.exp.Names[0]
 		}
 		a.driverNotLoadedWith(name, d, a.failEvents())
 		return
 	}
-	if isGPUNode(e.Path) {
+	if nvdev.IsGPUNode(e.Path) {
 		d = append(d, "The driver has no GPU at this minor (ENXIO: \"open of non-existent GPU\"): the GPU is absent, unbound, or failed to probe; check /proc/driver/nvidia/gpus and the kernel log.")
 	}
 	a.add(Finding{ID: "call-failed", Severity: SeverityError,
-		Summary: fmt.Sprintf("%s failed with ENXIO", FormatCall(e)),
+		Summary: fmt.Sprintf("%s failed with ENXIO", nvdev.FormatCall(e)),
 		Detail:  d, Events: a.failEvents()}, "no device behind the node (ENXIO)")
 }
 
 func (a *analyzer) nodeStale(path string, f nodeFacts, d []string, sev Severity, events []uint64) {
 	fix := fmt.Sprintf("Recreate %s with the current major on the host: `rm %s && nvidia-modprobe%s -c=0` (or `mknod -m 666 %s c %d %d`).", path, path, uvmFlag(path), path, f.regMajor, f.dev.Minor)
 	if a.inContainer() {
-		if b := bindNodeFix(a.s, path); b != "" {
+		if b := nvdev.BindNodeFix(a.s, path); b != "" {
 			fix += "\n" + b + " A bind mount follows the host's node; a copied node keeps the old major."
 		}
 	}
 	fix += "\nIf a CDI spec created the node, regenerate it: `nvidia-ctk cdi generate`."
-	if n := dynamicMajorNote(f.regMajor, f.regName); n != "" {
+	if n := nvdev.DynamicMajorNote(f.regMajor, f.regName); n != "" {
 		fix += "\n" + n
 	}
 	a.add(Finding{ID: "node-stale-major", Severity: sev,
@@ -581,7 +584,7 @@ func uvmFlag(path string) string {
 func (a *analyzer) explainRepairFailed(i int) {
 	e := &a.ev[i]
 	f := factsFor(a.s, a.ev, i, e, e.Path)
-	d := []string{callLine(e), f.describe(a.s)}
+	d := []string{nvdev.CallLine(e), f.describe(a.s)}
 	d = append(d, a.repairTries(i, e.Path)...)
 	if !a.s.Process.CanMknod() {
 		d = append(d, "The target cannot create device nodes (no CAP_MKNOD, or it runs in a user namespace).")
@@ -601,20 +604,20 @@ func (a *analyzer) explainIoctl(i int) {
 	switch {
 	case e.Errno() == unix.ENOTTY && a.foreignNode(e):
 		a.explainOtherErrno(i) // another driver's node: its major is the cause
-	case isRMRequest(e, escCheckVersionStr) && e.Errno() == unix.EINVAL:
+	case nvdev.IsRMRequest(e, nvdev.EscCheckVersionStr) && e.Errno() == unix.EINVAL:
 		a.versionMismatch(i)
 	case e.Errno() == unix.EIO:
 		a.rmInitFailed(i, SeverityError)
-	case isRMRequest(e, escWaitOpenComplete) && !e.Failed():
+	case nvdev.IsRMRequest(e, nvdev.EscWaitOpenComplete) && !e.Failed():
 		a.rmInitFailed(i, SeverityError)
 	case e.Errno() == unix.ENODEV:
 		a.gpuLost(i, SeverityError)
-	case e.Request == uvmInitialize:
-		d := []string{callLine(e)}
+	case e.Request == nvdev.UVMInitialize:
+		d := []string{nvdev.CallLine(e)}
 		cause := "UVM initialisation failed"
-		if st, ok := uvmInitStatus(e); ok && st != 0 {
-			d = append(d, "rmStatus: "+StatusName(st)+".")
-			cause += " with " + nvStatusShort(st)
+		if st, ok := nvdev.UVMInitStatus(e); ok && st != 0 {
+			d = append(d, "rmStatus: "+nvdev.StatusName(st)+".")
+			cause += " with " + nvdev.StatusShort(st)
 		}
 		a.add(Finding{ID: "call-failed", Severity: SeverityError,
 			Summary: "UVM_INITIALIZE on /dev/nvidia-uvm failed", Detail: d, Events: []uint64{e.Seq}}, cause)
@@ -623,16 +626,9 @@ func (a *analyzer) explainIoctl(i int) {
 	}
 }
 
-func nvStatusShort(code uint32) string {
-	if s, ok := nvStatusNames[code]; ok {
-		return s[0]
-	}
-	return fmt.Sprintf("NV_STATUS %#x", code)
-}
-
 func (a *analyzer) seccompMemfd(i int) {
 	e := &a.ev[i]
-	d := []string{callLine(e)}
+	d := []string{nvdev.CallLine(e)}
 	n, known := a.targetFilters()
 	inferred := n == 0
 	switch {
@@ -654,9 +650,9 @@ func (a *analyzer) seccompMemfd(i int) {
 // missingNodeFix: create the node on the host, and in a container also
 // bind it in.
 func (a *analyzer) missingNodeFix(path string) string {
-	fix := nodeCreateFix(path)
+	fix := nvdev.NodeCreateFix(path)
 	if a.inContainer() {
-		if b := bindNodeFix(a.s, path); b != "" {
+		if b := nvdev.BindNodeFix(a.s, path); b != "" {
 			fix += "\n" + b
 		}
 	}
@@ -670,7 +666,7 @@ func (a *analyzer) callEvidence(i int) ([]string, []uint64) {
 	if e.Kind == tracer.KindOpen {
 		return a.headLines(i, factsFor(a.s, a.ev, i, e, e.Path)), a.failEvents()
 	}
-	return []string{callLine(e)}, []uint64{e.Seq}
+	return []string{nvdev.CallLine(e)}, []uint64{e.Seq}
 }
 
 func (a *analyzer) gpuLost(i int, sev Severity) {
@@ -680,7 +676,7 @@ func (a *analyzer) gpuLost(i int, sev Severity) {
 		d, events = a.callEvidence(i)
 		d = append(d, "ENODEV from the NVIDIA driver means no GPU at that minor, or the GPU has been lost.")
 	}
-	d = append(d, a.kernelLines(isXidLost)...)
+	d = append(d, a.kernelLines(nvdev.IsGPULostLine)...)
 	a.add(Finding{ID: "gpu-lost", Severity: sev,
 		Summary: "the GPU is lost (fell off the bus)",
 		Detail:  d,
@@ -694,13 +690,13 @@ func (a *analyzer) rmInitFailed(i int, sev Severity) {
 	if i >= 0 {
 		e := &a.ev[i]
 		d, events = a.callEvidence(i)
-		if rc, st, ok := waitOpenResult(e); ok && rc != 0 {
-			d = append(d, fmt.Sprintf("The open was non-blocking and finished in the background; NV_ESC_WAIT_OPEN_COMPLETE reports rc %d (%s), adapterStatus %s.", rc, unix.ErrnoName(unix.Errno(-rc)), StatusName(st)))
+		if rc, st, ok := nvdev.WaitOpenResult(e); ok && rc != 0 {
+			d = append(d, fmt.Sprintf("The open was non-blocking and finished in the background; NV_ESC_WAIT_OPEN_COMPLETE reports rc %d (%s), adapterStatus %s.", rc, unix.ErrnoName(unix.Errno(-rc)), nvdev.StatusName(st)))
 		} else {
 			d = append(d, "EIO from the NVIDIA driver means it could not initialise the GPU (rm_init_adapter failed).")
 		}
 	}
-	d = append(d, a.kernelLines(isRMInitLine)...)
+	d = append(d, a.kernelLines(nvdev.IsRMInitLine)...)
 	a.add(Finding{ID: "rm-init-failed", Severity: sev,
 		Summary: "the NVIDIA driver failed to initialise the GPU (RmInitAdapter)",
 		Detail:  d,
@@ -720,10 +716,10 @@ func (a *analyzer) versionMismatch(i int) {
 	var events []uint64
 	if i >= 0 {
 		e := &a.ev[i]
-		d = append(d, callLine(e), "The driver refused the version handshake (NV_ESC_CHECK_VERSION_STR → EINVAL): the user-space driver libraries and the kernel module are different versions.")
+		d = append(d, nvdev.CallLine(e), "The driver refused the version handshake (NV_ESC_CHECK_VERSION_STR → EINVAL): the user-space driver libraries and the kernel module are different versions.")
 		events = []uint64{e.Seq}
 		if len(e.Arg) > 8 {
-			if v := cString(e.Arg[8:]); v != "" {
+			if v := nvdev.CString(e.Arg[8:]); v != "" {
 				d = append(d, "The kernel module answered with its version: "+v+".")
 			}
 		}
@@ -747,7 +743,7 @@ func (a *analyzer) versionMismatch(i int) {
 			kind = " (a forward-compatibility copy)"
 		}
 		src, _ := a.libcudaSource(l)
-		d = append(d, fmt.Sprintf("%s loaded %s%s: libcuda %s (%s).", who(l), l.Path, kind, lv, from), src)
+		d = append(d, fmt.Sprintf("%s loaded %s%s: libcuda %s (%s).", nvdev.Caller(l), l.Path, kind, lv, from), src)
 		summary = fmt.Sprintf("libcuda %s%s was loaded from %s, and the kernel module is %s", lv, kind, path.Dir(l.Path), a.moduleVersion())
 		cause = fmt.Sprintf("it loaded libcuda %s%s from %s, and the kernel module is %s", lv, kind, path.Dir(l.Path), a.moduleVersion())
 		fix = a.mismatchFix(l)
@@ -758,19 +754,6 @@ func (a *analyzer) versionMismatch(i int) {
 		Detail:  d,
 		Fix:     fix,
 		Events:  events}, cause)
-}
-
-func cString(b []byte) string {
-	for i, c := range b {
-		if c == 0 {
-			b = b[:i]
-			break
-		}
-		if c < 0x20 || c > 0x7e {
-			return ""
-		}
-	}
-	return string(b)
 }
 
 // libraryVersions lists the versioned NVIDIA libraries the trace opened
@@ -790,15 +773,6 @@ func (a *analyzer) libraryVersions() []string {
 		}
 	}
 	return out
-}
-
-func isXidLost(t string) bool {
-	return strings.Contains(t, "fallen off the bus") || (strings.Contains(t, "Xid") && strings.Contains(t, ": 79,"))
-}
-
-func isRMInitLine(t string) bool {
-	return strings.Contains(t, "RmInitAdapter") || strings.Contains(t, "rm_init_adapter") ||
-		(strings.Contains(t, "GSP") && (strings.Contains(t, "fail") || strings.Contains(t, "Cannot")))
 }
 
 func (a *analyzer) kernelLines(match func(string) bool) []string {
@@ -832,4 +806,12 @@ func (a *analyzer) driverNotLoadedSev(name string, d []string, events []uint64, 
 	a.add(Finding{ID: "driver-not-loaded", Severity: sev,
 		Summary: fmt.Sprintf("the %s kernel driver is not loaded", name),
 		Detail:  d, Fix: fix, Events: events}, fmt.Sprintf("the %s driver is not loaded", name))
+}
+
+// baseName is path.Base for a possibly empty path.
+func baseName(p string) string {
+	if p == "" {
+		return ""
+	}
+	return path.Base(p)
 }

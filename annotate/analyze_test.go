@@ -4,12 +4,14 @@ import (
 	"fmt"
 	"reflect"
 
-	"github.com/cilium/ebpf/asm"
 	"strings"
 	"testing"
 
+	"github.com/cilium/ebpf/asm"
+
 	"golang.org/x/sys/unix"
 
+	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
 )
@@ -825,14 +827,14 @@ func TestPre545FrontendName(t *testing.T) {
 	s2 := h200()
 	s2.ProcDevices = append(s2.ProcDevices, snapshot.DriverMajor{Major: 195, Name: "nvidia-modeset"})
 	for minor, want := range map[uint32]string{255: "nvidiactl", 254: "nvidia-modeset", 0: "nvidia", 7: "nvidia"} {
-		if got := driverName(s2, 195, minor); got != want {
+		if got := nvdev.DriverName(s2, 195, minor); got != want {
 			t.Errorf("driverName(195, %d) = %q, want %q", minor, got, want)
 		}
 	}
-	if got := driverName(s2, 238, 0); got != "nvidia-uvm" {
+	if got := nvdev.DriverName(s2, 238, 0); got != "nvidia-uvm" {
 		t.Errorf("uvm: %q", got)
 	}
-	if got := driverName(s2, 100, 0); got != "" {
+	if got := nvdev.DriverName(s2, 100, 0); got != "" {
 		t.Errorf("unowned: %q", got)
 	}
 }
@@ -917,11 +919,11 @@ func TestNodevWithoutFailedNVIDIAOpen(t *testing.T) {
 // When a major carries a non-NVIDIA name too, the NVIDIA one names the owner.
 func TestDriverNamePrefersNVIDIA(t *testing.T) {
 	s := &snapshot.Snapshot{ProcDevices: []snapshot.DriverMajor{{Major: 7, Name: "vcs"}, {Major: 7, Name: "nvidia-uvm"}}}
-	if got := driverName(s, 7, 0); got != "nvidia-uvm" {
+	if got := nvdev.DriverName(s, 7, 0); got != "nvidia-uvm" {
 		t.Fatalf("driverName = %q, want nvidia-uvm", got)
 	}
 	s.ProcDevices = []snapshot.DriverMajor{{Major: 4, Name: "tty"}, {Major: 4, Name: "ttyS"}}
-	if got := driverName(s, 4, 0); got != "tty/ttyS" {
+	if got := nvdev.DriverName(s, 4, 0); got != "tty/ttyS" {
 		t.Fatalf("driverName = %q, want tty/ttyS", got)
 	}
 }
@@ -966,7 +968,7 @@ func TestForeignNodeAtNVIDIAPath(t *testing.T) {
 		req  uint32
 		d    *tracer.Dev
 	}{
-		{"/dev/nvidia-uvm", uvmInitialize, dev(1, 3)},
+		{"/dev/nvidia-uvm", nvdev.UVMInitialize, dev(1, 3)},
 		{"/dev/nvidiactl", 0xc00846d6, dev(1, 5)},
 	} {
 		t.Run(c.path, func(t *testing.T) {

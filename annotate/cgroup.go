@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/cudatrace/cudatrace/cgroupdev"
+	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/nvdev/nvfile"
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
@@ -29,15 +30,6 @@ type v2Eval struct {
 	why      string // when unknown
 }
 
-// emulated is what the cgroupdev emulator needs of the recorded programs.
-func emulated(progs []snapshot.DeviceProgram) []cgroupdev.Program {
-	out := make([]cgroupdev.Program, len(progs))
-	for i, p := range progs {
-		out[i] = cgroupdev.Program{ID: p.ID, Name: p.Name, AttachedTo: p.AttachedTo, Instructions: p.Instructions}
-	}
-	return out
-}
-
 func evalV2(s *snapshot.Snapshot, req cgroupdev.Request) v2Eval {
 	cg := s.CgroupV2
 	if cg == nil {
@@ -52,7 +44,7 @@ func evalV2(s *snapshot.Snapshot, req cgroupdev.Request) v2Eval {
 		}
 		return v2Eval{state: cgAbsent}
 	}
-	_, denied, errs := cgroupdev.EvaluateV2(emulated(cg.Programs), req)
+	_, denied, errs := cgroupdev.EvaluateV2(nvdev.EmulatedPrograms(cg.Programs), req)
 	r := v2Eval{errs: errs}
 	deny := map[uint32]bool{}
 	for _, id := range denied {
@@ -315,7 +307,7 @@ func (a *analyzer) explainEPERM(i int) {
 		a.cgroup1Denied(e, f, req, v1, head, events, major, name)
 	}
 	excluded := a.s.Driver.Params["ExcludedGpus"]
-	if !denied && isGPUNode(e.Path) && strings.TrimSpace(excluded) != "" && strings.Trim(excluded, `" `) != "" {
+	if !denied && nvdev.IsGPUNode(e.Path) && strings.TrimSpace(excluded) != "" && strings.Trim(excluded, `" `) != "" {
 		a.gpuExcluded(e, f, head, events, excluded, v2.state != cgUnknown && v1.state != cgUnknown)
 		return
 	}
@@ -363,7 +355,7 @@ func cgSummary(v2, v1 cgState) string {
 func (a *analyzer) epermAlternatives(e *tracer.Event) []string {
 	var d []string
 	p := a.s.Process
-	if isGPUNode(e.Path) {
+	if nvdev.IsGPUNode(e.Path) {
 		ex := a.s.Driver.Params["ExcludedGpus"]
 		if ex == "" {
 			ex = "not set"
@@ -414,12 +406,12 @@ func (a *analyzer) cgroup2Denied(e *tracer.Event, f nodeFacts, req cgroupdev.Req
 		word, verb = "programs", "deny"
 	}
 	sum := fmt.Sprintf("cgroup v2 device %s %s %s %s (%s)", word, strings.Join(ids, ", "), verb, reqString(req), e.Path)
-	fix := deviceAllowFix(a.s, "v2", major, name, e.Path, a.s.CgroupV2.Path)
+	fix := nvdev.DeviceAllowFix(a.s, "v2", major, name, e.Path, a.s.CgroupV2.Path)
 	if held, at, replaceable := heldAbove(a.s, v2.deniedBy); held != "" {
 		if !replaceable {
 			// The runtime's own settings act below the program: the rule
 			// goes in the program on that cgroup.
-			fix = deviceAllowFix(&snapshot.Snapshot{}, "v2", major, name, e.Path, at)
+			fix = nvdev.DeviceAllowFix(&snapshot.Snapshot{}, "v2", major, name, e.Path, at)
 		}
 		fix = held + "\n" + fix
 	}
@@ -436,7 +428,7 @@ func (a *analyzer) cgroup2Denied(e *tracer.Event, f nodeFacts, req cgroupdev.Req
 					fmt.Sprintf("%s is registered at major %d; %s is c %d:%d.", name, major, e.Path, req.Major, req.Minor),
 					"The rule was most likely written for an earlier major: this major is dynamic and moves between kernels, boots and driver versions.",
 				},
-				Fix:    fmt.Sprintf("Replace c %s:* with c %d:* in the rule.\n", majorsList(stale), major) + deviceAllowFix(a.s, "v2", major, name, e.Path, a.s.CgroupV2.Path),
+				Fix:    fmt.Sprintf("Replace c %s:* with c %d:* in the rule.\n", majorsList(stale), major) + nvdev.DeviceAllowFix(a.s, "v2", major, name, e.Path, a.s.CgroupV2.Path),
 				Events: events}, "")
 		}
 	}
@@ -477,7 +469,7 @@ func (a *analyzer) cgroup1Denied(e *tracer.Event, f nodeFacts, req cgroupdev.Req
 	a.add(Finding{ID: "cgroup1-denied", Severity: SeverityError,
 		Summary: fmt.Sprintf("the cgroup v1 devices list of %s does not allow %s (%s)", path, reqString(req), e.Path),
 		Detail:  d,
-		Fix:     deviceAllowFix(a.s, "v1", major, name, e.Path, path),
+		Fix:     nvdev.DeviceAllowFix(a.s, "v1", major, name, e.Path, path),
 		Events:  events}, "denied by the cgroup v1 devices list of "+path)
 }
 
@@ -514,7 +506,7 @@ func (a *analyzer) cgroupInferred(e *tracer.Event, f nodeFacts, req cgroupdev.Re
 	}
 	fix := ""
 	if major != 0 {
-		fix = deviceAllowFix(a.s, v, major, name, e.Path, path) + "\n"
+		fix = nvdev.DeviceAllowFix(a.s, v, major, name, e.Path, path) + "\n"
 	}
 	fix += "To confirm, run cudatrace where the device programs can be read (on the host, or with CAP_SYS_ADMIN and CAP_BPF)."
 	sum := fmt.Sprintf("%s is probably denied by the device cgroup (its rules could not be read)", e.Path)
@@ -564,7 +556,7 @@ func systemdCgroup(s *snapshot.Snapshot) bool {
 // NVIDIA majors are still allowed means the NVIDIA rules were dropped after
 // the container started.
 func (a *analyzer) daemonReload(e *tracer.Event, f nodeFacts, req cgroupdev.Request, v2 v2Eval, v1 v1Eval, events []uint64) {
-	switch runtimeKind(a.s) {
+	switch nvdev.RuntimeKind(a.s) {
 	case "docker", "kubernetes", "systemd":
 	default:
 		return
@@ -577,7 +569,7 @@ func (a *analyzer) daemonReload(e *tracer.Event, f nodeFacts, req cgroupdev.Requ
 		}
 		other := cgroupdev.Request{Type: cgroupdev.TypeChar, Major: d.Major, Minor: 0, Access: cgroupdev.AccessRead | cgroupdev.AccessWrite}
 		if v2.state == cgDeny {
-			if ok, _, _ := cgroupdev.EvaluateV2(emulated(a.s.CgroupV2.Programs), other); ok {
+			if ok, _, _ := cgroupdev.EvaluateV2(nvdev.EmulatedPrograms(a.s.CgroupV2.Programs), other); ok {
 				ev = append(ev, fmt.Sprintf("the cgroup v2 programs still allow c %d:0 rw (%s)", d.Major, d.Name))
 			}
 		} else if v1.state == cgDeny {

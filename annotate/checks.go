@@ -2,11 +2,11 @@ package annotate
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/nvdev/nvfile"
 	"github.com/cudatrace/cudatrace/tracer"
 )
@@ -22,13 +22,13 @@ func (a *analyzer) checkAll() {
 			a.driverNotLoadedSev("nvidia-uvm", nil, nil, SeverityWarning)
 		}
 	}
-	if l := a.kernelLines(containsAPIMismatch); len(l) > 0 {
+	if l := a.kernelLines(nvdev.IsAPIMismatchLine); len(l) > 0 {
 		a.versionMismatch(-1)
 	}
-	if l := a.kernelLines(isRMInitLine); len(l) > 0 {
+	if l := a.kernelLines(nvdev.IsRMInitLine); len(l) > 0 {
 		a.rmInitFailed(-1, SeverityWarning)
 	}
-	if l := a.kernelLines(isXidLost); len(l) > 0 {
+	if l := a.kernelLines(nvdev.IsGPULostLine); len(l) > 0 {
 		a.gpuLost(-1, SeverityError)
 	}
 	a.checkForkAfterInit()
@@ -55,7 +55,7 @@ func (a *analyzer) checkNodevNodes() {
 	for i := range a.s.Nodes {
 		n := &a.s.Nodes[i]
 		// Name a main node rather than a MIG capability node.
-		if !n.Exists || !isNvidiaNode(n.Path) || (isCapsNode(n.Path) && i < len(a.s.Nodes)-1) {
+		if !n.Exists || !isNvidiaNode(n.Path) || (nvdev.IsCapsNode(n.Path) && i < len(a.s.Nodes)-1) {
 			continue
 		}
 		m := mountOf(a.s, n, n.Path)
@@ -87,28 +87,14 @@ func (a *analyzer) libKind(e *tracer.Event) string {
 	if e.Kind != tracer.KindOpen || e.Failed() {
 		return ""
 	}
-	if k := libcudaPathKind(e.Path); k != "" {
+	if k := nvdev.LibcudaKind(e.Path); k != "" {
 		return k
 	}
 	if lf := a.libraryFile(e); lf != nil {
 		if lf.Stub && strings.HasPrefix(baseName(e.Path), "libcuda.so") {
 			return "stub"
 		}
-		return libcudaPathKind(lf.Resolved)
-	}
-	return ""
-}
-
-// libcudaPathKind classifies a libcuda path: "stub", "compat", or "".
-func libcudaPathKind(p string) string {
-	if !strings.HasPrefix(baseName(p), "libcuda.so") {
-		return ""
-	}
-	switch {
-	case strings.Contains(p, "/stubs/"):
-		return "stub"
-	case strings.Contains(p, "/compat/"):
-		return "compat"
+		return nvdev.LibcudaKind(lf.Resolved)
 	}
 	return ""
 }
@@ -122,7 +108,7 @@ func (a *analyzer) checkLibcuda() {
 			e := &a.ev[i]
 			a.add(Finding{ID: "libcuda-compat", Severity: SeverityWarning,
 				Summary: "a forward-compatibility libcuda was loaded: " + e.Path,
-				Detail: []string{callLine(e),
+				Detail: []string{nvdev.CallLine(e),
 					"The CUDA forward-compatibility package replaces the host's libcuda with a newer one. It works only on data-center GPUs; elsewhere cuInit fails with 804 (CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE), and it must match the kernel driver's branch."},
 				Fix:    "If CUDA reports 804 or a driver mismatch, remove the compat directory from LD_LIBRARY_PATH / ld.so.conf (or use an image without cuda-compat), or upgrade the host driver so compat is not needed.",
 				Events: []uint64{e.Seq}}, "")
@@ -132,9 +118,9 @@ func (a *analyzer) checkLibcuda() {
 
 func (a *analyzer) libcudaStub(i int) {
 	e := &a.ev[i]
-	d := []string{callLine(e),
+	d := []string{nvdev.CallLine(e),
 		"That is the CUDA toolkit's link-time stub, not the driver: cuInit returns 34 (CUDA_ERROR_STUB_LIBRARY)."}
-	if lf := a.libraryFile(e); lf != nil && lf.Stub && libcudaPathKind(e.Path) != "stub" {
+	if lf := a.libraryFile(e); lf != nil && lf.Stub && nvdev.LibcudaKind(e.Path) != "stub" {
 		d = append(d, fmt.Sprintf("Its contents say so, not its name: %d bytes and no driver version inside (the driver's libcuda is ~100 MB and carries its version).", lf.Size))
 	}
 	if v, ok := a.s.Env["LD_LIBRARY_PATH"]; ok && strings.Contains(v, "stubs") {
@@ -153,25 +139,6 @@ func (a *analyzer) libcudaStub(i int) {
 		Events:  []uint64{e.Seq}}, "the CUDA toolkit's stub libcuda was loaded instead of the driver's (CUDA_ERROR_STUB_LIBRARY, 34)")
 }
 
-// cvdHidesAll applies CUDA's parsing of CUDA_VISIBLE_DEVICES: it stops at
-// the first entry that is not a valid index or GPU/MIG UUID, so an invalid
-// first entry hides everything.
-func cvdHidesAll(v string, nGPU int) bool {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return true
-	}
-	first := strings.TrimSpace(strings.SplitN(v, ",", 2)[0])
-	if strings.HasPrefix(first, "GPU-") || strings.HasPrefix(first, "MIG-") {
-		return false
-	}
-	n, err := strconv.Atoi(first)
-	if err != nil || n < 0 {
-		return true
-	}
-	return nGPU > 0 && n >= nGPU
-}
-
 func (a *analyzer) checkVisibleDevices() {
 	v, ok := a.s.Env["CUDA_VISIBLE_DEVICES"]
 	if !ok {
@@ -180,7 +147,7 @@ func (a *analyzer) checkVisibleDevices() {
 	// CUDA found no device and nothing else explains it: a UUID-shaped
 	// entry may name a GPU that does not exist, which hides them all too.
 	noDevice := (a.cuda.Status == "failed" && a.cuda.Code == 100 || a.cuda.Devices != nil && *a.cuda.Devices == 0) && a.fail < 0
-	if !noDevice && !cvdHidesAll(v, len(a.s.Driver.GPUs)) {
+	if !noDevice && !nvdev.VisibleDevicesHidesAll(v, len(a.s.Driver.GPUs)) {
 		return
 	}
 	// CUDA's own verdict settles it: libcuda still opens /dev/nvidia0 when
@@ -197,7 +164,7 @@ func (a *analyzer) checkVisibleDevices() {
 	default:
 		for i := range a.ev {
 			e := &a.ev[i]
-			if e.Kind == tracer.KindOpen && !e.Failed() && isGPUNode(e.Path) {
+			if e.Kind == tracer.KindOpen && !e.Failed() && nvdev.IsGPUNode(e.Path) {
 				return
 			}
 		}
@@ -257,7 +224,7 @@ func (a *analyzer) checkRepaired() {
 			byPath[e.Path] = r
 			order = append(order, e.Path)
 		}
-		line := fmt.Sprintf("`%s` by %s %s", FormatCall(e), who(e), FormatResult(e))
+		line := fmt.Sprintf("`%s` by %s %s", nvdev.FormatCall(e), nvdev.Caller(e), nvdev.FormatResult(e))
 		if e.Kind == tracer.KindUnlink {
 			f := factsFor(a.s, a.ev, i, nil, e.Path)
 			if f.dev != nil {
@@ -281,7 +248,7 @@ func (a *analyzer) checkRepaired() {
 		events = append(events, byPath[p].events...)
 	}
 	d = append(d, "libcuda repairs missing or stale nodes only when it may create device nodes (root with CAP_MKNOD, outside a user namespace); the same environment fails for other users and in containers.")
-	fix := nodeCreateFix(order[0])
+	fix := nvdev.NodeCreateFix(order[0])
 	a.add(Finding{ID: "node-repaired", Severity: SeverityWarning,
 		Summary: fmt.Sprintf("the run is not clean: the node was recreated by libcuda (%s)", strings.Join(order, ", ")),
 		Detail:  d, Fix: fix, Events: events}, "")
@@ -292,7 +259,7 @@ func (a *analyzer) checkMIGCaps() {
 	var events []uint64
 	for i := range a.ev {
 		e := &a.ev[i]
-		if !isCapsNode(e.Path) || !e.Failed() {
+		if !nvdev.IsCapsNode(e.Path) || !e.Failed() {
 			continue
 		}
 		switch {
@@ -301,7 +268,7 @@ func (a *analyzer) checkMIGCaps() {
 		default:
 			continue
 		}
-		d = append(d, callLine(e))
+		d = append(d, nvdev.CallLine(e))
 		events = append(events, e.Seq)
 	}
 	if len(d) == 0 {
@@ -310,9 +277,9 @@ func (a *analyzer) checkMIGCaps() {
 	if m, ok := a.s.MajorOf("nvidia-caps"); ok {
 		d = append(d, fmt.Sprintf("nvidia-caps is registered at major %d (/proc/devices); cap1 is mig/config, cap2 is mig/monitor.", m))
 	}
-	fix := "Pass the MIG capability nodes (/dev/nvidia-caps/nvidia-cap1, -cap2 and the per-instance caps) into the container and allow the nvidia-caps major in its device cgroup, or run privileged; with the NVIDIA Container Toolkit's CDI mode, regenerate the spec after creating MIG instances (`nvidia-ctk cdi generate`) or set NVIDIA_MIG_CONFIG_DEVICES / NVIDIA_MIG_MONITOR_DEVICES.\n" + nodeCreateFix("/dev/nvidia-caps/")
+	fix := "Pass the MIG capability nodes (/dev/nvidia-caps/nvidia-cap1, -cap2 and the per-instance caps) into the container and allow the nvidia-caps major in its device cgroup, or run privileged; with the NVIDIA Container Toolkit's CDI mode, regenerate the spec after creating MIG instances (`nvidia-ctk cdi generate`) or set NVIDIA_MIG_CONFIG_DEVICES / NVIDIA_MIG_MONITOR_DEVICES.\n" + nvdev.NodeCreateFix("/dev/nvidia-caps/")
 	if m, ok := a.s.MajorOf("nvidia-caps"); ok {
-		fix += "\n" + dynamicMajorNote(m, "nvidia-caps")
+		fix += "\n" + nvdev.DynamicMajorNote(m, "nvidia-caps")
 	}
 	a.add(Finding{ID: "mig-caps", Severity: SeverityWarning,
 		Summary: "MIG capability nodes are missing or denied",
@@ -373,7 +340,7 @@ func (a *analyzer) checkModprobe() {
 	var events []uint64
 	for _, r := range runs {
 		e := &a.ev[r.exec]
-		d = append(d, fmt.Sprintf("`%s` by %s %s.", FormatCall(e), who(e), r.how))
+		d = append(d, fmt.Sprintf("`%s` by %s %s.", nvdev.FormatCall(e), nvdev.Caller(e), r.how))
 		events = append(events, e.Seq)
 	}
 	d = append(d, "libcuda runs nvidia-modprobe to load nvidia/nvidia_uvm and create missing nodes; it needs root (or its setuid bit) and a host /dev, so it fails inside containers and for ordinary users.")
@@ -388,19 +355,19 @@ func (a *analyzer) checkModprobe() {
 func (a *analyzer) checkUVMInit() {
 	for i := range a.ev {
 		e := &a.ev[i]
-		if e.Kind != tracer.KindIoctl || e.Request != uvmInitialize || e.FD < 0 {
+		if e.Kind != tracer.KindIoctl || e.Request != nvdev.UVMInitialize || e.FD < 0 {
 			continue
 		}
-		st, ok := uvmInitStatus(e)
+		st, ok := nvdev.UVMInitStatus(e)
 		if !e.Failed() && !(ok && st != 0) {
 			continue
 		}
 		if e.Errno() == unix.ENOTTY && a.foreignNode(e) {
 			return // not UVM's answer: another driver's node (wrong-driver)
 		}
-		d := []string{callLine(e)}
+		d := []string{nvdev.CallLine(e)}
 		if ok && st != 0 {
-			d = append(d, "rmStatus: "+StatusName(st)+".")
+			d = append(d, "rmStatus: "+nvdev.StatusName(st)+".")
 		}
 		hmm, set := a.s.Driver.UVMParams["uvm_disable_hmm"]
 		if set && (hmm == "1" || hmm == "Y") {
@@ -502,7 +469,7 @@ func (a *analyzer) verdict() string {
 		if e.Comm == "nvidia-smi" {
 			head = "nvidia-smi (NVML) cannot initialise: "
 		}
-		s := head + FormatCall(e) + " by " + who(e)
+		s := head + nvdev.FormatCall(e) + " by " + nvdev.Caller(e)
 		if e.NoReturn {
 			s += " never returned"
 		} else if e.Failed() {

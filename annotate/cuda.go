@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/nvdev/nvfile"
 	"github.com/cudatrace/cudatrace/tracer"
 )
@@ -50,21 +51,6 @@ func isInitFunc(f string) bool {
 	return f == "cuInit" || strings.HasPrefix(f, "nvmlInit")
 }
 
-// apiCodeName names a return code of an entry point: CUresult for cu*,
-// nvmlReturn_t for nvml*.
-func apiCodeName(fn string, code int64) string {
-	if strings.HasPrefix(fn, "nvml") {
-		if n, ok := nvmlReturnNames[int(code)]; ok {
-			return n
-		}
-		return fmt.Sprintf("nvmlReturn_t %d", code)
-	}
-	if n, ok := cuResultNames[int(code)]; ok {
-		return n
-	}
-	return fmt.Sprintf("CUresult %d", code)
-}
-
 // cudaOutcome reads CUDA's verdict from the api events: the first failing
 // entry point, else cuInit's success (with the device count, when seen).
 func (a *analyzer) cudaOutcome() {
@@ -98,7 +84,7 @@ func (a *analyzer) cudaOutcome() {
 		r.Status = "not-called"
 	}
 	if r.Func != "" {
-		r.Name = apiCodeName(r.Func, r.Code)
+		r.Name = nvdev.ReturnName(r.Func, r.Code)
 	}
 	a.cuda = r
 }
@@ -125,7 +111,7 @@ func (a *analyzer) beforeCUDAFailure(i int) bool {
 // apiHead opens the headline with CUDA's own verdict: "cuInit returned 999
 // (CUDA_ERROR_UNKNOWN) in python3[845] at +0.31s".
 func apiHead(e *tracer.Event) string {
-	return fmt.Sprintf("%s returned %d (%s) in %s at +%.2fs", e.Func, e.Ret, apiCodeName(e.Func, e.Ret), who(e), e.Time.Seconds())
+	return fmt.Sprintf("%s returned %d (%s) in %s at +%.2fs", e.Func, e.Ret, nvdev.ReturnName(e.Func, e.Ret), nvdev.Caller(e), e.Time.Seconds())
 }
 
 // codeMeaning is what a failed start with this code usually means, for a
@@ -174,11 +160,11 @@ func codeMeaning(fn string, code int64) string {
 // cudaUnexplained says that CUDA failed and nothing explained it, with the
 // code's usual meaning and what was checked and ruled out.
 func (a *analyzer) cudaUnexplained(e *tracer.Event) {
-	d := []string{fmt.Sprintf("`%s()` by %s returned %d (%s).", e.Func, who(e), e.Ret, apiCodeName(e.Func, e.Ret)),
+	d := []string{fmt.Sprintf("`%s()` by %s returned %d (%s).", e.Func, nvdev.Caller(e), e.Ret, nvdev.ReturnName(e.Func, e.Ret)),
 		"This code usually means " + codeMeaning(e.Func, e.Ret) + "."}
 	d = append(d, a.ruledOut(e)...)
 	a.add(Finding{ID: "cuda-failed-unexplained", Severity: SeverityError,
-		Summary: fmt.Sprintf("%s failed with %s and no failing call explains it", e.Func, apiCodeName(e.Func, e.Ret)),
+		Summary: fmt.Sprintf("%s failed with %s and no failing call explains it", e.Func, nvdev.ReturnName(e.Func, e.Ret)),
 		Detail:  d,
 		Fix:     "Read the kernel log around the failure (`dmesg | grep -E 'NVRM|nvidia'`), then check the candidates above that could not be ruled out; `cudatrace doctor` checks the node and driver state.",
 		Events:  []uint64{e.Seq}}, "")
@@ -236,7 +222,7 @@ func (a *analyzer) cudaVerdict() (string, bool) {
 		head := apiHead(e)
 		if a.fail >= 0 {
 			c := &a.ev[a.fail]
-			s := head + ": " + FormatCall(c) + " by " + who(c)
+			s := head + ": " + nvdev.FormatCall(c) + " by " + nvdev.Caller(c)
 			if c.NoReturn {
 				s += " never returned"
 			} else if c.Failed() {
@@ -258,14 +244,14 @@ func (a *analyzer) cudaVerdict() (string, bool) {
 	case "ok":
 		s := fmt.Sprintf("%s succeeded (%s)", r.Func, r.Name)
 		if ok := a.findSeq(r.Event); ok != nil {
-			s = fmt.Sprintf("%s succeeded in %s", r.Func, who(ok))
+			s = fmt.Sprintf("%s succeeded in %s", r.Func, nvdev.Caller(ok))
 		}
 		if r.Devices != nil {
 			s += fmt.Sprintf(" and found %d GPU(s)", *r.Devices)
 		}
 		if a.fail >= 0 {
 			c := &a.ev[a.fail]
-			s += ", but " + FormatCall(c) + " by " + who(c)
+			s += ", but " + nvdev.FormatCall(c) + " by " + nvdev.Caller(c)
 			if c.NoReturn {
 				s += " never returned"
 			} else if c.Failed() {
@@ -274,7 +260,7 @@ func (a *analyzer) cudaVerdict() (string, bool) {
 			if a.cause != "" {
 				s += ": " + a.cause
 			}
-			if isGPUNode(c.Path) {
+			if nvdev.IsGPUNode(c.Path) {
 				// Several GPUs: the job runs on fewer, far from the cause.
 				s += "; CUDA runs without that GPU"
 			}
@@ -328,20 +314,4 @@ func (a *analyzer) loadedLibcuda() bool {
 		}
 	}
 	return false
-}
-
-// nvmlReturnNames maps an nvmlReturn_t value to its name (nvml.h, NVIDIA
-// Management Library; the values are part of its stable ABI).
-var nvmlReturnNames = map[int]string{
-	0: "NVML_SUCCESS", 1: "NVML_ERROR_UNINITIALIZED", 2: "NVML_ERROR_INVALID_ARGUMENT",
-	3: "NVML_ERROR_NOT_SUPPORTED", 4: "NVML_ERROR_NO_PERMISSION", 5: "NVML_ERROR_ALREADY_INITIALIZED",
-	6: "NVML_ERROR_NOT_FOUND", 7: "NVML_ERROR_INSUFFICIENT_SIZE", 8: "NVML_ERROR_INSUFFICIENT_POWER",
-	9: "NVML_ERROR_DRIVER_NOT_LOADED", 10: "NVML_ERROR_TIMEOUT", 11: "NVML_ERROR_IRQ_ISSUE",
-	12: "NVML_ERROR_LIBRARY_NOT_FOUND", 13: "NVML_ERROR_FUNCTION_NOT_FOUND", 14: "NVML_ERROR_CORRUPTED_INFOROM",
-	15: "NVML_ERROR_GPU_IS_LOST", 16: "NVML_ERROR_RESET_REQUIRED", 17: "NVML_ERROR_OPERATING_SYSTEM",
-	18: "NVML_ERROR_LIB_RM_VERSION_MISMATCH", 19: "NVML_ERROR_IN_USE", 20: "NVML_ERROR_MEMORY",
-	21: "NVML_ERROR_NO_DATA", 22: "NVML_ERROR_VGPU_ECC_NOT_SUPPORTED", 23: "NVML_ERROR_INSUFFICIENT_RESOURCES",
-	24: "NVML_ERROR_FREQ_NOT_SUPPORTED", 25: "NVML_ERROR_ARGUMENT_VERSION_MISMATCH", 26: "NVML_ERROR_DEPRECATED",
-	27: "NVML_ERROR_NOT_READY", 28: "NVML_ERROR_GPU_NOT_FOUND", 29: "NVML_ERROR_INVALID_STATE",
-	999: "NVML_ERROR_UNKNOWN",
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
 )
@@ -20,8 +21,8 @@ const (
 	// cudaCompatUnsupported: a forward-compatibility libcuda on a GPU or
 	// driver branch it does not support.
 	cudaCompatUnsupported = 804
-	cudaDevUnavailable = 46
-	nvmlRMVersionMism  = 18 // NVML_ERROR_LIB_RM_VERSION_MISMATCH
+	cudaDevUnavailable    = 46
+	nvmlRMVersionMism     = 18 // NVML_ERROR_LIB_RM_VERSION_MISMATCH
 )
 
 // checkDriverState explains a CUDA failure that no traced call explains
@@ -60,16 +61,16 @@ func (a *analyzer) gspFirmwareMissing(f *tracer.Event, ds *snapshot.DriverState)
 	if fw.Version == "" || len(fw.Files) > 0 || !a.s.Host.OpenModule() {
 		return false
 	}
-	lines := a.kernelLines(isRMInitLine)
+	lines := a.kernelLines(nvdev.IsRMInitLine)
 	if len(lines) == 0 {
 		return false
 	}
-	d := []string{fmt.Sprintf("`%s()` by %s returned %d (%s).", f.Func, who(f), f.Ret, apiCodeName(f.Func, f.Ret)),
+	d := []string{fmt.Sprintf("`%s()` by %s returned %d (%s).", f.Func, nvdev.Caller(f), f.Ret, nvdev.ReturnName(f.Func, f.Ret)),
 		fmt.Sprintf("The open kernel module %s runs the GPU through GSP firmware, and no gsp_*.bin for %s is in the firmware search path (%s).", fw.Version, fw.Version, strings.Join(fw.Searched, ", "))}
 	d = append(d, lines...)
 	a.add(Finding{ID: "gsp-firmware-missing", Severity: SeverityError,
 		Summary: fmt.Sprintf("the GSP firmware for driver %s is missing: the GPU could not initialise", fw.Version),
-		Detail:  d, Fix: GSPFirmwareFix(fw.Version), Events: []uint64{f.Seq}}, "")
+		Detail:  d, Fix: nvdev.GSPFirmwareFix(fw.Version), Events: []uint64{f.Seq}}, "")
 	return true
 }
 
@@ -77,7 +78,7 @@ func (a *analyzer) gspFirmwareMissing(f *tracer.Event, ds *snapshot.DriverState)
 // with HMM, the open module: open-gpu-kernel-modules #947.
 func (a *analyzer) hmmSuspect(f *tracer.Event, ds *snapshot.DriverState) {
 	v, set := a.s.Driver.UVMParams["uvm_disable_hmm"]
-	if !set || v == "Y" || v == "1" || !a.s.Host.OpenModule() || !HMMKernel(ds.KernelConfig) {
+	if !set || v == "Y" || v == "1" || !a.s.Host.OpenModule() || !nvdev.HMMKernel(ds.KernelConfig) {
 		return
 	}
 	for i := range a.out {
@@ -88,10 +89,10 @@ func (a *analyzer) hmmSuspect(f *tracer.Event, ds *snapshot.DriverState) {
 	}
 	a.add(Finding{ID: "uvm-hmm", Severity: SeverityError,
 		Summary: "cuInit returned 3 with HMM enabled in nvidia_uvm on a kernel with HMM",
-		Detail: []string{fmt.Sprintf("`%s()` by %s returned %d (%s) although the device opens worked.", f.Func, who(f), f.Ret, apiCodeName(f.Func, f.Ret)),
+		Detail: []string{fmt.Sprintf("`%s()` by %s returned %d (%s) although the device opens worked.", f.Func, nvdev.Caller(f), f.Ret, nvdev.ReturnName(f.Func, f.Ret)),
 			fmt.Sprintf("nvidia_uvm uvm_disable_hmm=%s; kernel %s has CONFIG_HMM_MIRROR=y and CONFIG_DEVICE_PRIVATE=y; the open kernel module %s.", v, a.s.Host.Kernel, orUnknown(a.s.Host.DriverVersion)),
 			"Some driver and kernel pairs fail UVM initialisation with HMM on (open-gpu-kernel-modules #947)."},
-		Fix: HMMFix, Inferred: true, Events: []uint64{f.Seq}}, "")
+		Fix: nvdev.HMMFix, Inferred: true, Events: []uint64{f.Seq}}, "")
 }
 
 func (a *analyzer) computeModeExclusive(f *tracer.Event, ds *snapshot.DriverState) {
@@ -104,18 +105,18 @@ func (a *analyzer) computeModeExclusive(f *tracer.Event, ds *snapshot.DriverStat
 	if len(d) == 0 {
 		return
 	}
-	d = append([]string{fmt.Sprintf("`%s()` by %s returned %d (%s).", f.Func, who(f), f.Ret, apiCodeName(f.Func, f.Ret))}, d...)
+	d = append([]string{fmt.Sprintf("`%s()` by %s returned %d (%s).", f.Func, nvdev.Caller(f), f.Ret, nvdev.ReturnName(f.Func, f.Ret))}, d...)
 	d = append(d, "In Exclusive_Process mode a GPU takes one CUDA context at a time: another process holds it. Prohibited allows none.")
 	a.add(Finding{ID: "compute-mode", Severity: SeverityError,
 		Summary: "the GPU's compute mode refuses this process's context (46: devices busy or unavailable)",
-		Detail:  d, Fix: ComputeModeFix, Events: []uint64{f.Seq}}, "")
+		Detail:  d, Fix: nvdev.ComputeModeFix, Events: []uint64{f.Seq}}, "")
 }
 
 func (a *analyzer) fabricManagerMissing(f *tracer.Event, ds *snapshot.DriverState) {
 	if len(ds.NVSwitches) == 0 || slices.Contains(ds.Daemons, "nv-fabricmanager") {
 		return
 	}
-	d := []string{fmt.Sprintf("`%s()` by %s returned %d (%s).", f.Func, who(f), f.Ret, apiCodeName(f.Func, f.Ret)),
+	d := []string{fmt.Sprintf("`%s()` by %s returned %d (%s).", f.Func, nvdev.Caller(f), f.Ret, nvdev.ReturnName(f.Func, f.Ret)),
 		fmt.Sprintf("%d NVSwitch devices (/proc/driver/nvidia-nvswitch/devices) and no nv-fabricmanager process.", len(ds.NVSwitches))}
 	inferred := a.inContainer()
 	if inferred {
@@ -123,7 +124,7 @@ func (a *analyzer) fabricManagerMissing(f *tracer.Event, ds *snapshot.DriverStat
 	}
 	a.add(Finding{ID: "fabric-manager", Severity: SeverityError,
 		Summary: "an NVSwitch system without nvidia-fabricmanager: CUDA is not ready (802)",
-		Detail:  d, Fix: FabricManagerFix(a.s.Host.DriverVersion), Inferred: inferred, Events: []uint64{f.Seq}}, "")
+		Detail:  d, Fix: nvdev.FabricManagerFix(a.s.Host.DriverVersion), Inferred: inferred, Events: []uint64{f.Seq}}, "")
 }
 
 // checkLibraryVersions: the libcuda/libnvidia-ml the target opened against
@@ -148,7 +149,7 @@ func (a *analyzer) checkLibraryVersions() {
 	}
 	for i := range a.ev {
 		e := &a.ev[i]
-		if e.Kind != tracer.KindOpen || e.Failed() || libcudaPathKind(e.Path) != "" {
+		if e.Kind != tracer.KindOpen || e.Failed() || nvdev.LibcudaKind(e.Path) != "" {
 			continue
 		}
 		if v := libVersion(baseName(e.Path)); v != "" && v != kv {
@@ -169,7 +170,7 @@ func (a *analyzer) compatUnsupported(f *tracer.Event) {
 	if i < 0 {
 		i = a.libcudaOpen()
 	}
-	d := []string{fmt.Sprintf("`%s()` by %s returned %d (%s).", f.Func, who(f), f.Ret, apiCodeName(f.Func, f.Ret))}
+	d := []string{fmt.Sprintf("`%s()` by %s returned %d (%s).", f.Func, nvdev.Caller(f), f.Ret, nvdev.ReturnName(f.Func, f.Ret))}
 	summary := "cuInit refused the forward-compatibility libcuda on this GPU (804)"
 	fix := "Remove the CUDA compat directory from LD_LIBRARY_PATH / ld.so.conf (or use an image without cuda-compat), so the driver's own libcuda is loaded; forward compatibility needs a data-center GPU and a supported driver branch."
 	events := []uint64{f.Seq}
@@ -177,7 +178,7 @@ func (a *analyzer) compatUnsupported(f *tracer.Event) {
 		e := &a.ev[i]
 		lv, from := a.libcudaVersion(e)
 		src, undo := a.libcudaSource(e)
-		d = append(d, fmt.Sprintf("%s loaded %s: libcuda %s (%s); the kernel module is %s.", who(e), e.Path, orUnknown(lv), orUnknown(from), orUnknown(a.moduleVersion())), src)
+		d = append(d, fmt.Sprintf("%s loaded %s: libcuda %s (%s); the kernel module is %s.", nvdev.Caller(e), e.Path, orUnknown(lv), orUnknown(from), orUnknown(a.moduleVersion())), src)
 		summary = fmt.Sprintf("the forward-compatibility libcuda %s (%s) does not support this GPU or driver branch (804)", orUnknown(lv), path.Dir(e.Path))
 		if undo != "" {
 			fix = "Load the driver's own libcuda: " + undo + "; forward compatibility needs a data-center GPU and a supported driver branch."
@@ -202,7 +203,7 @@ func libVersion(b string) string {
 // checkExcludedGPU: GPUs the driver was told to leave alone
 // (NVreg_ExcludedGpus). No GPU for CUDA (100) makes it the explanation.
 func (a *analyzer) checkExcludedGPU() {
-	ex := ExcludedGPUs(a.s)
+	ex := nvdev.ExcludedGPUs(a.s)
 	if len(ex) == 0 {
 		return
 	}
@@ -211,29 +212,12 @@ func (a *analyzer) checkExcludedGPU() {
 	var events []uint64
 	if f := a.cudaFailed(); f != nil && a.fail < 0 && f.Func == "cuInit" && f.Ret == cudaNoDevice {
 		sev = SeverityError
-		d = append([]string{fmt.Sprintf("`%s()` by %s returned %d (%s).", f.Func, who(f), f.Ret, apiCodeName(f.Func, f.Ret))}, d...)
+		d = append([]string{fmt.Sprintf("`%s()` by %s returned %d (%s).", f.Func, nvdev.Caller(f), f.Ret, nvdev.ReturnName(f.Func, f.Ret))}, d...)
 		events = []uint64{f.Seq}
 	}
 	a.add(Finding{ID: "excluded-gpu", Severity: sev,
 		Summary: "the driver excludes " + strings.Join(ex, ", "),
-		Detail:  d, Fix: ExcludedGPUFix, Events: events}, "")
-}
-
-// ExcludedGPUs lists what /proc/driver/nvidia/params' ExcludedGpus and the
-// GPUs' information files exclude.
-func ExcludedGPUs(s *snapshot.Snapshot) []string {
-	var ex []string
-	if v := strings.Trim(strings.TrimSpace(s.Driver.Params["ExcludedGpus"]), `"`); v != "" {
-		ex = append(ex, v)
-	}
-	if s.DriverState != nil {
-		for _, g := range s.DriverState.GPUs {
-			if g.Excluded {
-				ex = append(ex, g.Bus)
-			}
-		}
-	}
-	return ex
+		Detail:  d, Fix: nvdev.ExcludedGPUFix, Events: events}, "")
 }
 
 // checkKernelMessages names the driver's known kernel messages and ties each
@@ -241,7 +225,7 @@ func ExcludedGPUs(s *snapshot.Snapshot) []string {
 func (a *analyzer) checkKernelMessages() {
 	var d []string
 	for _, l := range a.s.KernelLog {
-		meaning := KernelLineMeaning(l.Text)
+		meaning := nvdev.KernelLineMeaning(l.Text)
 		if meaning == "" {
 			continue
 		}
@@ -254,7 +238,7 @@ func (a *analyzer) checkKernelMessages() {
 			line = fmt.Sprintf("%s: %s", fmtOffset(*l.T), line)
 			if i := a.nearestCall(*l.T); i >= 0 {
 				e := &a.ev[i]
-				line += fmt.Sprintf("; nearest call: `%s` by %s at %s", FormatCall(e), who(e), fmtOffset(e.Time))
+				line += fmt.Sprintf("; nearest call: `%s` by %s at %s", nvdev.FormatCall(e), nvdev.Caller(e), fmtOffset(e.Time))
 			}
 		}
 		d = append(d, line)

@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
 )
@@ -80,7 +81,7 @@ func TestGSPFirmwareMissingExplainsCuInit3(t *testing.T) {
 		t.Errorf("severity %s", f.Severity)
 	}
 	mustContain(t, "detail", detail(f), "/lib/firmware/nvidia/580.159.04", "RmInitAdapter failed! (0x62:0x65:1792)")
-	mustContain(t, "fix", f.Fix, GSPFirmwareFix("580.159.04"))
+	mustContain(t, "fix", f.Fix, nvdev.GSPFirmwareFix("580.159.04"))
 	noFinding(t, a, "cuda-failed-unexplained")
 	km := find(t, a, "kernel-messages")
 	mustContain(t, "kernel messages", detail(km), "before the trace, at -903.000s", "GSP firmware could not be loaded or started", "RmInitAdapter failed: the driver could not initialise the GPU")
@@ -199,7 +200,7 @@ func TestKernelLineMeaning(t *testing.T) {
 		{"NVRM: Xid (PCI:0000:3b:00): 999, pid=1", "Xid 999 (see NVIDIA's Xid catalog)"},
 		{"nvidia-uvm: Loaded the UVM driver, major device number 238.", ""},
 	} {
-		got := KernelLineMeaning(c.line)
+		got := nvdev.KernelLineMeaning(c.line)
 		if c.want == "" && got != "" || !strings.Contains(got, c.want) {
 			t.Errorf("KernelLineMeaning(%q) = %q, want %q", c.line, got, c.want)
 		}

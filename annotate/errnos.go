@@ -6,6 +6,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/tracer"
 )
 
@@ -34,16 +35,16 @@ func (a *analyzer) filterInstalled(i int) (string, *tracer.Event) {
 		return "", nil
 	}
 	f := &a.ev[j]
-	by := "by " + who(f)
+	by := "by " + nvdev.Caller(f)
 	if !same {
 		by += ", a process before it in the traced tree"
 	}
-	return fmt.Sprintf("A seccomp filter was installed %s at +%.3fs: `%s`.", by, f.Time.Seconds(), seccompCallString(f.Syscall, f)), f
+	return fmt.Sprintf("A seccomp filter was installed %s at +%.3fs: `%s`.", by, f.Time.Seconds(), nvdev.SeccompCall(f.Syscall, f)), f
 }
 
 // seccompFix says where a seccomp rule lives for the runtime in use.
 func (a *analyzer) seccompFix(syscall string) string {
-	switch runtimeKind(a.s) {
+	switch nvdev.RuntimeKind(a.s) {
 	case "docker":
 		return fmt.Sprintf("Allow %s in the container's seccomp profile (`--security-opt seccomp=/path/to/profile.json`); `--security-opt seccomp=unconfined` confirms the diagnosis.", syscall)
 	case "kubernetes":
@@ -60,7 +61,7 @@ func (a *analyzer) seccompFix(syscall string) string {
 // ran it (its entry was never seen), or one whose EPERM only seccomp gives.
 func (a *analyzer) seccompDenied(i int, inferred bool) {
 	e := &a.ev[i]
-	d := []string{callLine(e)}
+	d := []string{nvdev.CallLine(e)}
 	if e.NoEntry {
 		d = append(d, "The call never reached the kernel's syscall code: a seccomp filter answered it with "+e.ErrnoName()+".")
 	}
@@ -145,23 +146,23 @@ func (a *analyzer) explainOtherErrno(i int) {
 				return
 			}
 			id, cause = "ioctl-denied", "the ioctl was refused"
-			summary = fmt.Sprintf("%s was refused with %s", FormatCall(e), e.ErrnoName())
+			summary = fmt.Sprintf("%s was refused with %s", nvdev.FormatCall(e), e.ErrnoName())
 			d = append(d, "The driver refuses RM requests the caller may not make (a privileged control call, or another client's object); an LSM (AppArmor/SELinux) can also refuse ioctls.")
 			fix = "Check the kernel log for an LSM denial; run the same as root to tell a privilege check from a policy."
 		}
 	case unix.ENOMEM:
 		id, cause = "kernel-no-memory", "the kernel ran out of memory"
-		summary = fmt.Sprintf("%s failed with ENOMEM", FormatCall(e))
+		summary = fmt.Sprintf("%s failed with ENOMEM", nvdev.FormatCall(e))
 		d = append(d, "The driver could not allocate kernel memory (or pinned memory under RLIMIT_MEMLOCK).")
 		fix = "Check the memory cgroup limit and `dmesg` for allocation failures; raise RLIMIT_MEMLOCK (`ulimit -l unlimited`) for pinned memory."
 	case unix.EAGAIN, unix.EINTR:
 		id, cause = "call-interrupted", "the call was interrupted and not retried"
-		summary = fmt.Sprintf("%s failed with %s and was not retried", FormatCall(e), e.ErrnoName())
+		summary = fmt.Sprintf("%s failed with %s and was not retried", nvdev.FormatCall(e), e.ErrnoName())
 		d = append(d, "A signal or a non-blocking open interrupted the call; libcuda did not try again.")
 		fix = "Look for a signal storm (a profiler's timer, SIGCHLD from many children) during initialisation, or a GPU still opening in the background."
 	case unix.EINVAL:
 		id, cause = "call-invalid", "the driver rejected the call's arguments"
-		summary = fmt.Sprintf("%s failed with EINVAL", FormatCall(e))
+		summary = fmt.Sprintf("%s failed with EINVAL", nvdev.FormatCall(e))
 		d = append(d, "The driver rejected the arguments: a libcuda of another driver version sends params this module does not accept.")
 		fix = "Make libcuda and the kernel module the same driver version (reboot or reload the module after an upgrade)."
 	}

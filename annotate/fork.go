@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/nvdev/nvfile"
 	"github.com/cudatrace/cudatrace/tracer"
 )
@@ -96,19 +97,19 @@ func (a *analyzer) checkForkAfterInit() {
 	if child == nil {
 		return
 	}
-	d := []string{fmt.Sprintf("cuInit returned 0 in %s at +%.3fs.", who(parent), parent.Time.Seconds())}
+	d := []string{fmt.Sprintf("cuInit returned 0 in %s at +%.3fs.", nvdev.Caller(parent), parent.Time.Seconds())}
 	if child.Kind == tracer.KindAPI {
-		d = append(d, fmt.Sprintf("Later `%s()` in %s returned %d (%s).", child.Func, who(child), child.Ret, apiCodeName(child.Func, child.Ret)))
+		d = append(d, fmt.Sprintf("Later `%s()` in %s returned %d (%s).", child.Func, nvdev.Caller(child), child.Ret, nvdev.ReturnName(child.Func, child.Ret)))
 	} else {
 		how := fmt.Sprintf("exited %d", child.ExitCode)
 		if child.Signal != 0 {
 			how = "was killed by signal " + fmt.Sprint(child.Signal)
 		}
-		d = append(d, fmt.Sprintf("%s called no CUDA entry point and %s: PyTorch raises \"Cannot re-initialize CUDA in forked subprocess\" in such a child without calling CUDA.", who(child), how))
+		d = append(d, fmt.Sprintf("%s called no CUDA entry point and %s: PyTorch raises \"Cannot re-initialize CUDA in forked subprocess\" in such a child without calling CUDA.", nvdev.Caller(child), how))
 	}
-	d = append(d, fmt.Sprintf("%s made no exec and did not load libcuda itself, so it runs a copy of its parent's memory: it was forked after CUDA was initialised there. CUDA's state (driver fds, mappings, threads) does not survive fork, so every CUDA call in the child returns 3 (CUDA_ERROR_NOT_INITIALIZED).", who(child)))
+	d = append(d, fmt.Sprintf("%s made no exec and did not load libcuda itself, so it runs a copy of its parent's memory: it was forked after CUDA was initialised there. CUDA's state (driver fds, mappings, threads) does not survive fork, so every CUDA call in the child returns 3 (CUDA_ERROR_NOT_INITIALIZED).", nvdev.Caller(child)))
 	a.add(Finding{ID: "cuda-fork-after-init", Severity: SeverityError,
-		Summary:  fmt.Sprintf("%s was forked from %s after it had initialised CUDA; a forked child cannot use CUDA", who(child), who(parent)),
+		Summary:  fmt.Sprintf("%s was forked from %s after it had initialised CUDA; a forked child cannot use CUDA", nvdev.Caller(child), nvdev.Caller(parent)),
 		Detail:   d,
 		Fix:      "Start the workers with the spawn or forkserver start method (`multiprocessing.set_start_method(\"spawn\")`, `torch.multiprocessing.set_start_method(\"spawn\")`, or `DataLoader(..., multiprocessing_context=\"spawn\")`), or initialise CUDA only in the children: no CUDA call (torch.cuda.*, .cuda()) in the parent before it forks.",
 		Inferred: inferred, Events: []uint64{parent.Seq, child.Seq}}, "")

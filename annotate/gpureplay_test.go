@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/report"
 )
 
@@ -117,7 +118,7 @@ func TestGPURecordings(t *testing.T) {
 				}
 			} else if c.failPath == "" {
 				if a.Failing != nil {
-					t.Fatalf("healthy run pinpoints %s", annotate.FormatCall(a.Failing))
+					t.Fatalf("healthy run pinpoints %s", nvdev.FormatCall(a.Failing))
 				}
 			} else {
 				if a.Failing == nil {
@@ -128,7 +129,7 @@ func TestGPURecordings(t *testing.T) {
 					pathOK = strings.HasSuffix(a.Failing.Path, suffix)
 				}
 				if !pathOK || a.Failing.ErrnoName() != c.errno {
-					t.Fatalf("failing call %s → %s, want %s → %s", annotate.FormatCall(a.Failing), a.Failing.ErrnoName(), c.failPath, c.errno)
+					t.Fatalf("failing call %s → %s, want %s → %s", nvdev.FormatCall(a.Failing), a.Failing.ErrnoName(), c.failPath, c.errno)
 				}
 			}
 			var text strings.Builder

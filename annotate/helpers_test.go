@@ -10,6 +10,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"golang.org/x/sys/unix"
 
+	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
 )
@@ -52,7 +53,7 @@ func (b *evb) add(e tracer.Event) *evb {
 	b.seq++
 	e.Seq, e.PID, e.TID, e.Comm = b.seq, b.pid, b.pid, b.comm
 	if e.Syscall == "" {
-		e.Syscall = defaultSyscall(e.Kind)
+		e.Syscall = nvdev.DefaultSyscall(e.Kind)
 	}
 	b.evs = append(b.evs, e)
 	return b

@@ -6,6 +6,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/tracer"
 )
 
@@ -54,7 +55,7 @@ func (a *analyzer) ignorable(i int) (string, bool) {
 // narrows the GPUs. An intended isolation is not a fault; a node that
 // exists and is denied still is.
 func (a *analyzer) hiddenOnPurpose(e *tracer.Event) string {
-	if e.Kind != tracer.KindOpen || !isGPUNode(e.Path) || e.Errno() != unix.ENOENT || a.cuda.Status != "ok" {
+	if e.Kind != tracer.KindOpen || !nvdev.IsGPUNode(e.Path) || e.Errno() != unix.ENOENT || a.cuda.Status != "ok" {
 		return ""
 	}
 	if v, ok := a.s.Env["NVIDIA_VISIBLE_DEVICES"]; ok {
@@ -99,7 +100,7 @@ func (a *analyzer) noteIgnored() {
 		if !ok || len(d) >= 8 || onlyHidden && a.hiddenOnPurpose(e) == "" {
 			continue
 		}
-		d = append(d, fmt.Sprintf("`%s` by %s %s: %s.", FormatCall(e), who(e), FormatResult(e), why))
+		d = append(d, fmt.Sprintf("`%s` by %s %s: %s.", nvdev.FormatCall(e), nvdev.Caller(e), nvdev.FormatResult(e), why))
 		events = append(events, e.Seq)
 	}
 	if len(d) == 0 {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
 )
@@ -47,8 +48,8 @@ func firstIoctl(t *testing.T, r recording, req uint32) tracer.Event {
 
 func statusCode(t *testing.T, name string) uint32 {
 	t.Helper()
-	for code, s := range nvStatusNames {
-		if s[0] == name {
+	for code := uint32(0); code < 1<<17; code++ {
+		if nvdev.StatusShort(code) == name {
 			return code
 		}
 	}
@@ -58,7 +59,7 @@ func statusCode(t *testing.T, name string) uint32 {
 
 func setU32(e *tracer.Event, off int, v uint32) { binary.LittleEndian.PutUint32(e.Arg[off:], v) }
 
-var v580 = drvVersion{580, 159, 4}
+var v580 = nvdev.DriverVersion{580, 159, 4}
 
 // TestDecodeInbandRecorded decodes params captured on the H200 (driver
 // 580.159.04, eBPF backend) for each escape with a status.
@@ -89,38 +90,38 @@ func TestDecodeInbandRecorded(t *testing.T) {
 	invalid := statusCode(t, "NV_ERR_INVALID_STATE")
 	for _, c := range cases {
 		e := firstIoctl(t, rec, c.req)
-		r, ok := decodeInband(&e, v580, true)
+		r, ok := nvdev.DecodeInband(&e, v580, true)
 		if !ok || r.Escape != c.escape || r.Object != c.object || r.Field != c.field || !r.Known || r.Failed || r.Assumed {
 			t.Errorf("%#x: got %+v ok=%v, want %s %q healthy", c.req, r, ok, c.escape, c.object)
 			continue
 		}
 		// The same block with an error where the driver writes it.
 		setU32(&e, c.statusOff, invalid)
-		r, _ = decodeInband(&e, v580, true)
-		if !r.Failed || r.Status != invalid || r.statusText() != c.field+" NV_ERR_INVALID_STATE" {
-			t.Errorf("%#x with status @%d set: %+v %q", c.req, c.statusOff, r, r.statusText())
+		r, _ = nvdev.DecodeInband(&e, v580, true)
+		if !r.Failed || r.Status != invalid || r.StatusText() != c.field+" NV_ERR_INVALID_STATE" {
+			t.Errorf("%#x with status @%d set: %+v %q", c.req, c.statusOff, r, r.StatusText())
 		}
-		if !InbandMayHaveFailed(&e) {
-			t.Errorf("%#x: InbandMayHaveFailed false for a failed status", c.req)
+		if !nvdev.InbandMayHaveFailed(&e) {
+			t.Errorf("%#x: nvdev.InbandMayHaveFailed false for a failed status", c.req)
 		}
 	}
 	// The version check: libcuda's string and the RECOGNIZED reply.
 	e := firstIoctl(t, rec, 0xc04846d2)
-	r, _ := decodeInband(&e, v580, true)
+	r, _ := nvdev.DecodeInband(&e, v580, true)
 	if !r.Known || r.Failed || r.Version != "580.159.04" {
 		t.Errorf("CHECK_VERSION_STR: %+v", r)
 	}
 	setU32(&e, 4, 0) // NV_RM_API_VERSION_REPLY_UNRECOGNIZED
-	if r, _ := decodeInband(&e, v580, true); !r.Failed || r.statusText() != "reply UNRECOGNIZED" {
+	if r, _ := nvdev.DecodeInband(&e, v580, true); !r.Failed || r.StatusText() != "reply UNRECOGNIZED" {
 		t.Errorf("CHECK_VERSION_STR unrecognised: %+v", r)
 	}
 	// No params beyond the 16-byte XFER header, no status: nothing claimed.
-	if _, ok := decodeInband(&tracer.Event{Kind: tracer.KindIoctl, Request: 0xc01046d3, Dev: dev(195, 255), Arg: make([]byte, 16)}, v580, true); ok {
+	if _, ok := nvdev.DecodeInband(&tracer.Event{Kind: tracer.KindIoctl, Request: 0xc01046d3, Dev: dev(195, 255), Arg: make([]byte, 16)}, v580, true); ok {
 		t.Error("XFER_CMD decoded although its params were not captured")
 	}
 	// A status far beyond the captured bytes is said to be unknown.
 	e = firstIoctl(t, rec, 0x21) // UVM_MAP_EXTERNAL_ALLOCATION, rmStatus @9260
-	r, _ = decodeInband(&e, v580, true)
+	r, _ = nvdev.DecodeInband(&e, v580, true)
 	if r.Known || !strings.Contains(r.Missing, "rmStatus @9260 lies beyond the 64 bytes captured") {
 		t.Errorf("MAP_EXTERNAL_ALLOCATION: %+v", r)
 	}
@@ -134,28 +135,28 @@ func TestInbandLayoutsByVersion(t *testing.T) {
 	binary.LittleEndian.PutUint32(arg[12:], 0xc56f) // hClass
 	binary.LittleEndian.PutUint32(arg[24:], 0x22)   // @24: NV_ERR_INVALID_CLASS on <= 530
 	e := tracer.Event{Kind: tracer.KindIoctl, FD: 8, Request: 0xc020462b, Dev: dev(195, 255), Arg: arg}
-	if r, _ := decodeInband(&e, drvVersion{530, 41, 3}, true); !r.Failed || r.Status != 0x22 {
+	if r, _ := nvdev.DecodeInband(&e, nvdev.DriverVersion{530, 41, 3}, true); !r.Failed || r.Status != 0x22 {
 		t.Errorf("530.41.03: %+v", r)
 	}
-	if r, _ := decodeInband(&e, drvVersion{535, 43, 2}, true); r.Failed || !r.Known {
+	if r, _ := nvdev.DecodeInband(&e, nvdev.DriverVersion{535, 43, 2}, true); r.Failed || !r.Known {
 		t.Errorf("535.43.02 reads @28 (zero): %+v", r)
 	}
-	if got := FormatCall(&e); got != "ioctl(8, NV_ESC_RM_ALLOC class=AMPERE_CHANNEL_GPFIFO_A)" {
+	if got := nvdev.FormatCall(&e); got != "ioctl(8, NV_ESC_RM_ALLOC class=AMPERE_CHANNEL_GPFIFO_A)" {
 		t.Errorf("FormatCall = %q", got)
 	}
-	if got := InbandResult(&e, "530.41.03"); got != "status NV_ERR_INVALID_CLASS" {
+	if got := nvdev.InbandResult(&e, "530.41.03"); got != "status NV_ERR_INVALID_CLASS" {
 		t.Errorf("InbandResult = %q", got)
 	}
-	if r, _ := decodeInband(&e, drvVersion{}, false); !r.Assumed {
+	if r, _ := nvdev.DecodeInband(&e, nvdev.DriverVersion{}, false); !r.Assumed {
 		t.Errorf("unknown version: newest layout not marked assumed: %+v", r)
 	}
 
 	free := tracer.Event{Kind: tracer.KindIoctl, FD: 9, Request: 0x22, Dev: dev(238, 0), Arg: make([]byte, 64)}
 	binary.LittleEndian.PutUint32(free.Arg[16:], 0x1f)
-	if r, _ := decodeInband(&free, v580, true); !r.Failed {
+	if r, _ := nvdev.DecodeInband(&free, v580, true); !r.Failed {
 		t.Errorf("UVM_FREE on 580.159.04 reads @16: %+v", r)
 	}
-	if r, _ := decodeInband(&free, drvVersion{590, 48, 1}, true); r.Failed {
+	if r, _ := nvdev.DecodeInband(&free, nvdev.DriverVersion{590, 48, 1}, true); r.Failed {
 		t.Errorf("UVM_FREE on 590.48.01 reads @8: %+v", r)
 	}
 }
@@ -226,7 +227,7 @@ func TestHealthyRecordingsInbandExpected(t *testing.T) {
 		n := 0
 		for i := range rec.Events {
 			if e := &rec.Events[i]; e.Kind == tracer.KindIoctl && !e.Failed() {
-				if _, ok := decodeInband(e, v580, true); ok {
+				if _, ok := nvdev.DecodeInband(e, v580, true); ok {
 					n++
 				}
 			}
@@ -236,7 +237,7 @@ func TestHealthyRecordingsInbandExpected(t *testing.T) {
 		}
 		for _, f := range a.inbandFailures() {
 			if f.expected == "" {
-				t.Errorf("%s: unexpected in-band failure on a healthy start: %s %s; add it to learnedInband", st, FormatCall(&rec.Events[f.i]), f.r.statusText())
+				t.Errorf("%s: unexpected in-band failure on a healthy start: %s %s; add it to learnedInband", st, nvdev.FormatCall(&rec.Events[f.i]), f.r.StatusText())
 			}
 		}
 		res := Analyze(rec.Events, rec.Snapshot)

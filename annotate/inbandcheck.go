@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/tracer"
 )
 
@@ -11,7 +12,7 @@ import (
 // params; expected says why libcuda does not care ("" when it might).
 type inbandFailure struct {
 	i        int
-	r        inband
+	r        nvdev.Inband
 	expected string
 }
 
@@ -29,7 +30,7 @@ var learnedInband = []struct {
 }{}
 
 // inbandExpected says why the in-band failure at i is part of a normal start.
-func (a *analyzer) inbandExpected(i int, r inband) string {
+func (a *analyzer) inbandExpected(i int, r nvdev.Inband) string {
 	for _, l := range learnedInband {
 		if l.escape == r.Escape && l.object == r.Object && l.status == r.Status {
 			return l.why
@@ -47,7 +48,7 @@ func (a *analyzer) inbandExpected(i int, r inband) string {
 		if o.PID != e.PID || o.Kind != tracer.KindIoctl || o.Request != e.Request {
 			continue
 		}
-		if or, ok := decodeInband(o, ver, have); ok && or.Object == r.Object && or.Known && !or.Failed {
+		if or, ok := nvdev.DecodeInband(o, ver, have); ok && or.Object == r.Object && or.Known && !or.Failed {
 			return fmt.Sprintf("retried successfully at +%s", o.Time)
 		}
 	}
@@ -57,8 +58,8 @@ func (a *analyzer) inbandExpected(i int, r inband) string {
 // nvErrNotSupported is NV_ERR_NOT_SUPPORTED (nvstatuscodes.h).
 const nvErrNotSupported = 0x56
 
-func (a *analyzer) driverVersion() (drvVersion, bool) {
-	return driverVersionOf(a.s.Host.DriverVersion, a.ev)
+func (a *analyzer) driverVersion() (nvdev.DriverVersion, bool) {
+	return nvdev.DriverVersionOf(a.s.Host.DriverVersion, a.ev)
 }
 
 // inbandFailures lists the trace's in-band failures in order.
@@ -70,7 +71,7 @@ func (a *analyzer) inbandFailures() []inbandFailure {
 		if e.FD < 0 {
 			continue
 		}
-		if r, ok := decodeInband(e, ver, have); ok && r.Failed {
+		if r, ok := nvdev.DecodeInband(e, ver, have); ok && r.Failed {
 			out = append(out, inbandFailure{i, r, a.inbandExpected(i, r)})
 		}
 	}
@@ -101,36 +102,36 @@ func (a *analyzer) inbandSuspect() int {
 // inbandText is the in-band result of the call at e, "" when none failed.
 func (a *analyzer) inbandText(e *tracer.Event) string {
 	ver, have := a.driverVersion()
-	r, ok := decodeInband(e, ver, have)
+	r, ok := nvdev.DecodeInband(e, ver, have)
 	if !ok {
 		return ""
 	}
-	return r.statusText()
+	return r.StatusText()
 }
 
 // explainInband explains the failing call when it failed in-band.
 func (a *analyzer) explainInband(i int) {
 	ver, have := a.driverVersion()
 	e := &a.ev[i]
-	r, ok := decodeInband(e, ver, have)
+	r, ok := nvdev.DecodeInband(e, ver, have)
 	if !ok || !r.Failed {
 		return
 	}
 	id, summary := inbandFinding(r)
-	d := []string{callLine(e) + ", " + r.statusText()}
-	d = append(d, fmt.Sprintf("The ioctl itself succeeded; the driver put %s in the params' %s field.", StatusName(r.Status), r.Field))
+	d := []string{nvdev.CallLine(e) + ", " + r.StatusText()}
+	d = append(d, fmt.Sprintf("The ioctl itself succeeded; the driver put %s in the params' %s field.", nvdev.StatusName(r.Status), r.Field))
 	if r.Assumed {
 		d = append(d, "The driver version is unknown, so the newest params layout was assumed.")
 	}
 	events := []uint64{e.Seq}
 	if c := a.cudaFailed(); c != nil {
-		d = append(d, fmt.Sprintf("%s then returned %s at +%s; this was the last unexpected in-band failure before it.", c.Func, apiCodeName(c.Func, c.Ret)+fmt.Sprintf(" (%d)", c.Ret), c.Time))
+		d = append(d, fmt.Sprintf("%s then returned %s at +%s; this was the last unexpected in-band failure before it.", c.Func, nvdev.ReturnName(c.Func, c.Ret)+fmt.Sprintf(" (%d)", c.Ret), c.Time))
 		events = append(events, c.Seq)
 	}
 	var expected []string
 	for _, f := range a.inbandFailures() {
 		if f.expected != "" && f.i < i {
-			expected = append(expected, fmt.Sprintf("`%s` %s (%s)", FormatCall(&a.ev[f.i]), f.r.statusText(), f.expected))
+			expected = append(expected, fmt.Sprintf("`%s` %s (%s)", nvdev.FormatCall(&a.ev[f.i]), f.r.StatusText(), f.expected))
 		}
 	}
 	if len(expected) > 0 {
@@ -139,7 +140,7 @@ func (a *analyzer) explainInband(i int) {
 	d = append(d, a.kernelLines(func(string) bool { return true })...)
 	a.add(Finding{ID: id, Severity: SeverityError, Summary: summary, Detail: d,
 		Fix: inbandFix(r, a.s.Host.DriverVersion), Events: events},
-		fmt.Sprintf("the driver answered %s", nvStatusShort(r.Status)))
+		fmt.Sprintf("the driver answered %s", nvdev.StatusShort(r.Status)))
 }
 
 // checkInband reports in-band failures that did not become the failing
@@ -161,7 +162,7 @@ func (a *analyzer) checkInband() {
 	last := unexpected[len(unexpected)-1]
 	e := &a.ev[last.i]
 	id, summary := inbandFinding(last.r)
-	d := []string{callLine(e) + ", " + last.r.statusText()}
+	d := []string{nvdev.CallLine(e) + ", " + last.r.StatusText()}
 	sev := SeverityWarning
 	switch {
 	case a.cudaFailed() != nil:
@@ -184,7 +185,7 @@ func (a *analyzer) checkInband() {
 		Fix: inbandFix(last.r, a.s.Host.DriverVersion), Events: events}, "")
 }
 
-func inbandFinding(r inband) (id, summary string) {
+func inbandFinding(r nvdev.Inband) (id, summary string) {
 	id = "rm-status-failed"
 	if strings.HasPrefix(r.Escape, "UVM_") {
 		id = "uvm-status-failed"
@@ -193,13 +194,13 @@ func inbandFinding(r inband) (id, summary string) {
 	if r.Object != "" {
 		what += " " + r.Object
 	}
-	return id, fmt.Sprintf("the driver refused %s: %s", what, nvStatusShort(r.Status))
+	return id, fmt.Sprintf("the driver refused %s: %s", what, nvdev.StatusShort(r.Status))
 }
 
 // inbandFix is the remedy for the common NV_STATUS codes of a driver
 // request; the rest point at the kernel log, where RM says why.
-func inbandFix(r inband, driverVersion string) string {
-	name := nvStatusShort(r.Status)
+func inbandFix(r nvdev.Inband, driverVersion string) string {
+	name := nvdev.StatusShort(r.Status)
 	switch name {
 	case "NV_ERR_INSUFFICIENT_PERMISSIONS":
 		return "The driver refuses this request to this user: check NVreg_RmProfilingAdminOnly and the MIG/capability nodes (/dev/nvidia-caps) the process may open, or run it with the access the request needs."

@@ -5,6 +5,7 @@ import (
 	"path"
 	"strings"
 
+	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
 )
@@ -131,7 +132,7 @@ func (a *analyzer) checkLibcudaLoaded() {
 		return
 	}
 	e := &a.ev[i]
-	d := []string{callLine(e)}
+	d := []string{nvdev.CallLine(e)}
 	if lf := a.libraryFile(e); lf != nil && lf.Resolved != "" && lf.Resolved != e.Path {
 		d = append(d, e.Path+" → "+lf.Resolved)
 	}
@@ -207,5 +208,5 @@ func (a *analyzer) failedUnseen() string {
 	if x.Signal != 0 {
 		how = "died of signal " + fmt.Sprint(x.Signal)
 	}
-	return fmt.Sprintf("%s %s after loading libcuda (%s), and no probed CUDA or NVML entry point returned: CUDA's own result is not known. No traced device call failed; the program may reach libcuda through entry points that are not probed (the CUDA runtime resolves them with cuGetProcAddress), or it failed outside CUDA (see libcuda-loaded).", who(x), how, a.ev[i].Path)
+	return fmt.Sprintf("%s %s after loading libcuda (%s), and no probed CUDA or NVML entry point returned: CUDA's own result is not known. No traced device call failed; the program may reach libcuda through entry points that are not probed (the CUDA runtime resolves them with cuGetProcAddress), or it failed outside CUDA (see libcuda-loaded).", nvdev.Caller(x), how, a.ev[i].Path)
 }

@@ -3,6 +3,8 @@ package annotate
 import (
 	"fmt"
 	"strings"
+
+	"github.com/cudatrace/cudatrace/nvdev"
 )
 
 // cuda codes a resource limit explains with every device call fine.
@@ -41,7 +43,7 @@ func (a *analyzer) checkLimits() {
 		return
 	}
 	p := a.s.Process
-	head := fmt.Sprintf("`%s()` by %s returned %d (%s), and no traced device call before it failed.", f.Func, who(f), f.Ret, apiCodeName(f.Func, f.Ret))
+	head := fmt.Sprintf("`%s()` by %s returned %d (%s), and no traced device call before it failed.", f.Func, nvdev.Caller(f), f.Ret, nvdev.ReturnName(f.Func, f.Ret))
 	switch {
 	case f.Ret == cudaOutOfMemory && p.AS != nil && p.AS[0] != ^uint64(0):
 		when := "at the failure"

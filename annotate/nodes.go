@@ -2,119 +2,19 @@ package annotate
 
 import (
 	"fmt"
-	"regexp"
-	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/nvdev/nvfile"
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
 )
 
-var (
-	gpuNodeRe = regexp.MustCompile(`^/dev/nvidia([0-9]+)$`)
-	capNodeRe = regexp.MustCompile(`^/dev/nvidia-caps/nvidia-cap([0-9]+)$`)
-)
-
 // isNvidiaNode is whether p is an NVIDIA device node path (not a /dev/char
 // link, which libcuda creates best-effort and whose failures are noise).
 var isNvidiaNode = nvfile.IsNode
-
-func isGPUNode(p string) bool { return gpuNodeRe.MatchString(p) }
-
-func isCapsNode(p string) bool { return strings.HasPrefix(p, "/dev/nvidia-caps") }
-
-// expectedNode says which /proc/devices name should own a node path and
-// which minor it should have, from the driver's fixed naming (device_nodes in
-// internal/gentables/nvidia-abi.json). names lists acceptable names, newest first.
-type expectedNode struct {
-	names    []string
-	minor    uint32
-	minorOK  bool
-	fixed195 bool
-}
-
-func expectFor(p string) (expectedNode, bool) {
-	switch {
-	case p == "/dev/nvidiactl":
-		return expectedNode{[]string{"nvidiactl", "nvidia-frontend", "nvidia"}, 255, true, true}, true
-	case p == "/dev/nvidia-modeset":
-		return expectedNode{[]string{"nvidia-modeset", "nvidia-frontend", "nvidia"}, 254, true, true}, true
-	case isGPUNode(p):
-		n, _ := strconv.ParseUint(gpuNodeRe.FindStringSubmatch(p)[1], 10, 32)
-		return expectedNode{[]string{"nvidia", "nvidia-frontend"}, uint32(n), true, true}, true
-	case p == "/dev/nvidia-uvm":
-		return expectedNode{names: []string{"nvidia-uvm"}, minor: 0, minorOK: true}, true
-	case p == "/dev/nvidia-uvm-tools":
-		return expectedNode{names: []string{"nvidia-uvm"}, minor: 1, minorOK: true}, true
-	case capNodeRe.MatchString(p):
-		n, _ := strconv.ParseUint(capNodeRe.FindStringSubmatch(p)[1], 10, 32)
-		return expectedNode{names: []string{"nvidia-caps"}, minor: uint32(n), minorOK: true}, true
-	case strings.HasPrefix(p, "/dev/nvidia-caps-imex-channels/"):
-		return expectedNode{names: []string{"nvidia-caps-imex-channels"}}, true
-	case p == "/dev/nvidia-nvswitchctl":
-		return expectedNode{names: []string{"nvidia-nvswitch"}, minor: 255, minorOK: true}, true
-	case strings.HasPrefix(p, "/dev/nvidia-nvswitch"):
-		return expectedNode{names: []string{"nvidia-nvswitch"}}, true
-	case p == "/dev/nvidia-nvlink":
-		return expectedNode{names: []string{"nvidia-nvlink"}, minor: 0, minorOK: true}, true
-	}
-	return expectedNode{}, false
-}
-
-// registered returns the major /proc/devices lists for the node's driver and
-// the name it is listed under.
-func (x expectedNode) registered(s *snapshot.Snapshot) (uint32, string, bool) {
-	for _, n := range x.names {
-		if m, ok := s.MajorOf(n); ok {
-			return m, n, true
-		}
-	}
-	return 0, "", false
-}
-
-// driverName is /proc/devices' owner of major:minor. Major 195 is split into
-// regions on drivers >= 545 (nvidia 0-247, nvidia-modeset 254, nvidiactl
-// 255), so the minor picks among several lines.
-func driverName(s *snapshot.Snapshot, major, minor uint32) string {
-	var names []string
-	for _, d := range s.ProcDevices {
-		if d.Major == major {
-			names = append(names, d.Name)
-		}
-	}
-	if len(names) <= 1 {
-		return strings.Join(names, "")
-	}
-	if major == nvfile.Major {
-		want := "nvidia"
-		switch minor {
-		case 255:
-			want = "nvidiactl"
-		case 254:
-			want = "nvidia-modeset"
-		}
-		for _, n := range names {
-			if n == want {
-				return n
-			}
-		}
-	}
-	// A major shared with a non-NVIDIA name (a stand-in, or a driver that
-	// registered a second region): the NVIDIA name is the one that matters.
-	var nv []string
-	for _, n := range names {
-		if strings.HasPrefix(n, "nvidia") {
-			nv = append(nv, n)
-		}
-	}
-	if len(nv) == 1 {
-		return nv[0]
-	}
-	return strings.Join(names, "/")
-}
 
 // nodeFacts is what is known about one node at the time of a call.
 type nodeFacts struct {
@@ -133,7 +33,7 @@ type nodeFacts struct {
 	ownerKnow bool
 	uid, gid  uint32
 	driver    string // /proc/devices owner of dev's major ("" if none or unknown)
-	exp       expectedNode
+	exp       nvdev.NodeExpectation
 	expOK     bool
 	regMajor  uint32 // registered major of the expected driver
 	regName   string
@@ -144,9 +44,9 @@ type nodeFacts struct {
 // in evs; e is the call being explained (may be nil).
 func factsFor(s *snapshot.Snapshot, evs []tracer.Event, upto int, e *tracer.Event, path string) nodeFacts {
 	f := nodeFacts{path: path, exists: -1}
-	f.exp, f.expOK = expectFor(path)
+	f.exp, f.expOK = nvdev.ExpectedNode(path)
 	if f.expOK {
-		f.regMajor, f.regName, f.regOK = f.exp.registered(s)
+		f.regMajor, f.regName, f.regOK = f.exp.Registered(s)
 	}
 	if n := s.Node(path); n != nil {
 		f.snapNode = n
@@ -194,7 +94,7 @@ func factsFor(s *snapshot.Snapshot, evs []tracer.Event, upto int, e *tracer.Even
 		}
 	}
 	if f.dev != nil {
-		f.driver = driverName(s, f.dev.Major, f.dev.Minor)
+		f.driver = nvdev.DriverName(s, f.dev.Major, f.dev.Minor)
 	}
 	return f
 }
@@ -213,8 +113,8 @@ func (f nodeFacts) requestDev() (tracer.Dev, bool) {
 	if f.dev != nil {
 		return *f.dev, true
 	}
-	if f.regOK && f.exp.minorOK {
-		return tracer.Dev{Major: f.regMajor, Minor: f.exp.minor}, true
+	if f.regOK && f.exp.MinorKnown {
+		return tracer.Dev{Major: f.regMajor, Minor: f.exp.Minor}, true
 	}
 	return tracer.Dev{}, false
 }
@@ -224,14 +124,14 @@ func (f nodeFacts) requestDev() (tracer.Dev, bool) {
 func (f nodeFacts) describe(s *snapshot.Snapshot) string {
 	if f.exists == 0 {
 		msg := fmt.Sprintf("%s does not exist in the target's /dev", f.path)
-		if f.regOK && f.exp.minorOK {
-			msg += fmt.Sprintf(" (it would be c %d:%d: %s is registered at major %d in /proc/devices)", f.regMajor, f.exp.minor, f.regName, f.regMajor)
+		if f.regOK && f.exp.MinorKnown {
+			msg += fmt.Sprintf(" (it would be c %d:%d: %s is registered at major %d in /proc/devices)", f.regMajor, f.exp.Minor, f.regName, f.regMajor)
 		}
 		return msg + "."
 	}
 	if f.dev == nil {
-		if f.regOK && f.exp.minorOK {
-			return fmt.Sprintf("%s: its device number is not in the trace or snapshot; %s is registered at major %d in /proc/devices, so it should be c %d:%d.", f.path, f.regName, f.regMajor, f.regMajor, f.exp.minor)
+		if f.regOK && f.exp.MinorKnown {
+			return fmt.Sprintf("%s: its device number is not in the trace or snapshot; %s is registered at major %d in /proc/devices, so it should be c %d:%d.", f.path, f.regName, f.regMajor, f.regMajor, f.exp.Minor)
 		}
 		return fmt.Sprintf("%s: its device number is not in the trace or snapshot.", f.path)
 	}

@@ -7,6 +7,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cudatrace/cudatrace/internal/sysabi"
+	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/nvdev/nvfile"
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
@@ -94,7 +95,7 @@ func (a *analyzer) checkNotCharDevice() {
 			events = append(events, nd.seq)
 			for i := range a.ev {
 				if a.ev[i].Seq == nd.seq {
-					d = append(d, callLine(&a.ev[i]))
+					d = append(d, nvdev.CallLine(&a.ev[i]))
 				}
 			}
 		} else {
@@ -103,24 +104,24 @@ func (a *analyzer) checkNotCharDevice() {
 		if a.openedOK(path) {
 			d = append(d, "Opening it succeeds, but the fd reaches no driver: every NVIDIA ioctl on it fails (ENOTTY), so cuInit fails although no open did.")
 		}
-		inContainer := runtimeKind(a.s) != ""
+		inContainer := nvdev.RuntimeKind(a.s) != ""
 		mk := placeholderMade(a.ev, path)
 		if mk != nil {
-			d = append(d, fmt.Sprintf("%s created it as an empty file (%s): the target of a bind mount, not a device node.", who(mk), FormatCall(mk)))
+			d = append(d, fmt.Sprintf("%s created it as an empty file (%s): the target of a bind mount, not a device node.", nvdev.Caller(mk), nvdev.FormatCall(mk)))
 			events = append(events, mk.Seq)
 		}
-		if nd.kind == "a regular file" && (runtimeKind(a.s) == "lxc" || mk != nil) {
+		if nd.kind == "a regular file" && (nvdev.RuntimeKind(a.s) == "lxc" || mk != nil) {
 			d = append(d, fmt.Sprintf("That is the placeholder LXC creates for `lxc.mount.entry = %s %s none bind,optional,create=file`: the host's %s did not exist when the container started, so LXC bound nothing over it (`optional` makes that silent).", path, strings.TrimPrefix(path, "/"), path))
 		} else if nd.kind == "a directory" {
 			d = append(d, "A bind mount whose host source was missing when the container started leaves a directory (Docker's -v, LXC's create=dir).")
 		}
-		fix := nodeCreateFix(path)
+		fix := nvdev.NodeCreateFix(path)
 		if inContainer || mk != nil {
 			fix += " Then restart the container, so that the runtime binds the real node over the placeholder."
 		} else {
 			fix += fmt.Sprintf(" Remove the %s first (`rm -r %s`).", strings.TrimPrefix(nd.kind, "a "), path)
 		}
-		if b := bindNodeFix(a.s, path); b != "" {
+		if b := nvdev.BindNodeFix(a.s, path); b != "" {
 			fix += "\n" + b
 		}
 		a.add(Finding{ID: "node-not-device", Severity: SeverityError,

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/tracer"
 )
@@ -67,7 +68,7 @@ func hexField(t *testing.T, l probeLine, k string) uint32 {
 
 // statusShort is the NV_STATUS name InbandResult prints.
 func statusShort(code uint32) string {
-	name, _, _ := strings.Cut(annotate.StatusName(code), " ")
+	name, _, _ := strings.Cut(nvdev.StatusName(code), " ")
 	return name
 }
 
@@ -102,7 +103,7 @@ func TestRMProbeRecordings(t *testing.T) {
 			ioctls = ioctls[len(ioctls)-6:]
 			for i, l := range lines {
 				e := &ioctls[i]
-				call, got := annotate.FormatCall(e), annotate.InbandResult(e, ver)
+				call, got := nvdev.FormatCall(e), nvdev.InbandResult(e, ver)
 				switch l.op {
 				case "check_version_str":
 					want := l.fields["err"] // "0" or the errno's name
@@ -132,7 +133,7 @@ func TestRMProbeRecordings(t *testing.T) {
 				}
 			}
 			a := annotate.Analyze(rep.Events, rep.Snapshot)
-			if a.Failing == nil || !strings.Contains(annotate.FormatCall(a.Failing), "NV_ESC_CHECK_VERSION_STR") {
+			if a.Failing == nil || !strings.Contains(nvdev.FormatCall(a.Failing), "NV_ESC_CHECK_VERSION_STR") {
 				t.Errorf("failing call %v, want the refused version check", a.Failing)
 			}
 			have := map[string]bool{}

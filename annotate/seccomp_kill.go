@@ -5,6 +5,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/tracer"
 )
 
@@ -35,14 +36,14 @@ func (a *analyzer) exitOf(pid, i int) *tracer.Event {
 // kernel ran it and sent SIGSYS. The call has no result to read.
 func (a *analyzer) seccompKilled(i int) {
 	e := &a.ev[i]
-	thread := who(e)
+	thread := nvdev.Caller(e)
 	if e.TID != 0 && e.TID != e.PID {
 		thread += fmt.Sprintf(" (thread %d)", e.TID)
 	}
-	d := []string{fmt.Sprintf("`%s` by %s never returned: the kernel rolled it back and sent SIGSYS, so it has no result (the driver never saw it).", FormatCall(e), thread),
+	d := []string{fmt.Sprintf("`%s` by %s never returned: the kernel rolled it back and sent SIGSYS, so it has no result (the driver never saw it).", nvdev.FormatCall(e), thread),
 		"That is a seccomp filter's action on this call: SECCOMP_RET_KILL_PROCESS or KILL_THREAD (the kernel kills the process or thread), or SECCOMP_RET_TRAP (SIGSYS, which kills a process that does not handle it)."}
 	if e.ThreadKilled {
-		d = []string{fmt.Sprintf("`%s` by %s never returned: the kernel ended that thread inside the call (SIGSYS), so it has no result (the driver never saw it).", FormatCall(e), thread),
+		d = []string{fmt.Sprintf("`%s` by %s never returned: the kernel ended that thread inside the call (SIGSYS), so it has no result (the driver never saw it).", nvdev.FormatCall(e), thread),
 			"That is a seccomp filter's SECCOMP_RET_KILL_THREAD: the process's other threads went on without it, so a program waiting for CUDA's initialisation hangs rather than dies."}
 	}
 	died := false
@@ -50,11 +51,11 @@ func (a *analyzer) seccompKilled(i int) {
 		switch {
 		case x.Signal == int(unix.SIGSYS):
 			died = true
-			d = append(d, fmt.Sprintf("%s then died of SIGSYS (a shell reports exit status %d; nothing is printed by CUDA).", who(x), 128+int(unix.SIGSYS)))
+			d = append(d, fmt.Sprintf("%s then died of SIGSYS (a shell reports exit status %d; nothing is printed by CUDA).", nvdev.Caller(x), 128+int(unix.SIGSYS)))
 		case x.Signal != 0:
-			d = append(d, fmt.Sprintf("%s then died of %s.", who(x), unix.SignalName(unix.Signal(x.Signal))))
+			d = append(d, fmt.Sprintf("%s then died of %s.", nvdev.Caller(x), unix.SignalName(unix.Signal(x.Signal))))
 		default:
-			d = append(d, fmt.Sprintf("%s went on and exited %d: a SIGSYS handler took the call (SECCOMP_RET_TRAP), and CUDA did not get what it asked for.", who(x), x.ExitCode))
+			d = append(d, fmt.Sprintf("%s went on and exited %d: a SIGSYS handler took the call (SECCOMP_RET_TRAP), and CUDA did not get what it asked for.", nvdev.Caller(x), x.ExitCode))
 		}
 	}
 	if line, f := a.filterInstalled(i); f != nil {
@@ -79,6 +80,6 @@ func (a *analyzer) seccompKilled(i int) {
 	}
 	fix += "\nIn a seccomp profile the action is SCMP_ACT_KILL, SCMP_ACT_KILL_PROCESS or SCMP_ACT_TRAP; systemd's SystemCallFilter= kills unless SystemCallErrorNumber= is set. To confirm, run once unconfined (`--security-opt seccomp=unconfined`)."
 	a.add(Finding{ID: "seccomp-killed", Severity: SeverityError,
-		Summary: fmt.Sprintf("a seccomp filter killed %s with SIGSYS in %s", who(e), e.Syscall),
+		Summary: fmt.Sprintf("a seccomp filter killed %s with SIGSYS in %s", nvdev.Caller(e), e.Syscall),
 		Detail:  d, Fix: fix, Events: []uint64{e.Seq}}, cause)
 }

@@ -1,34 +1,8 @@
 package annotate
 
 import (
-	"fmt"
-
 	"github.com/cudatrace/cudatrace/tracer"
 )
-
-// seccompCallString renders a KindSeccomp event as the call that made it:
-// seccomp(SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER) or
-// prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER).
-func seccompCallString(name string, e *tracer.Event) string {
-	mode := "SECCOMP_MODE_FILTER"
-	if e.Mode == 1 {
-		mode = "SECCOMP_MODE_STRICT"
-	}
-	if name == "prctl" {
-		return fmt.Sprintf("prctl(PR_SET_SECCOMP, %s)", mode)
-	}
-	if e.Mode == 1 {
-		return name + "(SECCOMP_SET_MODE_STRICT)"
-	}
-	flags := fmt.Sprintf("%#x", e.Flags)
-	switch e.Flags {
-	case 0:
-		flags = "0"
-	case seccompFlagNewListener:
-		flags = "SECCOMP_FILTER_FLAG_NEW_LISTENER"
-	}
-	return fmt.Sprintf("%s(SECCOMP_SET_MODE_FILTER, %s)", name, flags)
-}
 
 // seccompFlagNewListener is SECCOMP_FILTER_FLAG_NEW_LISTENER: the filter's
 // refusals may come from a user-space supervisor (SECCOMP_RET_USER_NOTIF).

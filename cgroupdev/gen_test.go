@@ -13,7 +13,7 @@ import (
 
 // Generators for the device programs that systemd and LXC build, written
 // from the shapes in container_device_programs of
-// annotate/internal/gentables/nvidia-abi.json (and the runtimes' sources),
+// nvdev/internal/gentables/nvidia-abi.json (and the runtimes' sources),
 // plus a runc-shaped one for tests that cannot call runc's real generator
 // (it is only reachable through cgroups.DevicesSetV2, which needs root).
 

@@ -6,8 +6,8 @@ import (
 	"os"
 	"strings"
 
-	"github.com/cudatrace/cudatrace/annotate"
 	"github.com/cudatrace/cudatrace/diagnose/record"
+	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/nvdev/nvfile"
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
@@ -26,7 +26,7 @@ func NVIDIASpec(spec *tracer.Spec, procDevices string, extra []uint, fold bool) 
 	}
 	spec.DeviceMajors = nvidiaMajors(snapshot.ParseProcDevices(string(text)), extra)
 	// Where the driver's in-band results lie depends on its version.
-	spec.InbandStatus = annotate.InbandStatusWords(snapshot.HostDriverVersion())
+	spec.InbandStatus = nvdev.InbandStatusWords(snapshot.HostDriverVersion())
 	if fold {
 		// Repeats the report would only count need not reach it.
 		spec.FoldIoctlsAfter, spec.FoldCallsAfter = record.IoctlSamplePerSite, record.SamplePerSite

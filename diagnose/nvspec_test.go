@@ -7,9 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cudatrace/cudatrace/annotate"
 	"github.com/cudatrace/cudatrace/diagnose/record"
 	"github.com/cudatrace/cudatrace/internal/privtest"
+	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
 )
@@ -31,7 +31,7 @@ func TestNvidiaSpec(t *testing.T) {
 	if want := []uint32{195, 508, 511, 7}; !slices.Equal(spec.DeviceMajors, want) {
 		t.Errorf("majors %v, want %v", spec.DeviceMajors, want)
 	}
-	want := annotate.InbandStatusWords(snapshot.HostDriverVersion())
+	want := nvdev.InbandStatusWords(snapshot.HostDriverVersion())
 	if len(spec.InbandStatus) == 0 || !slices.Equal(spec.InbandStatus, want) {
 		t.Errorf("in-band status table of %d words, want the running driver's %d", len(spec.InbandStatus), len(want))
 	}

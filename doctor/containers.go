@@ -5,8 +5,8 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/cudatrace/cudatrace/annotate"
 	"github.com/cudatrace/cudatrace/cgroupdev"
+	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/nvdev/nvfile"
 	"github.com/cudatrace/cudatrace/snapshot"
 )
@@ -163,7 +163,7 @@ func checkContainer(h *host, cc snapshot.ContainerConfig) Check {
 		p, _, _ := strings.Cut(d.Value, ",")
 		passed[p] = true
 		if hn := h.hostNode(p); hn != nil && !hn.Exists {
-			problem(Fail, fmt.Sprintf("line %d `%s`: %s does not exist on the host, so the container cannot start", d.N, d.Raw, p), annotate.NodeCreateFix(p))
+			problem(Fail, fmt.Sprintf("line %d `%s`: %s does not exist on the host, so the container cannot start", d.N, d.Raw, p), nvdev.NodeCreateFix(p))
 		}
 	}
 
@@ -223,9 +223,9 @@ func checkContainer(h *host, cc snapshot.ContainerConfig) Check {
 			continue
 		}
 		if m.optional {
-			problem(Fail, fmt.Sprintf("line %d `%s`: %s does not exist on the host, and with `optional` LXC skips it without a word", m.line.N, m.line.Raw, m.source), annotate.NodeCreateFix(m.source))
+			problem(Fail, fmt.Sprintf("line %d `%s`: %s does not exist on the host, and with `optional` LXC skips it without a word", m.line.N, m.line.Raw, m.source), nvdev.NodeCreateFix(m.source))
 		} else {
-			problem(Fail, fmt.Sprintf("line %d `%s`: %s does not exist on the host, so the container fails to start", m.line.N, m.line.Raw, m.source), annotate.NodeCreateFix(m.source))
+			problem(Fail, fmt.Sprintf("line %d `%s`: %s does not exist on the host, so the container fails to start", m.line.N, m.line.Raw, m.source), nvdev.NodeCreateFix(m.source))
 		}
 	}
 	if len(v.mounts) > 0 && !mounted["/dev"] && !generated {
@@ -280,7 +280,7 @@ func restartCmd(cc snapshot.ContainerConfig) string {
 }
 
 func dynamicNote(n majorNeed) string {
-	if note := annotate.DynamicMajorNote(n.major, n.name); note != "" {
+	if note := nvdev.DynamicMajorNote(n.major, n.name); note != "" {
 		return "\n" + note
 	}
 	return ""
@@ -297,7 +297,7 @@ func mountsCaps(v containerView) bool {
 
 func hasGPUMount(mounted map[string]bool) bool {
 	for p := range mounted {
-		if annotate.IsGPUNode(p) {
+		if nvdev.IsGPUNode(p) {
 			return true
 		}
 	}

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/nvdev"
 )
 
 // checkDriver: modules, versions, firmware, HMM, persistence and compute
@@ -67,7 +67,7 @@ func checkVersions(h *host) Check {
 		switch {
 		case l.Path == "":
 			continue // the environment check says it is missing
-		case l.Stub || annotate.LibcudaKind(l.Path) != "":
+		case l.Stub || nvdev.LibcudaKind(l.Path) != "":
 			continue // stub and compat libraries have their own versions
 		case l.Version == "":
 			ok = append(ok, l.Name+" (version not in its file name: "+l.Resolved+")")
@@ -113,7 +113,7 @@ func checkFirmware(h *host) Check {
 	}
 	var failed []string
 	for _, l := range h.b.KernelLog {
-		if annotate.IsRMInitLine(l.Text) {
+		if nvdev.IsRMInitLine(l.Text) {
 			failed = append(failed, "Kernel log: "+l.Text)
 		}
 	}
@@ -121,7 +121,7 @@ func checkFirmware(h *host) Check {
 		c.Status = Fail
 		c.Summary = fmt.Sprintf("no gsp_*.bin for %s, and the kernel log shows the GPU failing to initialise", fw.Version)
 		c.Detail = append(failed, "Searched: "+strings.Join(fw.Searched, ", "))
-		c.Fix = annotate.GSPFirmwareFix(fw.Version)
+		c.Fix = nvdev.GSPFirmwareFix(fw.Version)
 		return c
 	}
 	if !open {
@@ -146,18 +146,18 @@ func checkHMM(h *host) Check {
 	}
 	disabled := v == "Y" || v == "1"
 	kc := h.sv.KernelConfig
-	hmmKernel := annotate.HMMKernel(kc)
+	hmmKernel := nvdev.HMMKernel(kc)
 	switch {
 	case disabled:
 		c.Summary = "HMM disabled (uvm_disable_hmm=" + v + ")"
 	case kc == nil:
 		c.Summary = "HMM enabled (uvm_disable_hmm=" + v + "); kernel config unreadable"
-		c.Detail = []string{"If cuInit returns 3 while nvidia-smi works: " + annotate.HMMFix}
+		c.Detail = []string{"If cuInit returns 3 while nvidia-smi works: " + nvdev.HMMFix}
 	case !hmmKernel:
 		c.Summary = "the kernel has no HMM (CONFIG_HMM_MIRROR/CONFIG_DEVICE_PRIVATE), so uvm_disable_hmm=" + v + " changes nothing"
 	default:
 		c.Summary = "HMM enabled on a kernel with HMM (uvm_disable_hmm=" + v + ")"
-		c.Detail = []string{"If cuInit returns 3 while nvidia-smi works: " + annotate.HMMFix}
+		c.Detail = []string{"If cuInit returns 3 while nvidia-smi works: " + nvdev.HMMFix}
 	}
 	return c
 }
@@ -196,7 +196,7 @@ func checkSMI(h *host) []Check {
 	if len(bad) > 0 {
 		cm.Summary = bad[0]
 		cm.Detail = bad[1:]
-		cm.Fix = annotate.ComputeModeFix
+		cm.Fix = nvdev.ComputeModeFix
 	} else {
 		cm.Summary = "Default on every GPU"
 	}
@@ -218,7 +218,7 @@ func checkFabric(h *host) Check {
 	default:
 		c.Status = Fail
 		c.Summary = fmt.Sprintf("%s but nv-fabricmanager is not running: CUDA fails with 802 (system not yet initialized)", plural(len(h.sv.NVSwitches), "NVSwitch", "NVSwitches"))
-		c.Fix = annotate.FabricManagerFix(h.b.Host.DriverVersion)
+		c.Fix = nvdev.FabricManagerFix(h.b.Host.DriverVersion)
 	}
 	return c
 }
@@ -228,14 +228,14 @@ func checkExcluded(h *host) Check {
 	c := Check{ID: "excluded-gpu", Subject: "NVreg_ExcludedGpus", Status: Pass}
 	b := *h.b
 	b.DriverState = &h.sv.DriverState
-	ex := annotate.ExcludedGPUs(&b)
+	ex := nvdev.ExcludedGPUs(&b)
 	if len(ex) == 0 {
 		c.Summary = fmt.Sprintf("no GPU excluded (%s)", plural(len(h.sv.GPUs), "GPU", "GPUs"))
 		return c
 	}
 	c.Status = Warn
 	c.Summary = "excluded by the driver: " + strings.Join(ex, ", ") + "; opening its node fails with EPERM, like a cgroup denial"
-	c.Fix = annotate.ExcludedGPUFix
+	c.Fix = nvdev.ExcludedGPUFix
 	return c
 }
 
@@ -256,20 +256,20 @@ func checkKernelLog(h *host) Check {
 	for _, l := range h.b.KernelLog {
 		t := l.Text
 		switch {
-		case annotate.IsAPIMismatchLine(t):
+		case nvdev.IsAPIMismatchLine(t):
 			// A client refused since boot, with its own version: the
 			// library check says whether today's libraries match the module.
 			if !apiSeen {
 				apiSeen = true
 				warns = append(warns, t+" (a client of another driver version was refused; the library-version check tells whether today's libraries match)")
 			}
-		case annotate.IsGPULostLine(t), annotate.IsRMInitLine(t):
+		case nvdev.IsGPULostLine(t), nvdev.IsRMInitLine(t):
 			fails = append(fails, t)
 		case xidRE.MatchString(t):
 			m := xidRE.FindStringSubmatch(t)
 			xids[m[2]]++
 			if xids[m[2]] == 1 {
-				if s := annotate.KernelLineMeaning(t); s != "" {
+				if s := nvdev.KernelLineMeaning(t); s != "" {
 					t += " (" + s + ")"
 				}
 				warns = append(warns, t)

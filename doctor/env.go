@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/nvdev"
 )
 
 // checkEnvironment: what in the subject's environment steers CUDA away
@@ -17,7 +17,7 @@ func checkEnvironment(h *host) []Check {
 	cvd := Check{ID: "cuda-visible-devices", Subject: "CUDA_VISIBLE_DEVICES", Status: Pass}
 	if v, ok := env["CUDA_VISIBLE_DEVICES"]; !ok {
 		cvd.Summary = "unset: every GPU is visible"
-	} else if annotate.VisibleDevicesHidesAll(v, len(h.sv.GPUs)) {
+	} else if nvdev.VisibleDevicesHidesAll(v, len(h.sv.GPUs)) {
 		cvd.Status = Fail
 		cvd.Summary = fmt.Sprintf("%q hides every GPU: cuInit returns 100 (CUDA_ERROR_NO_DEVICE)", v)
 		cvd.Detail = []string{fmt.Sprintf("The driver sees %s; CUDA stops at the first entry that is not a valid 0-based index or GPU/MIG UUID.", plural(len(h.sv.GPUs), "GPU", "GPUs"))}
@@ -45,7 +45,7 @@ func checkEnvironment(h *host) []Check {
 			continue
 		}
 		c := Check{ID: "libcuda", Subject: "libcuda.so.1", Status: Pass}
-		kind := annotate.LibcudaKind(l.Path)
+		kind := nvdev.LibcudaKind(l.Path)
 		if l.Stub {
 			kind = "stub"
 		}

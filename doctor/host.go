@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/nvdev/nvfile"
 	"github.com/cudatrace/cudatrace/snapshot"
 )
@@ -78,7 +78,7 @@ func (h *host) needs() []need {
 	}
 	gpuNodes := 0
 	for _, n := range h.b.Nodes {
-		if annotate.IsGPUNode(n.Path) && n.Exists {
+		if nvdev.IsGPUNode(n.Path) && n.Exists {
 			gpuNodes++
 		}
 	}
@@ -91,7 +91,7 @@ func (h *host) needs() []need {
 		}
 	}
 	for _, n := range h.b.Nodes {
-		if annotate.IsGPUNode(n.Path) || (n.Exists && annotate.IsCapsNode(n.Path) && n.Type != "d") {
+		if nvdev.IsGPUNode(n.Path) || (n.Exists && nvdev.IsCapsNode(n.Path) && n.Type != "d") {
 			add(n.Path, false)
 		} else if n.Path == "/dev/nvidia-uvm-tools" && n.Exists {
 			add(n.Path, false)
@@ -104,10 +104,10 @@ func (h *host) needs() []need {
 	var out []need
 	for _, p := range paths {
 		nd := need{path: p, required: required[p], node: h.b.Node(p)}
-		nd.regMajor, nd.driver, nd.regOK = annotate.RegisteredMajor(h.b, p)
+		nd.regMajor, nd.driver, nd.regOK = nvdev.RegisteredMajor(h.b, p)
 		if n := nd.node; n != nil && n.Exists && (n.Type == "c" || n.Type == "b") {
 			nd.major, nd.minor, nd.known = n.Major, n.Minor, true
-		} else if x, ok := annotate.ExpectedNode(p); ok && nd.regOK && x.MinorKnown {
+		} else if x, ok := nvdev.ExpectedNode(p); ok && nd.regOK && x.MinorKnown {
 			nd.major, nd.minor, nd.known = nd.regMajor, x.Minor, true
 		}
 		out = append(out, nd)
@@ -125,7 +125,7 @@ func nodeOrder(p string) string {
 		return "1"
 	case p == "/dev/nvidia-uvm-tools":
 		return "2"
-	case annotate.IsGPUNode(p):
+	case nvdev.IsGPUNode(p):
 		n, _ := strconv.Atoi(strings.TrimPrefix(p, "/dev/nvidia"))
 		return fmt.Sprintf("3%06d", n)
 	}

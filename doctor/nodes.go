@@ -5,7 +5,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/snapshot"
 )
 
@@ -40,11 +40,11 @@ func checkNode(h *host, nd need) Check {
 		} else if !nd.regOK {
 			c.Detail = append(c.Detail, "Its driver is not registered in /proc/devices either: the kernel module is not loaded.")
 		}
-		fix := annotate.BindNodeFix(h.b, nd.path)
+		fix := nvdev.BindNodeFix(h.b, nd.path)
 		if fix == "" {
-			fix = annotate.NodeCreateFix(nd.path)
+			fix = nvdev.NodeCreateFix(nd.path)
 		} else {
-			fix = annotate.NodeCreateFix(nd.path) + "\n" + fix
+			fix = nvdev.NodeCreateFix(nd.path) + "\n" + fix
 		}
 		c.Fix = fix
 		return c
@@ -60,16 +60,16 @@ func checkNode(h *host, nd need) Check {
 	}
 	if n.Type != "c" {
 		bad(Fail, fmt.Sprintf("is %s, not a character device", typeWord(n.Type)),
-			fmt.Sprintf("Remove %s and recreate it: %s", nd.path, annotate.NodeCreateFix(nd.path)))
+			fmt.Sprintf("Remove %s and recreate it: %s", nd.path, nvdev.NodeCreateFix(nd.path)))
 	} else {
-		owner := annotate.DriverName(h.b, n.Major, n.Minor)
+		owner := nvdev.DriverName(h.b, n.Major, n.Minor)
 		if nd.regOK && n.Major != nd.regMajor {
 			bad(Fail, fmt.Sprintf("is %s but %s is at major %d now (a stale node from before a driver reload)", devText(n.Major, n.Minor), nd.driver, nd.regMajor),
-				fmt.Sprintf("Recreate it with the current major: `rm %s && mknod -m 0666 %s c %d %d` (or reload the driver's node creation: %s)", nd.path, nd.path, nd.regMajor, expectMinor(nd, n), strings.TrimSuffix(annotate.NodeCreateFix(nd.path), ".")))
+				fmt.Sprintf("Recreate it with the current major: `rm %s && mknod -m 0666 %s c %d %d` (or reload the driver's node creation: %s)", nd.path, nd.path, nd.regMajor, expectMinor(nd, n), strings.TrimSuffix(nvdev.NodeCreateFix(nd.path), ".")))
 		} else if !nd.regOK && owner == "" && len(h.b.ProcDevices) > 0 {
-			bad(Fail, fmt.Sprintf("is %s, and no driver holds major %d in /proc/devices", devText(n.Major, n.Minor), n.Major), annotate.NodeCreateFix(nd.path))
+			bad(Fail, fmt.Sprintf("is %s, and no driver holds major %d in /proc/devices", devText(n.Major, n.Minor), n.Major), nvdev.NodeCreateFix(nd.path))
 		}
-		if x, ok := annotate.ExpectedNode(nd.path); ok && x.MinorKnown && n.Minor != x.Minor && (!nd.regOK || n.Major == nd.regMajor) {
+		if x, ok := nvdev.ExpectedNode(nd.path); ok && x.MinorKnown && n.Minor != x.Minor && (!nd.regOK || n.Major == nd.regMajor) {
 			bad(Fail, fmt.Sprintf("has minor %d; %s must be minor %d", n.Minor, nd.path, x.Minor),
 				fmt.Sprintf("Recreate it: `rm %s && mknod -m 0666 %s c %d %d`", nd.path, nd.path, n.Major, x.Minor))
 		}
@@ -80,19 +80,19 @@ func checkNode(h *host, nd need) Check {
 	}
 	// MIG capability nodes are root-only by design; only CUDA's own
 	// nodes must be usable by the user.
-	if !annotate.IsCapsNode(nd.path) && !h.root && n.Type == "c" {
+	if !nvdev.IsCapsNode(nd.path) && !h.root && n.Type == "c" {
 		if !dacAllowsRW(n, h.user) {
 			bad(Fail, fmt.Sprintf("mode %04o owner %d:%d does not let %s open it read-write (EACCES)", n.Mode, n.UID, n.GID, h.userText()),
 				fmt.Sprintf("Make it usable by the user: `chmod 0666 %s` now, and for good set the driver's NVreg_DeviceFileMode=0666 (or NVreg_DeviceFileGID to a group the user is in); nvidia-modprobe creates the uvm nodes 0666 root:root.", nd.path))
 		}
 	}
 	desc := fmt.Sprintf("%s, mode %04o, owner %d:%d", devText(n.Major, n.Minor), n.Mode, n.UID, n.GID)
-	if name := annotate.DriverName(h.b, n.Major, n.Minor); name != "" && n.Type == "c" {
+	if name := nvdev.DriverName(h.b, n.Major, n.Minor); name != "" && n.Type == "c" {
 		desc += ", driver " + name
 	}
 	if len(problems) == 0 {
 		c.Summary = desc
-		if h.root && !annotate.IsCapsNode(nd.path) {
+		if h.root && !nvdev.IsCapsNode(nd.path) {
 			c.Detail = append(c.Detail, "Permissions checked for root, which bypasses the mode; use -u USER for the user who runs CUDA.")
 		}
 		return c
@@ -104,7 +104,7 @@ func checkNode(h *host, nd need) Check {
 }
 
 func expectMinor(nd need, n *snapshot.Node) uint32 {
-	if x, ok := annotate.ExpectedNode(nd.path); ok && x.MinorKnown {
+	if x, ok := nvdev.ExpectedNode(nd.path); ok && x.MinorKnown {
 		return x.Minor
 	}
 	return n.Minor

@@ -5,8 +5,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/cudatrace/cudatrace/annotate"
 	"github.com/cudatrace/cudatrace/cgroupdev"
+	"github.com/cudatrace/cudatrace/nvdev"
 )
 
 // checkPolicy: the emulated device cgroup verdict for every node CUDA
@@ -55,13 +55,13 @@ func policyFor(h *host, nd need, rules []cgroupdev.V1Rule, v1Err, v2Err string) 
 	c := Check{ID: "device-policy", Category: CatPolicy, Status: Pass, Subject: nd.path}
 	// libcuda opens its nodes O_RDWR, and the MIG capability nodes O_RDONLY.
 	req := cgroupdev.Request{Type: cgroupdev.TypeChar, Major: nd.major, Minor: nd.minor, Access: cgroupdev.AccessRead | cgroupdev.AccessWrite}
-	if annotate.IsCapsNode(nd.path) {
+	if nvdev.IsCapsNode(nd.path) {
 		req.Access = cgroupdev.AccessRead
 	}
 	want := fmt.Sprintf("%s %s", devText(nd.major, nd.minor), req.Access)
 	// The fix names the current major of the node's driver: allowing a
 	// stale node's number would not help once the node is recreated.
-	fixMajor, fixName := nd.major, annotate.DriverName(h.b, nd.major, nd.minor)
+	fixMajor, fixName := nd.major, nvdev.DriverName(h.b, nd.major, nd.minor)
 	if nd.regOK {
 		fixMajor, fixName = nd.regMajor, nd.driver
 	}
@@ -73,7 +73,7 @@ func policyFor(h *host, nd need, rules []cgroupdev.V1Rule, v1Err, v2Err string) 
 		case len(v2.Programs) == 0:
 			said = append(said, "no cgroup v2 device program applies")
 		default:
-			allowed, deniedBy, errs := cgroupdev.EvaluateV2(annotate.EmulatedPrograms(v2.Programs), req)
+			allowed, deniedBy, errs := cgroupdev.EvaluateV2(nvdev.EmulatedPrograms(v2.Programs), req)
 			switch {
 			case len(deniedBy) > 0:
 				c.Status = Fail
@@ -89,7 +89,7 @@ func policyFor(h *host, nd need, rules []cgroupdev.V1Rule, v1Err, v2Err string) 
 					pluralWord(len(deniedBy), "program", "programs"), strings.Join(where, ", "), want)
 				c.Detail = append(c.Detail, fmt.Sprintf("The cgroup %s runs %s; the kernel refuses the open if any one denies it.", v2.Path, plural(len(v2.Programs), "device program", "device programs")))
 				c.Detail = append(c.Detail, staleAllows(h, v2.Programs, deniedBy, fixMajor)...)
-				c.Fix = annotate.DeviceAllowFix(h.b, "v2", fixMajor, fixName, nd.path, deniedAt(v2.Programs, deniedBy, v2.Path))
+				c.Fix = nvdev.DeviceAllowFix(h.b, "v2", fixMajor, fixName, nd.path, deniedAt(v2.Programs, deniedBy, v2.Path))
 			case len(errs) > 0:
 				for _, e := range errs {
 					skipped = append(skipped, e.Error())
@@ -112,7 +112,7 @@ func policyFor(h *host, nd need, rules []cgroupdev.V1Rule, v1Err, v2Err string) 
 					by = "rule `" + rule.String() + "`"
 				}
 				c.Summary = fmt.Sprintf("denied: cgroup v1 devices.list of %s refuses %s (%s; open fails with EPERM)", v1.Path, want, by)
-				c.Fix = annotate.DeviceAllowFix(h.b, "v1", fixMajor, fixName, nd.path, v1.Path)
+				c.Fix = nvdev.DeviceAllowFix(h.b, "v1", fixMajor, fixName, nd.path, v1.Path)
 			} else {
 				said = append(said, "allowed by devices.list of "+v1.Path)
 				if rule != nil && rule.Type == cgroupdev.TypeAll && rule.Major < 0 && v1.Path != "/" {

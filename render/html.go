@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/snapshot"
 )
@@ -64,7 +65,7 @@ func renderHTML(w io.Writer, rep *report.Report, o Options) error {
 		p.Rows = append(p.Rows, htmlRow{r.time, r.proc, r.callCell(), r.result, r.dev, r.failing})
 	}
 	if e := a.Failing; e != nil {
-		p.Failing = annotate.FormatCall(e) + " " + formatOutcome(rep, e)
+		p.Failing = nvdev.FormatCall(e) + " " + formatOutcome(rep, e)
 		p.FailingBy = fmt.Sprintf("by %s[%d] (tid %d) at +%s", e.Comm, e.PID, e.TID, fmtDur(e.Time))
 	}
 	for _, f := range a.Findings {

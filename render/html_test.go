@@ -15,6 +15,7 @@ import (
 	"github.com/cudatrace/cudatrace/annotate"
 	"github.com/cudatrace/cudatrace/internal/privtest"
 	"github.com/cudatrace/cudatrace/internal/reportfixture"
+	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/render"
 	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/snapshot"
@@ -98,7 +99,7 @@ func TestHTMLSelfContained(t *testing.T) {
 				want = append(want, strings.ReplaceAll(f.Summary, "`", ""))
 			}
 			if a.Failing != nil {
-				want = append(want, annotate.FormatCall(a.Failing))
+				want = append(want, nvdev.FormatCall(a.Failing))
 			}
 			for _, w := range want {
 				if !strings.Contains(norm, strings.Join(strings.Fields(w), " ")) {

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/snapshot"
 )
@@ -22,7 +23,7 @@ func renderMarkdown(w io.Writer, rep *report.Report, o Options) error {
 	}
 	if a.Failing != nil {
 		e := a.Failing
-		fmt.Fprintf(&b, "**Failing call:** %s by %s at +%s\n\n", mdCode(annotate.FormatCall(e)+" "+formatOutcome(rep, e)), mdCode(fmt.Sprintf("%s[%d]", e.Comm, e.PID)), fmtDur(e.Time))
+		fmt.Fprintf(&b, "**Failing call:** %s by %s at +%s\n\n", mdCode(nvdev.FormatCall(e)+" "+formatOutcome(rep, e)), mdCode(fmt.Sprintf("%s[%d]", e.Comm, e.PID)), fmtDur(e.Time))
 	}
 	for _, f := range a.Findings {
 		if f.Severity == annotate.SeverityInfo {

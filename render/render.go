@@ -19,6 +19,7 @@ import (
 
 	"github.com/cudatrace/cudatrace/annotate"
 	"github.com/cudatrace/cudatrace/diagnose/record"
+	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/tracer"
 )
@@ -135,7 +136,7 @@ func renderText(w io.Writer, rep *report.Report, o Options) error {
 	}
 	if a.Failing != nil {
 		e := a.Failing
-		fmt.Fprintf(&b, "\nFailing call  %s %s\n", esc(annotate.FormatCall(e)), p.red(esc(formatOutcome(rep, e))))
+		fmt.Fprintf(&b, "\nFailing call  %s %s\n", esc(nvdev.FormatCall(e)), p.red(esc(formatOutcome(rep, e))))
 		fmt.Fprintf(&b, "              by %s[%d] (tid %d) at +%s\n", esc(e.Comm), e.PID, e.TID, fmtDur(e.Time))
 	}
 	for _, f := range a.Findings {
@@ -210,7 +211,7 @@ func inbandResult(rep *report.Report, e *tracer.Event) string {
 	if rep.Snapshot != nil {
 		ver = rep.Snapshot.Host.DriverVersion
 	}
-	return annotate.InbandResult(e, ver)
+	return nvdev.InbandResult(e, ver)
 }
 
 // FormatErrno renders a result for the failing-call line: "= -1 EPERM
@@ -344,7 +345,7 @@ func timelineRows(rep *report.Report, all bool) []timelineRow {
 // events keep the full argv.
 func timelineCall(e *tracer.Event) string {
 	if e.Kind != tracer.KindExec || len(e.Argv) == 0 {
-		return annotate.FormatCall(e)
+		return nvdev.FormatCall(e)
 	}
 	const maxArgs, maxArg = 4, 24
 	var args []string
@@ -499,7 +500,7 @@ func resultCell(rep *report.Report, e *tracer.Event) string {
 	case e.NoReturn:
 		return "never returned"
 	case e.Kind == tracer.KindAPI:
-		return annotate.APIResult(e)
+		return nvdev.APIResult(e)
 	case e.Failed():
 		return e.ErrnoName()
 	case e.Kind == tracer.KindOpen:

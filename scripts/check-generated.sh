@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerates what is generated from sources (the eBPF object and its Go
-# twin from bpf/cudatrace.c, annotate/nvtables.go from nvidia-abi.json) in
+# twin from bpf/cudatrace.c, nvdev/nvtables.go from nvidia-abi.json) in
 # two scratch copies of the tree at different paths, and fails when they
 # differ from each other (the build is not reproducible) or from the tree
 # (a stale commit: run `make generate` and commit the result).
@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-generated=(tracer/ebpf/bpf_bpfel.go tracer/ebpf/bpf_bpfel.o annotate/nvtables.go)
+generated=(tracer/ebpf/bpf_bpfel.go tracer/ebpf/bpf_bpfel.o nvdev/nvtables.go)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -18,7 +18,7 @@ for copy in a long/path/b; do
   git ls-files -z --cached --others --exclude-standard |
     while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done |
     tar -c --null -T - | tar -x -C "$tmp/$copy"
-  (cd "$tmp/$copy" && "${GO:-go}" generate ./tracer/ebpf/ ./annotate/) >/dev/null
+  (cd "$tmp/$copy" && "${GO:-go}" generate ./tracer/ebpf/ ./nvdev/) >/dev/null
 done
 
 fail=0

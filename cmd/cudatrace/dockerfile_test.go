@@ -87,7 +87,7 @@ func TestDockerfile(t *testing.T) {
 		}
 		return false
 	}
-	for _, must := range []string{"go.mod", "go.sum", "cmd/cudatrace/main.go", "tracer/ebpf/bpf_bpfel.o", "annotate/nvtables.go"} {
+	for _, must := range []string{"go.mod", "go.sum", "cmd/cudatrace/main.go", "tracer/ebpf/bpf_bpfel.o", "nvdev/nvtables.go"} {
 		if ignored(must) {
 			t.Errorf(".dockerignore leaves out %s, which the build needs", must)
 		}

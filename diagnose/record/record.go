@@ -9,7 +9,7 @@ package record
 import (
 	"slices"
 
-	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/tracer"
 )
 
@@ -123,7 +123,7 @@ func (r *Recorder) Event(e *tracer.Event) {
 			}
 		}
 	}
-	if e.Kind == tracer.KindIoctl && !e.Failed() && annotate.InbandMayHaveFailed(e) {
+	if e.Kind == tracer.KindIoctl && !e.Failed() && nvdev.InbandMayHaveFailed(e) {
 		// ioctl 0 with an error in the params' status: evidence, stored
 		// however often its site repeats.
 		r.store(e, true)

@@ -1,7 +1,7 @@
 // Package nvfile holds the facts that tell NVIDIA's files, which the
 // tracers, the snapshot and the analysis share, so each is written once:
 // the device nodes by path and major (the source: device_nodes in
-// annotate/internal/gentables/nvidia-abi.json), the driver's directories,
+// nvdev/internal/gentables/nvidia-abi.json), the driver's directories,
 // and the CUDA driver library and NVML by name and by contents (the
 // version banner, the toolkit's stubs). It imports nothing of cudatrace's:
 // tracer and snapshot, in whose types nvdev's knowledge is phrased, import

@@ -4,9 +4,9 @@ import (
 	"os"
 	"testing"
 
-	"github.com/cudatrace/cudatrace/annotate"
 	"github.com/cudatrace/cudatrace/internal/fakeinband"
 	"github.com/cudatrace/cudatrace/internal/privtest"
+	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/tracer"
 )
 
@@ -23,7 +23,7 @@ func TestInbandFailureNotFolded(t *testing.T) {
 	const after = 8
 	listed := fakeinband.Words(false)
 	// The real table rides along: it must fit the map beside the test's.
-	real := annotate.InbandStatusWords("")
+	real := nvdev.InbandStatusWords("")
 	for _, w := range real {
 		if w.Request == listed[0].Request || w.Request == listed[1].Request {
 			t.Fatalf("annotate lists %#x, which the test uses", w.Request)

@@ -1,4 +1,4 @@
-package annotate
+package nvdev
 
 import (
 	"encoding/binary"
@@ -56,7 +56,7 @@ func TestInbandStatusWordsByVersion(t *testing.T) {
 // failure for both the decoder and the recorder's keep rule.
 func TestInbandStatusWordsMatchDecoder(t *testing.T) {
 	for _, version := range []string{"", "525.60.13", "535.43.02", "580.159.04", "590.44.01"} {
-		ver, haveVer := parseDrvVersion(version)
+		ver, haveVer := ParseDriverVersion(version)
 		words := InbandStatusWords(version)
 		if len(words) < 50 {
 			t.Fatalf("version %q: only %d words", version, len(words))
@@ -73,7 +73,7 @@ func TestInbandStatusWordsMatchDecoder(t *testing.T) {
 			} else {
 				e.Status = &tracer.ParamWord{Off: w.Off, Value: bad}
 			}
-			r, ok := decodeInband(&e, ver, haveVer)
+			r, ok := DecodeInband(&e, ver, haveVer)
 			if !ok || !r.Known || !r.Failed || r.Status != bad {
 				t.Errorf("version %q %s (%#x) word @%d: decoded %+v (ok %v), want status %#x", version, IoctlName(w.Request, dev), w.Request, w.Off, r, ok, bad)
 			}

@@ -1,9 +1,11 @@
-package annotate
+package nvdev
 
 import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/cudatrace/cudatrace/snapshot"
 )
 
 // xidMeanings are the common Xid codes, in the words of NVIDIA's Xid
@@ -51,12 +53,12 @@ func KernelLineMeaning(t string) string {
 	switch {
 	case strings.Contains(t, "fallen off the bus"):
 		return "the GPU has fallen off the bus (lost until reset)"
-	case containsAPIMismatch(t):
+	case IsAPIMismatchLine(t):
 		return "API mismatch: the user-space driver and the kernel module differ (CUDA 803)"
-	case strings.Contains(t, "GSP") && (strings.Contains(t, "firmware") || strings.Contains(t, "Firmware")) && isRMInitLine(t),
+	case strings.Contains(t, "GSP") && (strings.Contains(t, "firmware") || strings.Contains(t, "Firmware")) && IsRMInitLine(t),
 		strings.Contains(t, "gsp_") && strings.Contains(t, "firmware") && strings.Contains(t, "fail"):
 		return "GSP firmware could not be loaded or started"
-	case isRMInitLine(t):
+	case IsRMInitLine(t):
 		return "RmInitAdapter failed: the driver could not initialise the GPU"
 	}
 	return ""
@@ -76,7 +78,9 @@ const (
 
 // GSPFirmwareFix is how to install the GSP firmware of driver version v.
 func GSPFirmwareFix(v string) string {
-	v = orUnknown(v)
+	if v == "" {
+		v = "<version>"
+	}
 	return "Install the firmware of driver " + v + " (it ships with the driver package, in /lib/firmware/nvidia/" + v + "/), then reload the driver."
 }
 
@@ -86,4 +90,34 @@ func FabricManagerFix(v string) string {
 		v = "-"
 	}
 	return "Install nvidia-fabricmanager of the same version as the driver (" + v + ") and start it: `systemctl enable --now nvidia-fabricmanager`."
+}
+
+// IsGPULostLine classifies a kernel log line: the GPU fell off the bus
+// (Xid 79).
+func IsGPULostLine(t string) bool {
+	return strings.Contains(t, "fallen off the bus") || (strings.Contains(t, "Xid") && strings.Contains(t, ": 79,"))
+}
+
+// IsRMInitLine classifies a kernel log line: RmInitAdapter or GSP firmware
+// failed.
+func IsRMInitLine(t string) bool {
+	return strings.Contains(t, "RmInitAdapter") || strings.Contains(t, "rm_init_adapter") ||
+		(strings.Contains(t, "GSP") && (strings.Contains(t, "fail") || strings.Contains(t, "Cannot")))
+}
+
+// ExcludedGPUs lists what /proc/driver/nvidia/params' ExcludedGpus and the
+// GPUs' information files exclude.
+func ExcludedGPUs(s *snapshot.Snapshot) []string {
+	var ex []string
+	if v := strings.Trim(strings.TrimSpace(s.Driver.Params["ExcludedGpus"]), `"`); v != "" {
+		ex = append(ex, v)
+	}
+	if s.DriverState != nil {
+		for _, g := range s.DriverState.GPUs {
+			if g.Excluded {
+				ex = append(ex, g.Bus)
+			}
+		}
+	}
+	return ex
 }

@@ -1,4 +1,4 @@
-package annotate
+package nvdev
 
 // nvtables.go holds the NVIDIA names (RM escapes, UVM ioctls, NV_STATUS,
 // CUresult), generated from internal/gentables/nvidia-abi.json.

@@ -1,4 +1,4 @@
-package annotate
+package nvdev
 
 import (
 	"encoding/json"
@@ -175,3 +175,5 @@ func checkTable(t *testing.T, what string, got, want map[uint32]string) {
 		t.Errorf("%s: %d in table, %d in json", what, len(got), len(want))
 	}
 }
+
+func dev(maj, min uint32) *tracer.Dev { return &tracer.Dev{Major: maj, Minor: min} }

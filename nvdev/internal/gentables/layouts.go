@@ -91,7 +91,7 @@ var rmStatusLayouts = map[uint32][]paramLayout{
 			if r.key != strconv.Itoa(int(r.size)) {
 				src += "; " + r.key
 			}
-			fmt.Fprintf(b, "\t\t{Size: %d, From: drvVersion{%d, %d, %d}, Status: %d, Source: %q},\n",
+			fmt.Fprintf(b, "\t\t{Size: %d, From: DriverVersion{%d, %d, %d}, Status: %d, Source: %q},\n",
 				r.size, r.from[0], r.from[1], r.from[2], r.off, src)
 		}
 		b.WriteString("\t},\n")
@@ -124,7 +124,7 @@ var uvmStatusLayouts = map[uint32][]paramLayout{
 			if err != nil {
 				return fmt.Errorf("%s: %v", name, err)
 			}
-			fmt.Fprintf(b, "\t\t{Size: %d, From: drvVersion{%d, %d, %d}, Status: %d, Source: %q},\n",
+			fmt.Fprintf(b, "\t\t{Size: %d, From: DriverVersion{%d, %d, %d}, Status: %d, Source: %q},\n",
 				l.Size, from[0], from[1], from[2], *l.Status, "uvm_ioctl.h "+l.Versions)
 		}
 		b.WriteString("\t},\n")

@@ -1,4 +1,4 @@
-package annotate
+package nvdev
 
 import (
 	"fmt"
@@ -8,9 +8,9 @@ import (
 	"github.com/cudatrace/cudatrace/snapshot"
 )
 
-// runtimeKind buckets snapshot.Container.Runtime into the families whose
+// RuntimeKind buckets snapshot.Container.Runtime into the families whose
 // remedies differ.
-func runtimeKind(s *snapshot.Snapshot) string {
+func RuntimeKind(s *snapshot.Snapshot) string {
 	switch strings.ToLower(s.Container.Runtime) {
 	case "lxc", "lxd", "incus":
 		return "lxc"
@@ -26,22 +26,22 @@ func runtimeKind(s *snapshot.Snapshot) string {
 	return ""
 }
 
-// dynamicMajorNote explains that a non-195 major must be re-checked.
-func dynamicMajorNote(major uint32, name string) string {
+// DynamicMajorNote explains that a non-195 major must be re-checked.
+func DynamicMajorNote(major uint32, name string) string {
 	if major == nvfile.Major || name == "" {
 		return ""
 	}
 	return fmt.Sprintf("%d is %s's current major in /proc/devices (decimal; `stat -c %%t` prints it in hex). It is assigned dynamically and can change after a module reload, driver upgrade or new kernel, so re-check it then.", major, name)
 }
 
-// deviceAllowFix is the remedy for a device cgroup that does not allow
+// DeviceAllowFix is the remedy for a device cgroup that does not allow
 // major (the CURRENT registered major of driver name, decimal). v is "v1" or
 // "v2": LXC uses different config keys for them. node is the path, for
 // Docker's --device and systemd's DeviceAllow.
-func deviceAllowFix(s *snapshot.Snapshot, v string, major uint32, name, node, cgroupPath string) string {
+func DeviceAllowFix(s *snapshot.Snapshot, v string, major uint32, name, node, cgroupPath string) string {
 	rule := fmt.Sprintf("c %d:* rwm", major)
 	var lines []string
-	switch runtimeKind(s) {
+	switch RuntimeKind(s) {
 	case "lxc":
 		key := "lxc.cgroup2.devices.allow"
 		if v == "v1" {
@@ -78,28 +78,28 @@ func deviceAllowFix(s *snapshot.Snapshot, v string, major uint32, name, node, cg
 			lines = append(lines, fmt.Sprintf("Allow `%s` in %s (whatever manages that cgroup must add the rule to its device program).", rule, where))
 		}
 	}
-	if n := dynamicMajorNote(major, name); n != "" {
+	if n := DynamicMajorNote(major, name); n != "" {
 		lines = append(lines, n)
 	}
 	return strings.Join(lines, "\n")
 }
 
-// nodeCreateFix is how to create a missing node on the host.
-func nodeCreateFix(path string) string {
+// NodeCreateFix is how to create a missing node on the host.
+func NodeCreateFix(path string) string {
 	switch {
 	case path == "/dev/nvidia-uvm" || path == "/dev/nvidia-uvm-tools":
 		return "On the host run `nvidia-modprobe -u -c=0` (loads nvidia_uvm and creates /dev/nvidia-uvm and /dev/nvidia-uvm-tools), and make it happen at boot (e.g. `nvidia_uvm` in /etc/modules-load.d/ plus a udev rule, or `ExecStartPre=-/usr/bin/nvidia-modprobe -c0 -u` in the runtime's unit) so containers started later see the node."
-	case isCapsNode(path):
+	case IsCapsNode(path):
 		return "On the host run `nvidia-modprobe -f /proc/driver/nvidia/capabilities/mig/config -f /proc/driver/nvidia/capabilities/mig/monitor` (or `nvidia-ctk system create-device-nodes`) to create the capability nodes."
 	default:
 		return "On the host run `nvidia-modprobe -c=0` or `nvidia-ctk system create-device-nodes --control-devices` to create /dev/nvidiactl and /dev/nvidiaN."
 	}
 }
 
-// bindNodeFix is how to pass a host node into the target's container.
-func bindNodeFix(s *snapshot.Snapshot, path string) string {
+// BindNodeFix is how to pass a host node into the target's container.
+func BindNodeFix(s *snapshot.Snapshot, path string) string {
 	rel := strings.TrimPrefix(path, "/")
-	switch runtimeKind(s) {
+	switch RuntimeKind(s) {
 	case "lxc":
 		return fmt.Sprintf("Bind the host node into the container: add `%s` to %s and restart it%s (with `optional`, LXC silently skips a node that did not exist on the host when the container started).", lxcLine(s, "lxc.mount.entry", path+" "+rel+" none bind,optional,create=file"), lxcConfig(s), lxcRestart(s))
 	case "oci":

@@ -1,4 +1,4 @@
-package annotate
+package nvdev
 
 import (
 	"encoding/binary"
@@ -15,10 +15,10 @@ import (
 // fields from the bytes the tracer captured after the call, using the
 // per-version layouts in nvtables.go.
 
-// drvVersion is a driver version, 580.159.04 → {580, 159, 4}.
-type drvVersion [3]int
+// DriverVersion is a driver version, 580.159.04 → {580, 159, 4}.
+type DriverVersion [3]int
 
-func (v drvVersion) less(o drvVersion) bool {
+func (v DriverVersion) less(o DriverVersion) bool {
 	for i := range v {
 		if v[i] != o[i] {
 			return v[i] < o[i]
@@ -27,9 +27,9 @@ func (v drvVersion) less(o drvVersion) bool {
 	return false
 }
 
-// parseDrvVersion reads "580.159.04" (two or three parts).
-func parseDrvVersion(s string) (drvVersion, bool) {
-	var v drvVersion
+// ParseDriverVersion reads "580.159.04" (two or three parts).
+func ParseDriverVersion(s string) (DriverVersion, bool) {
+	var v DriverVersion
 	parts := strings.Split(strings.TrimSpace(s), ".")
 	if len(parts) < 2 || len(parts) > 3 {
 		return v, false
@@ -47,16 +47,16 @@ func parseDrvVersion(s string) (drvVersion, bool) {
 // paramLayout is where one params layout keeps its status; the generated
 // tables list them per request, oldest first.
 type paramLayout struct {
-	Size   uint32     // params size in bytes
-	From   drvVersion // the first driver version with this layout
-	Status int        // byte offset of the NV_STATUS
-	Source string     // the struct and version range it comes from
+	Size   uint32        // params size in bytes
+	From   DriverVersion // the first driver version with this layout
+	Status int           // byte offset of the NV_STATUS
+	Source string        // the struct and version range it comes from
 }
 
 // pickLayout chooses, among layouts (for one request), the one of size (0:
 // any) that the driver ver uses: the newest whose From is not after ver.
 // Without a version the newest is taken and assumed is set.
-func pickLayout(layouts []paramLayout, size uint32, ver drvVersion, haveVer bool) (l paramLayout, assumed, ok bool) {
+func pickLayout(layouts []paramLayout, size uint32, ver DriverVersion, haveVer bool) (l paramLayout, assumed, ok bool) {
 	for _, c := range layouts {
 		if size != 0 && c.Size != size {
 			continue
@@ -80,8 +80,8 @@ func pickLayout(layouts []paramLayout, size uint32, ver drvVersion, haveVer bool
 	return l, !haveVer && ok, ok
 }
 
-// inband is what an NVIDIA ioctl's params block reports.
-type inband struct {
+// Inband is what an NVIDIA ioctl's params block reports.
+type Inband struct {
 	Escape string // NV_ESC_RM_ALLOC, UVM_REGISTER_GPU
 	// Object names what the request was about: "class=HOPPER_CHANNEL_GPFIFO_A",
 	// "cmd=NV2080_CTRL_CMD_GPU_GET_INFO_V2".
@@ -151,10 +151,10 @@ func controlName(c uint32) string {
 	return fmt.Sprintf("%#x", c)
 }
 
-// decodeInband reads the in-band result of an NVIDIA ioctl. ok is false for
+// DecodeInband reads the in-band result of an NVIDIA ioctl. ok is false for
 // calls that carry none (not an NVIDIA ioctl, a failed ioctl: the errno is
 // the result, or an escape without a status field).
-func decodeInband(e *tracer.Event, ver drvVersion, haveVer bool) (r inband, ok bool) {
+func DecodeInband(e *tracer.Event, ver DriverVersion, haveVer bool) (r Inband, ok bool) {
 	if e.Kind != tracer.KindIoctl || e.Failed() || e.NoReturn {
 		return r, false
 	}
@@ -175,7 +175,7 @@ func decodeInband(e *tracer.Event, ver drvVersion, haveVer bool) (r inband, ok b
 	r.Escape = name
 	nr := e.Request & 0xff
 	switch nr {
-	case escCheckVersionStr:
+	case EscCheckVersionStr:
 		r.Field = "reply"
 		off := rmField("NV_ESC_CHECK_VERSION_STR", "reply")
 		if v, got := u32At(e.Arg, off); got {
@@ -185,12 +185,12 @@ func decodeInband(e *tracer.Event, ver drvVersion, haveVer bool) (r inband, ok b
 			r.Missing = "reply was not captured"
 		}
 		if off := rmField("NV_ESC_CHECK_VERSION_STR", "versionString"); off >= 0 && len(e.Arg) > off {
-			r.Version = cString(e.Arg[off:])
+			r.Version = CString(e.Arg[off:])
 		}
 		return r, true
-	case escWaitOpenComplete:
+	case EscWaitOpenComplete:
 		r.Field = "adapterStatus"
-		rc, st, got := waitOpenResult(e)
+		rc, st, got := WaitOpenResult(e)
 		if got {
 			r.RC, r.Status, r.Known = rc, st, true
 			r.Failed = rc != 0 || st != 0
@@ -233,7 +233,7 @@ func paramWordAt(e *tracer.Event, off int) (uint32, bool) {
 	return 0, false
 }
 
-func (r *inband) read(e *tracer.Event, l paramLayout) {
+func (r *Inband) read(e *tracer.Event, l paramLayout) {
 	if v, got := paramWordAt(e, l.Status); got {
 		r.Status, r.Known, r.Failed = v, true, v != 0
 		return
@@ -245,10 +245,10 @@ func (r *inband) read(e *tracer.Event, l paramLayout) {
 	r.Missing = fmt.Sprintf("%s @%d lies beyond the %d bytes captured", r.Field, l.Status, len(e.Arg))
 }
 
-// statusText is the in-band result as the timeline shows it: "status
+// StatusText is the in-band result as the timeline shows it: "status
 // NV_ERR_INVALID_CLASS", "reply UNRECOGNIZED", "rc -5, adapterStatus
 // NV_ERR_...".
-func (r inband) statusText() string {
+func (r Inband) StatusText() string {
 	if !r.Known {
 		return ""
 	}
@@ -260,30 +260,30 @@ func (r inband) statusText() string {
 		return ""
 	case "adapterStatus":
 		if r.RC != 0 {
-			return fmt.Sprintf("rc %d, adapterStatus %s", r.RC, nvStatusShort(r.Status))
+			return fmt.Sprintf("rc %d, adapterStatus %s", r.RC, StatusShort(r.Status))
 		}
 	}
 	if !r.Failed {
 		return ""
 	}
-	return r.Field + " " + nvStatusShort(r.Status)
+	return r.Field + " " + StatusShort(r.Status)
 }
 
-// driverVersionOf is the version whose layouts apply: the kernel module's,
+// DriverVersionOf is the version whose layouts apply: the kernel module's,
 // else the one libcuda's version check carried (equal when it passed).
-func driverVersionOf(hostVersion string, events []tracer.Event) (drvVersion, bool) {
-	if v, ok := parseDrvVersion(hostVersion); ok {
+func DriverVersionOf(hostVersion string, events []tracer.Event) (DriverVersion, bool) {
+	if v, ok := ParseDriverVersion(hostVersion); ok {
 		return v, true
 	}
 	for i := range events {
 		e := &events[i]
-		if e.Kind == tracer.KindIoctl && !e.Failed() && isRMRequest(e, escCheckVersionStr) && len(e.Arg) > 8 {
-			if v, ok := parseDrvVersion(cString(e.Arg[8:])); ok {
+		if e.Kind == tracer.KindIoctl && !e.Failed() && IsRMRequest(e, EscCheckVersionStr) && len(e.Arg) > 8 {
+			if v, ok := ParseDriverVersion(CString(e.Arg[8:])); ok {
 				return v, true
 			}
 		}
 	}
-	return drvVersion{}, false
+	return DriverVersion{}, false
 }
 
 // InbandResult renders the in-band failure of an ioctl that returned 0, for
@@ -291,12 +291,12 @@ func driverVersionOf(hostVersion string, events []tracer.Event) (drvVersion, boo
 // "" when the params report success or nothing. driverVersion picks the
 // params layout ("" when unknown: the newest is assumed).
 func InbandResult(e *tracer.Event, driverVersion string) string {
-	v, ok := parseDrvVersion(driverVersion)
-	r, has := decodeInband(e, v, ok)
+	v, ok := ParseDriverVersion(driverVersion)
+	r, has := DecodeInband(e, v, ok)
 	if !has {
 		return ""
 	}
-	return r.statusText()
+	return r.StatusText()
 }
 
 // InbandMayHaveFailed is whether any known layout of e's request shows a
@@ -318,8 +318,8 @@ func InbandMayHaveFailed(e *tracer.Event) bool {
 		layouts = uvmStatusLayouts[e.Request]
 	case strings.HasPrefix(name, "NV_ESC_"):
 		nr := e.Request & 0xff
-		if nr == escCheckVersionStr || nr == escWaitOpenComplete {
-			r, _ := decodeInband(e, drvVersion{}, false)
+		if nr == EscCheckVersionStr || nr == EscWaitOpenComplete {
+			r, _ := DecodeInband(e, DriverVersion{}, false)
 			return r.Failed
 		}
 		size := (e.Request >> rmIoctlSizeShift) & rmIoctlSizeMask
@@ -335,4 +335,19 @@ func InbandMayHaveFailed(e *tracer.Event) bool {
 		}
 	}
 	return false
+}
+
+// CString is the NUL-terminated printable string at the start of b, ""
+// when it holds an unprintable byte.
+func CString(b []byte) string {
+	for i, c := range b {
+		if c == 0 {
+			b = b[:i]
+			break
+		}
+		if c < 0x20 || c > 0x7e {
+			return ""
+		}
+	}
+	return string(b)
 }

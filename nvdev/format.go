@@ -1,9 +1,8 @@
-package annotate
+package nvdev
 
 import (
 	"encoding/binary"
 	"fmt"
-	"path"
 	"strconv"
 	"strings"
 
@@ -16,11 +15,11 @@ import (
 
 // RM escape numbers the analysis reacts to (nv-ioctl-numbers.h).
 const (
-	escCheckVersionStr  = 0xD2
+	EscCheckVersionStr  = 0xD2
 	escIoctlXferCmd     = 0xD3
-	escWaitOpenComplete = 0xDA
+	EscWaitOpenComplete = 0xDA
 	rmIoctlMagic        = 0x46 // 'F'
-	uvmInitialize       = 0x30000001
+	UVMInitialize       = 0x30000001
 )
 
 // OpenFlagsString renders open(2) flags the way strace does:
@@ -107,9 +106,9 @@ func hex0(v uint32) string {
 	return fmt.Sprintf("%#x", v)
 }
 
-// isRMRequest reports whether request is RM escape nr on a 195 node (or an
+// IsRMRequest reports whether request is RM escape nr on a 195 node (or an
 // unknown node with the 'F' magic).
-func isRMRequest(e *tracer.Event, nr uint32) bool {
+func IsRMRequest(e *tracer.Event, nr uint32) bool {
 	if e.Request&0xff != nr {
 		return false
 	}
@@ -119,10 +118,10 @@ func isRMRequest(e *tracer.Event, nr uint32) bool {
 	return (e.Request>>8)&0xff == rmIoctlMagic
 }
 
-// waitOpenResult reads NV_ESC_WAIT_OPEN_COMPLETE's result (int rc @0, NvU32
+// WaitOpenResult reads NV_ESC_WAIT_OPEN_COMPLETE's result (int rc @0, NvU32
 // adapterStatus @4): a non-blocking open's real outcome.
-func waitOpenResult(e *tracer.Event) (rc int32, status uint32, ok bool) {
-	if !isRMRequest(e, escWaitOpenComplete) || e.Failed() || len(e.Arg) < 8 {
+func WaitOpenResult(e *tracer.Event) (rc int32, status uint32, ok bool) {
+	if !IsRMRequest(e, EscWaitOpenComplete) || e.Failed() || len(e.Arg) < 8 {
 		return 0, 0, false
 	}
 	return int32(binary.LittleEndian.Uint32(e.Arg[0:4])), binary.LittleEndian.Uint32(e.Arg[4:8]), true
@@ -145,10 +144,10 @@ func CUResultName(code int) string {
 	return fmt.Sprintf("CUresult %d", code)
 }
 
-// uvmInitStatus reads rmStatus (@8) from UVM_INITIALIZE's params block as
+// UVMInitStatus reads rmStatus (@8) from UVM_INITIALIZE's params block as
 // returned by the call, if the tracer captured it.
-func uvmInitStatus(e *tracer.Event) (uint32, bool) {
-	if e.Request != uvmInitialize || len(e.Arg) < 12 {
+func UVMInitStatus(e *tracer.Event) (uint32, bool) {
+	if e.Request != UVMInitialize || len(e.Arg) < 12 {
 		return 0, false
 	}
 	return binary.LittleEndian.Uint32(e.Arg[8:12]), true
@@ -163,7 +162,7 @@ func FormatCall(e *tracer.Event) string {
 	}
 	name := e.Syscall
 	if name == "" {
-		name = defaultSyscall(e.Kind)
+		name = DefaultSyscall(e.Kind)
 	}
 	q := strconv.Quote
 	switch e.Kind {
@@ -206,7 +205,7 @@ func FormatCall(e *tracer.Event) string {
 	case tracer.KindMemfd:
 		return fmt.Sprintf("%s(%s, %#x)", name, q(e.Path), e.Flags)
 	case tracer.KindSeccomp:
-		return seccompCallString(name, e)
+		return SeccompCall(name, e)
 	case tracer.KindExec:
 		args := make([]string, len(e.Argv))
 		for i, a := range e.Argv {
@@ -247,15 +246,15 @@ func FormatResult(e *tracer.Event) string {
 // APIResult renders what a CUDA/NVML entry point returned: "999
 // CUDA_ERROR_UNKNOWN", "0 CUDA_SUCCESS, count 1".
 func APIResult(e *tracer.Event) string {
-	s := fmt.Sprintf("%d %s", e.Ret, apiCodeName(e.Func, e.Ret))
+	s := fmt.Sprintf("%d %s", e.Ret, ReturnName(e.Func, e.Ret))
 	if e.Out != nil {
 		s += fmt.Sprintf(", count %d", *e.Out)
 	}
 	return s
 }
 
-// who renders the process that made a call: python3[4242].
-func who(e *tracer.Event) string {
+// Caller renders the process that made a call: python3[4242].
+func Caller(e *tracer.Event) string {
 	comm := e.Comm
 	if comm == "" {
 		comm = "pid"
@@ -263,13 +262,15 @@ func who(e *tracer.Event) string {
 	return fmt.Sprintf("%s[%d]", comm, e.PID)
 }
 
-// callLine is the first Detail line of most findings: the call, who made
+// CallLine is the first Detail line of most findings: the call, who made
 // it, and what it returned.
-func callLine(e *tracer.Event) string {
-	return fmt.Sprintf("`%s` by %s %s", FormatCall(e), who(e), FormatResult(e))
+func CallLine(e *tracer.Event) string {
+	return fmt.Sprintf("`%s` by %s %s", FormatCall(e), Caller(e), FormatResult(e))
 }
 
-func defaultSyscall(k tracer.Kind) string {
+// DefaultSyscall is the syscall a call of kind k is shown as when its
+// event does not name one.
+func DefaultSyscall(k tracer.Kind) string {
 	switch k {
 	case tracer.KindOpen:
 		return "openat"
@@ -287,10 +288,65 @@ func defaultSyscall(k tracer.Kind) string {
 	return string(k)
 }
 
-// baseName is path.Base for a possibly empty path.
-func baseName(p string) string {
-	if p == "" {
-		return ""
+// StatusShort is an NV_STATUS code's name alone: "NV_ERR_INVALID_STATE".
+func StatusShort(code uint32) string {
+	if s, ok := nvStatusNames[code]; ok {
+		return s[0]
 	}
-	return path.Base(p)
+	return fmt.Sprintf("NV_STATUS %#x", code)
+}
+
+// ReturnName names a return code of an entry point: CUresult for cu*,
+// nvmlReturn_t for nvml*.
+func ReturnName(fn string, code int64) string {
+	if strings.HasPrefix(fn, "nvml") {
+		if n, ok := nvmlReturnNames[int(code)]; ok {
+			return n
+		}
+		return fmt.Sprintf("nvmlReturn_t %d", code)
+	}
+	if n, ok := cuResultNames[int(code)]; ok {
+		return n
+	}
+	return fmt.Sprintf("CUresult %d", code)
+}
+
+// nvmlReturnNames maps an nvmlReturn_t value to its name (nvml.h, NVIDIA
+// Management Library; the values are part of its stable ABI).
+var nvmlReturnNames = map[int]string{
+	0: "NVML_SUCCESS", 1: "NVML_ERROR_UNINITIALIZED", 2: "NVML_ERROR_INVALID_ARGUMENT",
+	3: "NVML_ERROR_NOT_SUPPORTED", 4: "NVML_ERROR_NO_PERMISSION", 5: "NVML_ERROR_ALREADY_INITIALIZED",
+	6: "NVML_ERROR_NOT_FOUND", 7: "NVML_ERROR_INSUFFICIENT_SIZE", 8: "NVML_ERROR_INSUFFICIENT_POWER",
+	9: "NVML_ERROR_DRIVER_NOT_LOADED", 10: "NVML_ERROR_TIMEOUT", 11: "NVML_ERROR_IRQ_ISSUE",
+	12: "NVML_ERROR_LIBRARY_NOT_FOUND", 13: "NVML_ERROR_FUNCTION_NOT_FOUND", 14: "NVML_ERROR_CORRUPTED_INFOROM",
+	15: "NVML_ERROR_GPU_IS_LOST", 16: "NVML_ERROR_RESET_REQUIRED", 17: "NVML_ERROR_OPERATING_SYSTEM",
+	18: "NVML_ERROR_LIB_RM_VERSION_MISMATCH", 19: "NVML_ERROR_IN_USE", 20: "NVML_ERROR_MEMORY",
+	21: "NVML_ERROR_NO_DATA", 22: "NVML_ERROR_VGPU_ECC_NOT_SUPPORTED", 23: "NVML_ERROR_INSUFFICIENT_RESOURCES",
+	24: "NVML_ERROR_FREQ_NOT_SUPPORTED", 25: "NVML_ERROR_ARGUMENT_VERSION_MISMATCH", 26: "NVML_ERROR_DEPRECATED",
+	27: "NVML_ERROR_NOT_READY", 28: "NVML_ERROR_GPU_NOT_FOUND", 29: "NVML_ERROR_INVALID_STATE",
+	999: "NVML_ERROR_UNKNOWN",
+}
+
+// SeccompCall renders a KindSeccomp event as the call that made it:
+// seccomp(SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER) or
+// prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER).
+func SeccompCall(name string, e *tracer.Event) string {
+	mode := "SECCOMP_MODE_FILTER"
+	if e.Mode == 1 {
+		mode = "SECCOMP_MODE_STRICT"
+	}
+	if name == "prctl" {
+		return fmt.Sprintf("prctl(PR_SET_SECCOMP, %s)", mode)
+	}
+	if e.Mode == 1 {
+		return name + "(SECCOMP_SET_MODE_STRICT)"
+	}
+	flags := fmt.Sprintf("%#x", e.Flags)
+	switch e.Flags {
+	case 0:
+		flags = "0"
+	case unix.SECCOMP_FILTER_FLAG_NEW_LISTENER:
+		flags = "SECCOMP_FILTER_FLAG_NEW_LISTENER"
+	}
+	return fmt.Sprintf("%s(SECCOMP_SET_MODE_FILTER, %s)", name, flags)
 }

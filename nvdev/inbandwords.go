@@ -1,4 +1,4 @@
-package annotate
+package nvdev
 
 import (
 	"cmp"
@@ -29,7 +29,7 @@ func rmRequest(nr, size uint32) uint32 {
 // itself (EINVAL), which is never folded. NV_ESC_WAIT_OPEN_COMPLETE keeps
 // all its calls: its rc is a second result beside adapterStatus.
 func InbandStatusWords(driverVersion string) []tracer.StatusWord {
-	ver, haveVer := parseDrvVersion(driverVersion)
+	ver, haveVer := ParseDriverVersion(driverVersion)
 	var out []tracer.StatusWord
 	add := func(request uint32, layouts []paramLayout, size uint32) {
 		l, _, ok := pickLayout(layouts, size, ver, haveVer)
@@ -53,7 +53,7 @@ func InbandStatusWords(driverVersion string) []tracer.StatusWord {
 		}
 		for _, size := range sizes {
 			add(rmRequest(nr, size), layouts, size)
-			if nr == escWaitOpenComplete {
+			if nr == EscWaitOpenComplete {
 				out[len(out)-1].KeepAll = true
 			}
 		}
