@@ -1,4 +1,4 @@
-// Package diagnose runs one diagnosis: tracer → snapshot → annotate →
+// Package diagnose runs one diagnosis: tracer → snapshot → analysis →
 // report. It chooses and starts the backend (with auto's fallback), takes
 // the system snapshot at the first failure, analyses, and assembles the
 // report; commands only parse flags, print, and map errors to exit codes.
@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/analysis"
 	"github.com/cudatrace/cudatrace/diagnose/record"
 	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/snapshot"
@@ -61,11 +61,11 @@ type deps struct {
 	// inspectLibrary reads a libcuda or NVML file a process opened
 	// (snapshot.InspectLibrary).
 	inspectLibrary func(pid int, path string, sameRoot bool) snapshot.LibraryFile
-	analyze        func([]tracer.Event, *snapshot.Snapshot, annotate.Facts) annotate.Analysis
+	analyze        func([]tracer.Event, *snapshot.Snapshot, analysis.Facts) analysis.Analysis
 }
 
 var live = deps{collectView: snapshot.CollectView, addHost: snapshot.AddHost, targetEnv: snapshot.TargetEnv,
-	targetContainer: snapshot.TargetContainer, targetIdentity: snapshot.TargetIdentity, cgroupPath: snapshot.CgroupV2PathByID, inspectLibrary: snapshot.InspectLibrary, analyze: annotate.AnalyzeFacts}
+	targetContainer: snapshot.TargetContainer, targetIdentity: snapshot.TargetIdentity, cgroupPath: snapshot.CgroupV2PathByID, inspectLibrary: snapshot.InspectLibrary, analyze: analysis.AnalyzeFacts}
 
 // Trace runs the backend on o.Spec and returns the analysed report.
 // release (never nil) waits for the backend to let go of what it still
@@ -168,7 +168,7 @@ func fillCred(s *snapshot.Snapshot, c *tracer.Cred) {
 	s.Process.UID, s.Process.GID, s.Process.Groups, s.Process.User = c.UID, c.GID, c.Groups, c.User
 }
 
-func buildReport(spec tracer.Spec, res *tracer.Result, rec *record.Recorder, snap *snapshot.Snapshot, started time.Time, version string, analyze func([]tracer.Event, *snapshot.Snapshot, annotate.Facts) annotate.Analysis) *report.Report {
+func buildReport(spec tracer.Spec, res *tracer.Result, rec *record.Recorder, snap *snapshot.Snapshot, started time.Time, version string, analyze func([]tracer.Event, *snapshot.Snapshot, analysis.Facts) analysis.Analysis) *report.Report {
 	rep := &report.Report{
 		Schema:  report.SchemaVersion,
 		Tool:    report.Tool{Name: "cudatrace", Version: version},

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/analysis"
 	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
@@ -49,7 +49,7 @@ func (f *fakeBackend) Run(_ context.Context, _ tracer.Spec, sink tracer.Sink) (*
 type fakeSystem struct {
 	mu    sync.Mutex
 	calls []snapshot.Options
-	facts []annotate.Facts
+	facts []analysis.Facts
 	gone  map[int]bool // collect finds these processes gone (no comm, target lost)
 	env   map[int]map[string]string
 }
@@ -73,11 +73,11 @@ func (s *fakeSystem) deps() *deps {
 			}
 			return nil, os.ErrNotExist
 		},
-		analyze: func(ev []tracer.Event, snap *snapshot.Snapshot, f annotate.Facts) annotate.Analysis {
+		analyze: func(ev []tracer.Event, snap *snapshot.Snapshot, f analysis.Facts) analysis.Analysis {
 			s.mu.Lock()
 			s.facts = append(s.facts, f)
 			s.mu.Unlock()
-			return annotate.AnalyzeFacts(ev, snap, f)
+			return analysis.AnalyzeFacts(ev, snap, f)
 		},
 	}
 }

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/analysis"
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
 )
@@ -86,7 +86,7 @@ func (s *exitingSystem) deps() *deps {
 			snap.Host.Kernel = "host-facts"
 		},
 		targetEnv: func(int) (map[string]string, error) { return nil, nil },
-		analyze:   annotate.AnalyzeFacts,
+		analyze:   analysis.AnalyzeFacts,
 	}
 }
 

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/analysis"
 	"github.com/cudatrace/cudatrace/diagnose/record"
 	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/snapshot"
@@ -25,14 +25,14 @@ func Reanalyse(rep *report.Report) (changed string) {
 	if snap == nil {
 		snap = &snapshot.Snapshot{}
 	}
-	rep.Analysis = annotate.AnalyzeFacts(rep.Events, snap, rep.Facts())
+	rep.Analysis = analysis.AnalyzeFacts(rep.Events, snap, rep.Facts())
 	return verdictChange(stored, rep.Analysis)
 }
 
 // verdictChange describes how two analyses differ, or "" when they agree
 // on the failing call and the set of findings.
-func verdictChange(old, cur annotate.Analysis) string {
-	seq := func(a annotate.Analysis) uint64 {
+func verdictChange(old, cur analysis.Analysis) string {
+	seq := func(a analysis.Analysis) uint64 {
 		if a.Failing == nil {
 			return 0
 		}
@@ -41,7 +41,7 @@ func verdictChange(old, cur annotate.Analysis) string {
 	if seq(old) != seq(cur) {
 		return fmt.Sprintf("stored failing call: event %d, now: event %d", seq(old), seq(cur))
 	}
-	ids := func(a annotate.Analysis) []string {
+	ids := func(a analysis.Analysis) []string {
 		var out []string
 		for _, f := range a.Findings {
 			out = append(out, f.ID)
@@ -104,7 +104,7 @@ func FromStraceLog(log *stracelog.Log, version string) *report.Report {
 		rep.Trace.Duration = events[n-1].Time
 	}
 	report.MaskSecrets(rep)
-	rep.Analysis = annotate.AnalyzeFacts(rep.Events, snap, rep.Facts())
+	rep.Analysis = analysis.AnalyzeFacts(rep.Events, snap, rep.Facts())
 	return rep
 }
 

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/analysis"
 	"github.com/cudatrace/cudatrace/tracer"
 	"github.com/cudatrace/cudatrace/tracer/stracelog"
 )
@@ -66,7 +66,7 @@ func TestReanalyse(t *testing.T) {
 		t.Errorf("changed %q, want %q...", changed, want)
 	}
 
-	rep.Analysis.Findings = append(rep.Analysis.Findings, annotate.Finding{ID: "zz-stale"})
+	rep.Analysis.Findings = append(rep.Analysis.Findings, analysis.Finding{ID: "zz-stale"})
 	if changed := Reanalyse(rep); !strings.HasPrefix(changed, "stored findings: ") || !strings.Contains(changed, "zz-stale; now: ") {
 		t.Errorf("changed %q, want the stored and current finding ids", changed)
 	}
@@ -84,18 +84,18 @@ func TestReanalyse(t *testing.T) {
 }
 
 func TestVerdictChange(t *testing.T) {
-	at := func(seq uint64, ids ...string) annotate.Analysis {
-		a := annotate.Analysis{}
+	at := func(seq uint64, ids ...string) analysis.Analysis {
+		a := analysis.Analysis{}
 		if seq > 0 {
 			a.Failing = &tracer.Event{Seq: seq}
 		}
 		for _, id := range ids {
-			a.Findings = append(a.Findings, annotate.Finding{ID: id})
+			a.Findings = append(a.Findings, analysis.Finding{ID: id})
 		}
 		return a
 	}
 	for _, tc := range []struct {
-		old, cur annotate.Analysis
+		old, cur analysis.Analysis
 		want     string
 	}{
 		{at(3, "b", "a"), at(3, "a", "b"), ""}, // order does not matter

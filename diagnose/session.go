@@ -3,7 +3,7 @@ package diagnose
 import (
 	"time"
 
-	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/analysis"
 	"github.com/cudatrace/cudatrace/diagnose/record"
 	"github.com/cudatrace/cudatrace/nvdev/nvfile"
 	"github.com/cudatrace/cudatrace/report"
@@ -50,7 +50,7 @@ type System struct {
 	TargetContainer func(pid int) (snapshot.Container, bool)
 	TargetIdentity  func(pid int) (snapshot.Identity, error)
 	InspectLibrary  func(pid int, path string, sameRoot bool) snapshot.LibraryFile
-	Analyze         func([]tracer.Event, *snapshot.Snapshot, annotate.Facts) annotate.Analysis
+	Analyze         func([]tracer.Event, *snapshot.Snapshot, analysis.Facts) analysis.Analysis
 }
 
 func (s *System) deps() deps {

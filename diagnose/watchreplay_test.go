@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/analysis"
 	"github.com/cudatrace/cudatrace/report"
 )
 
@@ -55,7 +55,7 @@ func TestWatchH200Reports(t *testing.T) {
 		a := rep.Analysis
 		primary := ""
 		for _, fd := range a.Findings {
-			if fd.Severity != annotate.SeverityInfo {
+			if fd.Severity != analysis.SeverityInfo {
 				primary = fd.ID
 				break
 			}

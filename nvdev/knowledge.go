@@ -3,7 +3,7 @@
 // params layouts), the node expectations, the remedies in each runtime's
 // words, the kernel log lines the driver writes, the in-band status
 // decoder and words, and the formatting of calls. The analysis
-// (package annotate) and `cudatrace doctor`, which checks the same things
+// (package analysis) and `cudatrace doctor`, which checks the same things
 // before anything runs, both read it, so each fact has one home. The facts
 // that tell NVIDIA's files, which the tracers and the snapshot need, are in
 // nvdev/nvfile, which imports nothing of cudatrace's.

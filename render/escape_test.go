@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/analysis"
 	"github.com/cudatrace/cudatrace/internal/reportfixture"
 	"github.com/cudatrace/cudatrace/render"
 	"github.com/cudatrace/cudatrace/snapshot"
@@ -144,7 +144,7 @@ func TestRenderEscapesTargetStrings(t *testing.T) {
 	s.CgroupV2.Programs[0].Name = hostile
 	s.Container.ID = hostile
 	rep.Trace.Notes = append(rep.Trace.Notes, "fd 3 → /dev/"+hostile)
-	rep.Analysis = annotate.Analyze(rep.Events, s)
+	rep.Analysis = analysis.Analyze(rep.Events, s)
 	if f := rep.Analysis.Failing; f == nil || !strings.Contains(f.Path, "pwned") {
 		t.Fatalf("the crafted open is not the failing call: %+v", f)
 	}

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/analysis"
 	"github.com/cudatrace/cudatrace/diagnose/record"
 	"github.com/cudatrace/cudatrace/render"
 	"github.com/cudatrace/cudatrace/report"
@@ -30,7 +30,7 @@ func recordReport(t testing.TB, feed func(r *record.Recorder)) *report.Report {
 		Trace:  report.Trace{Source: "live", Backend: "ptrace", Events: rec.Seen, Stored: len(rec.Events()), Complete: rec.Overflow == 0},
 		Events: rec.Events(), Ioctls: rec.Ioctls(), Folded: rec.Folded(),
 	}
-	rep.Analysis = annotate.AnalyzeFacts(rep.Events, nil, rep.Facts())
+	rep.Analysis = analysis.AnalyzeFacts(rep.Events, nil, rep.Facts())
 	return rep
 }
 
@@ -69,7 +69,7 @@ func TestFindingsCountFoldedCalls(t *testing.T) {
 			r.AddFolded(folded)
 		})
 		want := "/dev/nvidiactl (c 195:255) opened 200x, allowed; 1000000 ioctls"
-		check := func(what string, a annotate.Analysis) {
+		check := func(what string, a analysis.Analysis) {
 			for _, f := range a.Findings {
 				if f.ID == "calls-ok" && len(f.Detail) == 1 && f.Detail[0] == want {
 					return
@@ -86,7 +86,7 @@ func TestFindingsCountFoldedCalls(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		check("reloaded", annotate.AnalyzeFacts(loaded.Events, loaded.Snapshot, loaded.Facts()))
+		check("reloaded", analysis.AnalyzeFacts(loaded.Events, loaded.Snapshot, loaded.Facts()))
 	}
 }
 

@@ -8,7 +8,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/analysis"
 	"github.com/cudatrace/cudatrace/internal/reportfixture"
 	"github.com/cudatrace/cudatrace/render"
 	"github.com/cudatrace/cudatrace/report"
@@ -23,7 +23,7 @@ var goldenFormats = []struct {
 
 // replay is what `cudatrace report FILE` does: save, load the file back,
 // re-run the analysis on the stored events and snapshot.
-func replay(t *testing.T, rep *report.Report) (loaded *report.Report, reanalysed annotate.Analysis) {
+func replay(t *testing.T, rep *report.Report) (loaded *report.Report, reanalysed analysis.Analysis) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "report.json")
 	if err := report.Save(path, rep); err != nil {
@@ -33,7 +33,7 @@ func replay(t *testing.T, rep *report.Report) (loaded *report.Report, reanalysed
 	if err != nil {
 		t.Fatalf("load what Save wrote: %v", err)
 	}
-	return loaded, annotate.AnalyzeFacts(loaded.Events, loaded.Snapshot, loaded.Facts())
+	return loaded, analysis.AnalyzeFacts(loaded.Events, loaded.Snapshot, loaded.Facts())
 }
 
 func TestGolden(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/analysis"
 	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/snapshot"
@@ -35,8 +35,8 @@ type htmlPage struct {
 	Warning   string
 	Failing   string // the call and its outcome
 	FailingBy string
-	Problems  []annotate.Finding
-	Context   []annotate.Finding
+	Problems  []analysis.Finding
+	Context   []analysis.Finding
 	Rows      []htmlRow
 	Facts     []string
 	Nodes     []snapshot.Node
@@ -69,7 +69,7 @@ func renderHTML(w io.Writer, rep *report.Report, o Options) error {
 		p.FailingBy = fmt.Sprintf("by %s[%d] (tid %d) at +%s", e.Comm, e.PID, e.TID, fmtDur(e.Time))
 	}
 	for _, f := range a.Findings {
-		if f.Severity == annotate.SeverityInfo {
+		if f.Severity == analysis.SeverityInfo {
 			p.Context = append(p.Context, f)
 		} else {
 			p.Problems = append(p.Problems, f)

@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/net/html"
 
-	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/analysis"
 	"github.com/cudatrace/cudatrace/internal/privtest"
 	"github.com/cudatrace/cudatrace/internal/reportfixture"
 	"github.com/cudatrace/cudatrace/nvdev"
@@ -126,7 +126,7 @@ func TestHTMLEscapesTargetStrings(t *testing.T) {
 	s.Nodes = append(s.Nodes, snapshot.Node{Path: "/dev/nvidia-uvm" + attack, Exists: true, Type: "c", Major: 238})
 	s.Env = map[string]string{"CUDA_VISIBLE_DEVICES": attack}
 	s.KernelLog = append(s.KernelLog, snapshot.KernelLine{Seq: 1, Text: "NVRM: " + attack})
-	rep.Analysis = annotate.Analyze(rep.Events, s)
+	rep.Analysis = analysis.Analyze(rep.Events, s)
 	page := renderHTML(t, rep)
 	assertPrintable(t, "html", page)
 	text := assertSelfContained(t, page)

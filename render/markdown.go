@@ -6,7 +6,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/analysis"
 	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/snapshot"
@@ -26,7 +26,7 @@ func renderMarkdown(w io.Writer, rep *report.Report, o Options) error {
 		fmt.Fprintf(&b, "**Failing call:** %s by %s at +%s\n\n", mdCode(nvdev.FormatCall(e)+" "+formatOutcome(rep, e)), mdCode(fmt.Sprintf("%s[%d]", e.Comm, e.PID)), fmtDur(e.Time))
 	}
 	for _, f := range a.Findings {
-		if f.Severity == annotate.SeverityInfo {
+		if f.Severity == analysis.SeverityInfo {
 			continue
 		}
 		inferred := ""
@@ -44,9 +44,9 @@ func renderMarkdown(w io.Writer, rep *report.Report, o Options) error {
 		}
 		b.WriteString("\n")
 	}
-	var info []annotate.Finding
+	var info []analysis.Finding
 	for _, f := range a.Findings {
-		if f.Severity == annotate.SeverityInfo {
+		if f.Severity == analysis.SeverityInfo {
 			info = append(info, f)
 		}
 	}

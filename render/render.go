@@ -17,7 +17,7 @@ import (
 	"github.com/olekukonko/tablewriter/renderer"
 	"github.com/olekukonko/tablewriter/tw"
 
-	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/analysis"
 	"github.com/cudatrace/cudatrace/diagnose/record"
 	"github.com/cudatrace/cudatrace/nvdev"
 	"github.com/cudatrace/cudatrace/report"
@@ -59,7 +59,7 @@ func Report(w io.Writer, rep *report.Report, f Format, o Options) error {
 
 // esc is how every string from the target, a trace, a report file or a
 // strace log is printed: control characters escaped, never raw.
-var esc = annotate.Printable
+var esc = analysis.Printable
 
 // escLines escapes each line of a text whose line breaks are meant.
 func escLines(s string) []string {
@@ -84,11 +84,11 @@ func (p palette) bold(s string) string   { return p.wrap("1", s) }
 func (p palette) dim(s string) string    { return p.wrap("2", s) }
 func (p palette) green(s string) string  { return p.wrap("1;32", s) }
 
-func severityLabel(p palette, s annotate.Severity) string {
+func severityLabel(p palette, s analysis.Severity) string {
 	switch s {
-	case annotate.SeverityError:
+	case analysis.SeverityError:
 		return p.red("ERROR")
-	case annotate.SeverityWarning:
+	case analysis.SeverityWarning:
 		return p.yellow("WARN ")
 	}
 	return p.dim("INFO ")

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/analysis"
 	"github.com/cudatrace/cudatrace/internal/reportfixture"
 	"github.com/cudatrace/cudatrace/render"
 	"github.com/cudatrace/cudatrace/report"
@@ -63,7 +63,7 @@ func TestLoadFrozenV1(t *testing.T) {
 
 	// Today's rules, on the old file, still pinpoint the same call for the
 	// same reason (the offline `cudatrace report` path).
-	a := annotate.Analyze(rep.Events, rep.Snapshot)
+	a := analysis.Analyze(rep.Events, rep.Snapshot)
 	if a.Failing == nil || a.Failing.Seq != rep.Analysis.Failing.Seq {
 		t.Fatalf("re-analysis of the v1 report: failing %+v, stored %+v", a.Failing, rep.Analysis.Failing)
 	}
@@ -78,7 +78,7 @@ func TestLoadFrozenV1(t *testing.T) {
 	}
 }
 
-func hasFinding(a annotate.Analysis, id string) bool {
+func hasFinding(a analysis.Analysis, id string) bool {
 	for _, f := range a.Findings {
 		if f.ID == id {
 			return true
@@ -240,7 +240,7 @@ func FuzzLoad(f *testing.F) {
 			t.Fatalf("accepted schema %d tool %q", rep.Schema, rep.Tool.Name)
 		}
 		// What `cudatrace report` does next must not panic either.
-		rep.Analysis = annotate.Analyze(rep.Events, rep.Snapshot)
+		rep.Analysis = analysis.Analyze(rep.Events, rep.Snapshot)
 		for _, fm := range []render.Format{render.FormatText, render.FormatMarkdown, render.FormatJSON} {
 			if err := render.Report(&bytes.Buffer{}, rep, fm, render.Options{Width: 60}); err != nil {
 				t.Fatalf("render %s: %v", fm, err)

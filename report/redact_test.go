@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/analysis"
 	"github.com/cudatrace/cudatrace/internal/reportfixture"
 	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/snapshot"
@@ -40,7 +40,7 @@ func aliceReport(t *testing.T) *report.Report {
 			e.Path = "/home/alice/.venv/lib/libcuda.so.1"
 		}
 	}
-	rep.Analysis = annotate.Analyze(rep.Events, s)
+	rep.Analysis = analysis.Analyze(rep.Events, s)
 	return rep
 }
 
@@ -90,7 +90,7 @@ func TestRedact(t *testing.T) {
 	}
 
 	// A redacted report still re-analyses to the same conclusion.
-	again := annotate.Analyze(rep.Events, rep.Snapshot)
+	again := analysis.Analyze(rep.Events, rep.Snapshot)
 	if got := findingIDs(again); !slices.Equal(got, wantIDs) || again.Failing == nil || again.Failing.Seq != wantFail.Seq {
 		t.Errorf("re-analysis of the redacted report: %v failing %+v", got, again.Failing)
 	}
@@ -102,8 +102,8 @@ func TestRedactShortUserName(t *testing.T) {
 	rep := &report.Report{Schema: 1, Tool: report.Tool{Name: "cudatrace"},
 		Target: report.Target{User: "bo", Argv: []string{"/home/bo/a.out", "x"}},
 		Events: []tracer.Event{{Seq: 1, Kind: tracer.KindOpen, Path: "/home/bo/lib/libcuda.so.1", Comm: "a.out"}},
-		Analysis: annotate.Analysis{Verdict: "No NVIDIA device call failed.",
-			Findings: []annotate.Finding{{ID: "calls-ok", Summary: "boot ok"}}},
+		Analysis: analysis.Analysis{Verdict: "No NVIDIA device call failed.",
+			Findings: []analysis.Finding{{ID: "calls-ok", Summary: "boot ok"}}},
 	}
 	report.Redact(rep)
 	if rep.Target.User != "<user>" || rep.Target.Argv[0] != "/home/<user>/a.out" || rep.Events[0].Path != "/home/<user>/lib/libcuda.so.1" {
@@ -114,7 +114,7 @@ func TestRedactShortUserName(t *testing.T) {
 	}
 }
 
-func findingIDs(a annotate.Analysis) []string {
+func findingIDs(a analysis.Analysis) []string {
 	var ids []string
 	for _, f := range a.Findings {
 		ids = append(ids, f.ID)

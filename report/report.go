@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/analysis"
 	"github.com/cudatrace/cudatrace/diagnose/record"
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
@@ -35,7 +35,7 @@ type Report struct {
 	Ioctls   []IoctlSummary     `json:"ioctls,omitempty"`
 	Folded   []FoldedSummary    `json:"folded,omitempty"`
 	Snapshot *snapshot.Snapshot `json:"snapshot,omitempty"`
-	Analysis annotate.Analysis  `json:"analysis"`
+	Analysis analysis.Analysis  `json:"analysis"`
 }
 
 // Tool identifies the cudatrace that wrote the report.
@@ -88,8 +88,8 @@ type Trace struct {
 }
 
 // Facts is what the analysis needs to know about the trace itself.
-func (t Trace) Facts() annotate.Facts {
-	f := annotate.Facts{APIReturns: t.APIReturns, OwnSeccompFilters: t.OwnSeccompFilters}
+func (t Trace) Facts() analysis.Facts {
+	f := analysis.Facts{APIReturns: t.APIReturns, OwnSeccompFilters: t.OwnSeccompFilters}
 	switch {
 	case t.APIReturns:
 	case t.Source == "strace-log":
@@ -189,7 +189,7 @@ func jsonKind(tok json.Token) string {
 
 // Facts are the analysis's inputs about the trace itself, with the calls
 // counted but not stored.
-func (r *Report) Facts() annotate.Facts {
+func (r *Report) Facts() analysis.Facts {
 	f := r.Trace.Facts()
 	f.Unstored = r.Unstored()
 	f.Attached = r.Target.Attached

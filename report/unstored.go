@@ -1,16 +1,16 @@
 package report
 
 import (
-	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/analysis"
 	"github.com/cudatrace/cudatrace/diagnose/record"
 	"github.com/cudatrace/cudatrace/tracer"
 )
 
-// Unstored is what annotate.Analyze needs for true counts: per call site,
+// Unstored is what analysis.Analyze needs for true counts: per call site,
 // how many more calls the report's summaries (ioctls, folded) count than
 // its events hold. It counts the stored events itself rather than trusting
 // a field, so it holds for reports written before failures were folded.
-func (rep *Report) Unstored() []annotate.Unstored {
+func (rep *Report) Unstored() []analysis.Unstored {
 	type ioctlKey struct {
 		record.IoctlSite
 		failed bool
@@ -29,8 +29,8 @@ func (rep *Report) Unstored() []annotate.Unstored {
 			storedSites[k]++
 		}
 	}
-	var out []annotate.Unstored
-	add := func(u annotate.Unstored, stored uint64) {
+	var out []analysis.Unstored
+	add := func(u analysis.Unstored, stored uint64) {
 		if u.Count > stored {
 			u.Count -= stored
 			out = append(out, u)
@@ -39,7 +39,7 @@ func (rep *Report) Unstored() []annotate.Unstored {
 	for _, s := range rep.Ioctls {
 		site := record.IoctlSite{PID: s.PID, Dev: s.Dev, Request: s.Request}
 		failed := min(s.Failed, s.Count)
-		u := annotate.Unstored{PID: s.PID, Kind: tracer.KindIoctl, Dev: s.Dev}
+		u := analysis.Unstored{PID: s.PID, Kind: tracer.KindIoctl, Dev: s.Dev}
 		u.Count = s.Count - failed
 		add(u, storedIoctls[ioctlKey{site, false}])
 		u.Failed, u.Count = true, failed
@@ -50,7 +50,7 @@ func (rep *Report) Unstored() []annotate.Unstored {
 		if f.Kind == tracer.KindIoctl {
 			continue // in Ioctls
 		}
-		add(annotate.Unstored{PID: f.PID, Kind: f.Kind, Path: f.Path, Failed: f.Errno != 0, Count: f.Calls}, storedSites[f.Site()])
+		add(analysis.Unstored{PID: f.PID, Kind: f.Kind, Path: f.Path, Failed: f.Errno != 0, Count: f.Calls}, storedSites[f.Site()])
 	}
 	return out
 }

@@ -40,7 +40,7 @@ type Spec struct {
 	// failed a request, and puts the NV_STATUS in the params. After each
 	// successful call of a listed request a backend reads that word into
 	// Event.Status and never folds (FoldIoctlsAfter) a call whose word is
-	// not 0 (NV_OK). Filled by the caller from annotate's
+	// not 0 (NV_OK). Filled by the caller from nvdev's
 	// tables for the running driver version; tests list their own.
 	InbandStatus []StatusWord
 

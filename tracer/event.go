@@ -1,7 +1,7 @@
 // Package tracer defines the one event type every backend produces, and the
 // interface the backends implement. The backends live in sub-packages
 // (tracer/ebpf, tracer/ptrace, tracer/stracelog) so that consumers of events
-// (annotate, report) never import BPF or ptrace code.
+// (analysis, report) never import BPF or ptrace code.
 package tracer
 
 import (

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/analysis"
 	"github.com/cudatrace/cudatrace/report"
 )
 
@@ -93,14 +93,14 @@ func newLine(host string, p *proc, rep *report.Report, now time.Time) Line {
 		l.CUDA = &LineCUDA{Func: c.Func, Code: c.Code, Name: c.Name}
 	}
 	wrong := a.Failing != nil || (a.CUDA != nil && a.CUDA.Status == "failed")
-	var primary *annotate.Finding
+	var primary *analysis.Finding
 	for i := range a.Findings {
 		f := &a.Findings[i]
 		l.Findings = append(l.Findings, f.ID)
-		if f.Severity == annotate.SeverityError {
+		if f.Severity == analysis.SeverityError {
 			wrong = true
 		}
-		if primary == nil && f.Severity != annotate.SeverityInfo {
+		if primary == nil && f.Severity != analysis.SeverityInfo {
 			primary = f
 		}
 	}
@@ -144,31 +144,31 @@ func writeLine(w io.Writer, l Line, asJSON bool) error {
 // verdict, the fix's first line.
 func readable(l Line) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s %s[%d]", l.Time.Local().Format("15:04:05"), annotate.Printable(l.Comm), l.PID)
+	fmt.Fprintf(&b, "%s %s[%d]", l.Time.Local().Format("15:04:05"), analysis.Printable(l.Comm), l.PID)
 	if l.User != "" {
-		fmt.Fprintf(&b, " user %s", annotate.Printable(l.User))
+		fmt.Fprintf(&b, " user %s", analysis.Printable(l.User))
 	}
 	switch {
 	case l.PodUID != "":
-		fmt.Fprintf(&b, " pod %s", annotate.Printable(l.PodUID))
+		fmt.Fprintf(&b, " pod %s", analysis.Printable(l.PodUID))
 	case l.ContainerID != "":
-		fmt.Fprintf(&b, " %s %s", annotate.Printable(l.Runtime), annotate.Printable(short(l.ContainerID)))
+		fmt.Fprintf(&b, " %s %s", analysis.Printable(l.Runtime), analysis.Printable(short(l.ContainerID)))
 	case l.Cgroup != "":
-		fmt.Fprintf(&b, " cgroup %s", annotate.Printable(l.Cgroup))
+		fmt.Fprintf(&b, " cgroup %s", analysis.Printable(l.Cgroup))
 	}
 	if l.Cause == "" {
-		fmt.Fprintf(&b, ": ok: %s", annotate.Printable(l.Verdict))
+		fmt.Fprintf(&b, ": ok: %s", analysis.Printable(l.Verdict))
 		return b.String()
 	}
-	fmt.Fprintf(&b, ": [%s] %s", annotate.Printable(l.Cause), annotate.Printable(l.Verdict))
+	fmt.Fprintf(&b, ": [%s] %s", analysis.Printable(l.Cause), analysis.Printable(l.Verdict))
 	if fix, _, _ := strings.Cut(l.Fix, "\n"); fix != "" {
-		fmt.Fprintf(&b, " Fix: %s", annotate.Printable(fix))
+		fmt.Fprintf(&b, " Fix: %s", analysis.Printable(fix))
 	}
 	if l.Incomplete {
 		b.WriteString(" (incomplete: events were lost)")
 	}
 	if l.Report != "" {
-		fmt.Fprintf(&b, " (%s)", annotate.Printable(l.Report))
+		fmt.Fprintf(&b, " (%s)", analysis.Printable(l.Report))
 	}
 	return b.String()
 }

@@ -16,7 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/analysis"
 	"github.com/cudatrace/cudatrace/diagnose"
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
@@ -409,7 +409,7 @@ func (w *watcher) admit(e *tracer.Event) *proc {
 		if err != nil {
 			what = fmt.Sprintf("its identity unread (%v)", err)
 		}
-		w.o.Debug(fmt.Sprintf("PID %d (%s): followed from its %s event; %s", e.PID, annotate.Printable(e.Comm), e.Kind, what))
+		w.o.Debug(fmt.Sprintf("PID %d (%s): followed from its %s event; %s", e.PID, analysis.Printable(e.Comm), e.Kind, what))
 	}
 	return p
 }

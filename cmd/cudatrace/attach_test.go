@@ -17,7 +17,7 @@ import (
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
-	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/analysis"
 	"github.com/cudatrace/cudatrace/internal/privtest"
 	"github.com/cudatrace/cudatrace/internal/scenario"
 	"github.com/cudatrace/cudatrace/report"
@@ -301,7 +301,7 @@ func checkAttachReport(t *testing.T, backend, path string, pid int, spawner bool
 	if f == nil || f.Path != "/dev/nvidia-uvm" || f.Errno() != unix.EPERM || f.Flags != openFlags {
 		t.Fatalf("failing call %+v, want openat /dev/nvidia-uvm O_RDWR|O_CLOEXEC EPERM", f)
 	}
-	if finding(rep, "cgroup2-denied") == nil || finding(rep, "cgroup2-denied").Severity != annotate.SeverityError {
+	if finding(rep, "cgroup2-denied") == nil || finding(rep, "cgroup2-denied").Severity != analysis.SeverityError {
 		t.Errorf("findings %v, want cgroup2-denied (snapshot of pid %d %q, cgroup v2 %+v, not read: %q)", findingIDs(rep), rep.Snapshot.Process.PID, rep.Snapshot.Process.Comm, rep.Snapshot.CgroupV2, rep.Snapshot.Unavailable)
 	}
 	if !spawner {

@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/analysis"
 	"github.com/cudatrace/cudatrace/internal/privtest"
 	"github.com/cudatrace/cudatrace/internal/scenario"
 	"github.com/cudatrace/cudatrace/report"
@@ -95,7 +95,7 @@ func loadReportText(t *testing.T, s string) *report.Report {
 	return rep
 }
 
-func finding(rep *report.Report, id string) *annotate.Finding {
+func finding(rep *report.Report, id string) *analysis.Finding {
 	for i := range rep.Analysis.Findings {
 		if rep.Analysis.Findings[i].ID == id {
 			return &rep.Analysis.Findings[i]
@@ -121,7 +121,7 @@ func (tr traceRun) findingText(id string) string {
 	return strings.Join(append([]string{f.Summary, f.Fix}, f.Detail...), "\n")
 }
 
-func (tr traceRun) requireFinding(t *testing.T, id string, sev annotate.Severity) *annotate.Finding {
+func (tr traceRun) requireFinding(t *testing.T, id string, sev analysis.Severity) *analysis.Finding {
 	t.Helper()
 	f := finding(tr.rep, id)
 	if f == nil {
@@ -310,7 +310,7 @@ func parity(t *testing.T, a, b traceRun) {
 	t.Helper()
 	type fsum struct {
 		ID       string
-		Severity annotate.Severity
+		Severity analysis.Severity
 		Inferred bool
 	}
 	sum := func(tr traceRun) []fsum {
@@ -425,7 +425,7 @@ func TestHealthy(t *testing.T) {
 			t.Errorf("a healthy cuInit (it printed cuInit 0) has a failing call: %s(%q, fd %d, request %#x) = %s; verdict %q",
 				f.Syscall, f.Path, f.FD, f.Request, f.ErrnoName(), tr.rep.Analysis.Verdict)
 		}
-		ok := tr.requireFinding(t, "calls-ok", annotate.SeverityInfo)
+		ok := tr.requireFinding(t, "calls-ok", analysis.SeverityInfo)
 		text := tr.findingText("calls-ok")
 		for _, node := range []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia0"} {
 			if !strings.Contains(text, node) {
@@ -480,7 +480,7 @@ func testCgroup2DeniesUVM(t *testing.T, target []string, runs int) {
 			t.Errorf("failing pid %d tid %d; fakecuda execs %+v", f.PID, f.TID, execs)
 		}
 		ids := env.ProgramIDs()
-		tr.requireFinding(t, "cgroup2-denied", annotate.SeverityError)
+		tr.requireFinding(t, "cgroup2-denied", analysis.SeverityError)
 		text := tr.findingText("cgroup2-denied")
 		if len(ids) != 1 || !strings.Contains(text, fmt.Sprintf("program id %d", ids[0])) && !strings.Contains(text, fmt.Sprintf("program %d", ids[0])) {
 			t.Errorf("cgroup2-denied does not name program %v:\n%s", ids, text)
@@ -554,7 +554,7 @@ func TestCgroup2StaleMajor(t *testing.T) {
 		if finding(tr.rep, id) == nil {
 			id = "cgroup2-denied"
 		}
-		tr.requireFinding(t, id, annotate.SeverityError)
+		tr.requireFinding(t, id, analysis.SeverityError)
 		text := tr.findingText(id)
 		if !strings.Contains(text, "504") || !strings.Contains(text, "c 7:* rwm") {
 			t.Errorf("%s does not mention both the stale 504 and the current 7:\n%s", id, text)
@@ -592,7 +592,7 @@ func TestCgroup1AllowList(t *testing.T) {
 		commonChecks(t, tr)
 		tr.checkStreams(t, "999", 2)
 		tr.failing(t, "openat", "/dev/nvidia-uvm", unix.EPERM)
-		tr.requireFinding(t, "cgroup1-denied", annotate.SeverityError)
+		tr.requireFinding(t, "cgroup1-denied", analysis.SeverityError)
 		if text := tr.findingText("cgroup1-denied"); !strings.Contains(text, "c 7:* rwm") {
 			t.Errorf("cgroup1-denied lacks the fix c 7:* rwm:\n%s", text)
 		}
@@ -653,7 +653,7 @@ func testNodeMissingUnprivileged(t *testing.T, mk func() *scenario.Env, target [
 		if mknod == nil || (mknod.Errno() != unix.EACCES && mknod.Errno() != unix.EPERM) {
 			t.Errorf("no failed mknodat of /dev/nvidia-uvm before the open: %+v", mknod)
 		}
-		tr.requireFinding(t, "node-missing", annotate.SeverityError)
+		tr.requireFinding(t, "node-missing", analysis.SeverityError)
 		if tr.rep.Target.UID != 65534 && tr.rep.Target.User != "nobody" {
 			t.Errorf("report target uid %d user %q, want nobody", tr.rep.Target.UID, tr.rep.Target.User)
 		}
@@ -684,7 +684,7 @@ func TestNodeRepairedByRoot(t *testing.T) {
 		if !repaired {
 			t.Error("no successful mknodat of /dev/nvidia-uvm in the trace")
 		}
-		tr.requireFinding(t, "node-repaired", annotate.SeverityWarning)
+		tr.requireFinding(t, "node-repaired", analysis.SeverityWarning)
 		if f := tr.rep.Analysis.Failing; f != nil && f.Kind != tracer.KindIoctl {
 			t.Errorf("the repaired node's first failure is still pinpointed: %+v", f)
 		}
@@ -704,7 +704,7 @@ func TestNodeStaleMajor(t *testing.T) {
 		commonChecks(t, tr)
 		tr.checkStreams(t, "999", 1)
 		tr.failing(t, "openat", "/dev/nvidia-uvm", unix.ENXIO)
-		tr.requireFinding(t, "node-stale-major", annotate.SeverityError)
+		tr.requireFinding(t, "node-stale-major", analysis.SeverityError)
 		text := tr.findingText("node-stale-major")
 		if !strings.Contains(text, "238") || !strings.Contains(text, "c 7 0") {
 			t.Errorf("node-stale-major lacks the stale 238 or the fix's c 7 0:\n%s", text)
@@ -728,7 +728,7 @@ func TestDriverNotLoaded(t *testing.T) {
 		if f == nil || f.Path != "/dev/nvidia-uvm" {
 			t.Fatalf("failing call %+v, want one on /dev/nvidia-uvm; verdict %q", f, tr.rep.Analysis.Verdict)
 		}
-		tr.requireFinding(t, "driver-not-loaded", annotate.SeverityError)
+		tr.requireFinding(t, "driver-not-loaded", analysis.SeverityError)
 	})
 }
 
@@ -743,7 +743,7 @@ func TestNodev(t *testing.T) {
 		commonChecks(t, tr)
 		tr.checkStreams(t, "100", 1)
 		tr.failing(t, "openat", "/dev/nvidiactl", unix.EACCES)
-		tr.requireFinding(t, "nodev", annotate.SeverityError)
+		tr.requireFinding(t, "nodev", analysis.SeverityError)
 	})
 }
 
@@ -759,7 +759,7 @@ func TestModeDenied(t *testing.T) {
 			commonChecks(t, tr)
 			tr.checkStreams(t, "999", runs)
 			tr.failing(t, "openat", "/dev/nvidia-uvm", unix.EACCES)
-			tr.requireFinding(t, "mode-denied", annotate.SeverityError)
+			tr.requireFinding(t, "mode-denied", analysis.SeverityError)
 		})
 	})
 }
@@ -784,7 +784,7 @@ func TestGrandchildFails(t *testing.T) {
 		if f.PID != pids[2] || f.PID == pids[0] || f.PID == pids[1] {
 			t.Errorf("failing pid %d, want the grandchild %d (processes %v)", f.PID, pids[2], pids)
 		}
-		tr.requireFinding(t, "cgroup2-denied", annotate.SeverityError)
+		tr.requireFinding(t, "cgroup2-denied", analysis.SeverityError)
 		exits := 0
 		for _, e := range tr.rep.Events {
 			if e.Kind == tracer.KindExit && slices.Contains(pids, e.PID) {
@@ -810,7 +810,7 @@ func TestThreadFails(t *testing.T) {
 		if execs := tr.targetExecs(fakecudaBin); len(execs) != 1 || execs[0].PID != f.PID {
 			t.Errorf("failing pid %d is not fakecuda's (%+v)", f.PID, execs)
 		}
-		tr.requireFinding(t, "cgroup2-denied", annotate.SeverityError)
+		tr.requireFinding(t, "cgroup2-denied", analysis.SeverityError)
 	})
 }
 
@@ -899,7 +899,7 @@ func TestUnprivilegedAutoFallsBackToPtrace(t *testing.T) {
 	tr := traceRun{result: r, rep: rep, backend: "ptrace"}
 	commonChecks(t, tr)
 	tr.failing(t, "openat", "/dev/nvidia-uvm", unix.EPERM)
-	f := tr.requireFinding(t, "cgroup-denied-inferred", annotate.SeverityError)
+	f := tr.requireFinding(t, "cgroup-denied-inferred", analysis.SeverityError)
 	if !f.Inferred {
 		t.Error("cgroup-denied-inferred is not marked inferred")
 	}

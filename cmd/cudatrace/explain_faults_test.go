@@ -16,7 +16,7 @@ func TestExplainFaultLogs(t *testing.T) {
 	for _, tc := range []struct {
 		file, syscall, path, errno string
 		filter                     bool   // the log shows a seccomp filter
-		gap                        string // why annotate cannot pinpoint it yet
+		gap                        string // why the analysis cannot pinpoint it yet
 	}{
 		{"xverbose-deny-uvm.strace", "openat", "/dev/nvidia-uvm", "EPERM", false, ""},
 		{"xraw-deny-uvm.strace", "openat", "/dev/nvidia-uvm", "EPERM", false, ""},
@@ -27,7 +27,7 @@ func TestExplainFaultLogs(t *testing.T) {
 		{"seccomp-notify-ioctl.strace", "ioctl", "/dev/nvidiactl", "EPERM", true, ioctlGap},
 		{"seccomp-prctl-nvidia-ioctl.strace", "ioctl", "/dev/nvidiactl", "EPERM", true, ioctlGap},
 		{"attach-seccomp-ioctl.strace", "ioctl", "/dev/nvidiactl", "EPERM", false, ioctlGap},
-		{"nofile-emfile.strace", "openat", "/dev/nvidia-uvm", "EMFILE", false, "annotate does not make EMFILE on an NVIDIA open a candidate yet (issue 11 §3, the lead's pinpoint)"},
+		{"nofile-emfile.strace", "openat", "/dev/nvidia-uvm", "EMFILE", false, "the analysis does not make EMFILE on an NVIDIA open a candidate yet (issue 11 §3, the lead's pinpoint)"},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			r := runCLI(t, "explain", faultLogs+tc.file, "--format", "json")
@@ -61,4 +61,4 @@ func TestExplainFaultLogs(t *testing.T) {
 	}
 }
 
-const ioctlGap = "annotate does not make an EPERM ioctl on an NVIDIA fd the failing call yet (issue 11 §2/§3, the lead's pinpoint)"
+const ioctlGap = "the analysis does not make an EPERM ioctl on an NVIDIA fd the failing call yet (issue 11 §2/§3, the lead's pinpoint)"

@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/analysis"
 	"github.com/cudatrace/cudatrace/internal/privtest"
 	"github.com/cudatrace/cudatrace/internal/scenario"
 )
@@ -50,7 +50,7 @@ func TestHeldSnapshotOfATargetThatExitsAtOnce(t *testing.T) {
 		if f := finding(tr.rep, "cgroup-denied-inferred"); f != nil {
 			t.Errorf("run %d: the rules were inferred, not read: %s; snapshot unavailable: %q", i, f.Summary, tr.rep.Snapshot.Unavailable)
 		}
-		tr.requireFinding(t, "cgroup2-denied", annotate.SeverityError)
+		tr.requireFinding(t, "cgroup2-denied", analysis.SeverityError)
 		if text := tr.findingText("cgroup2-denied"); len(ids) != 1 || !strings.Contains(text, fmt.Sprintf("program id %d", ids[0])) {
 			t.Errorf("run %d: cgroup2-denied does not name program %v:\n%s", i, ids, text)
 		}

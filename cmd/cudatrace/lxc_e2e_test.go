@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/analysis"
 	"github.com/cudatrace/cudatrace/internal/privtest"
 	"github.com/cudatrace/cudatrace/internal/scenario"
 	"github.com/cudatrace/cudatrace/report"
@@ -207,7 +207,7 @@ func TestLXCAllowList(t *testing.T) {
 					if devicesKey() == "lxc.cgroup2.devices.allow" {
 						id = "cgroup2-denied"
 					}
-					tr.requireFinding(t, id, annotate.SeverityError)
+					tr.requireFinding(t, id, analysis.SeverityError)
 					if c := tr.rep.Snapshot.Container; c.Runtime != "lxc" || c.ID != name || c.Manager != "lxc" {
 						t.Errorf("container %+v, want lxc %s (plain LXC)", c, name)
 					}
@@ -237,7 +237,7 @@ func TestLXCPlaceholderFile(t *testing.T) {
 		t.Run(backend, func(t *testing.T) {
 			name, argv, _ := lxcCase{allow: []string{"c 1:7 rwm", "c 1:5 rwm", "c 7:* rwm"}, noHostUVM: true, procDevices: "procdevices-no-uvm"}.start(t)
 			tr := traceHost(t, backend, "procdevices-no-uvm", argv...)
-			f := tr.requireFinding(t, "node-not-device", annotate.SeverityError)
+			f := tr.requireFinding(t, "node-not-device", analysis.SeverityError)
 			if f.Summary != "/dev/nvidia-uvm is a regular file, not a character device" {
 				t.Errorf("summary %q", f.Summary)
 			}

@@ -7,7 +7,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/analysis"
 	"github.com/cudatrace/cudatrace/diagnose"
 	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/tracer/stracelog"
@@ -37,7 +37,7 @@ func reportCommand(args []string, o *options, stdout, stderr io.Writer) error {
 	}
 	if changed := diagnose.Reanalyse(rep); changed != "" && !o.quiet {
 		// The stored finding ids come from the file: escape them.
-		fmt.Fprintf(stderr, "cudatrace: note: this version's analysis differs from the stored one (%s)\n", annotate.Printable(changed))
+		fmt.Fprintf(stderr, "cudatrace: note: this version's analysis differs from the stored one (%s)\n", analysis.Printable(changed))
 	}
 	if err := emit(rep, o, stdout, stderr, false); err != nil {
 		return err
@@ -45,7 +45,7 @@ func reportCommand(args []string, o *options, stdout, stderr io.Writer) error {
 	// Printed, as it is a report; but one of nothing NVIDIA-related gets
 	// explain's status for a log of nothing NVIDIA-related.
 	if len(rep.Summary()) == 0 {
-		return fail(exitBadInput, "%s holds no NVIDIA call: no /dev/nvidia* or CUDA/NVML call was traced", annotate.Printable(args[0]))
+		return fail(exitBadInput, "%s holds no NVIDIA call: no /dev/nvidia* or CUDA/NVML call was traced", analysis.Printable(args[0]))
 	}
 	return nil
 }

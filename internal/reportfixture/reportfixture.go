@@ -17,7 +17,7 @@ import (
 
 	"github.com/cilium/ebpf/asm"
 
-	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/analysis"
 	"github.com/cudatrace/cudatrace/diagnose/record"
 	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/snapshot"
@@ -86,7 +86,7 @@ func Build(t testing.TB, fx Fixture) *report.Report {
 		Folded:   rec.Folded(),
 		Snapshot: snap,
 	}
-	rep.Analysis = annotate.AnalyzeFacts(rep.Events, snap, rep.Facts())
+	rep.Analysis = analysis.AnalyzeFacts(rep.Events, snap, rep.Facts())
 	return rep
 }
 

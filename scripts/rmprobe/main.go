@@ -12,7 +12,7 @@
 // It opens only /dev/nvidiactl, touches no GPU and allocates nothing but
 // the client, which it frees (closing the fd would free it too). It prints
 // one line per request with what the driver answered, which the replay test
-// (annotate/gpureplay_test.go) compares with what the tracer decoded.
+// (analysis/gpureplay_test.go) compares with what the tracer decoded.
 //
 // Build static: CGO_ENABLED=0 go build -o bin/rmprobe ./scripts/rmprobe
 package main

@@ -26,7 +26,7 @@ func TestInbandFailureNotFolded(t *testing.T) {
 	real := nvdev.InbandStatusWords("")
 	for _, w := range real {
 		if w.Request == listed[0].Request || w.Request == listed[1].Request {
-			t.Fatalf("annotate lists %#x, which the test uses", w.Request)
+			t.Fatalf("nvdev lists %#x, which the test uses", w.Request)
 		}
 	}
 

@@ -5,7 +5,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/cudatrace/cudatrace/annotate"
+	"github.com/cudatrace/cudatrace/analysis"
 	"github.com/cudatrace/cudatrace/tracer"
 )
 
@@ -150,7 +150,7 @@ func TestSeccompLogs(t *testing.T) {
 			if r.Kind == tracer.KindIoctl && (r.Request != 0xc00846d6 || r.FD < 0) {
 				t.Errorf("refused ioctl %+v: want fakecuda's first, 0xc00846d6, on nvidiactl's fd", r)
 			}
-			if idx, same := annotate.SeccompFilterBefore(lg.Events, int(r.Seq-1)); idx != int(f.Seq-1) || !same {
+			if idx, same := analysis.SeccompFilterBefore(lg.Events, int(r.Seq-1)); idx != int(f.Seq-1) || !same {
 				t.Errorf("SeccompFilterBefore = %d, %v; want %d, true", idx, same, f.Seq-1)
 			}
 		})
