@@ -10,7 +10,7 @@ import (
 )
 
 // errorsCell is "EPERM×3, ENOENT": the failures of a row by error.
-func errorsCell(r report.SummaryRow) string {
+func errorsCell(r SummaryRow) string {
 	names := make([]string, 0, len(r.ByErr))
 	for n := range r.ByErr {
 		names = append(names, n)
@@ -26,7 +26,7 @@ func errorsCell(r report.SummaryRow) string {
 
 // writeSummary prints the -c table.
 func writeSummary(w io.Writer, rep *report.Report, p palette) error {
-	rows := rep.Summary()
+	rows := SummaryRows(rep)
 	if len(rows) == 0 {
 		_, err := fmt.Fprintln(w, "\nSummary: no NVIDIA call was traced")
 		return err

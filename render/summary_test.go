@@ -35,7 +35,7 @@ func TestSummaryCountsEveryCall(t *testing.T) {
 		r.Event(f)
 		r.Event(&tracer.Event{Seq: next(), PID: 9, TID: 9, Kind: tracer.KindExit, Syscall: "exit_group"})
 	})
-	rows := rep.Summary()
+	rows := render.SummaryRows(rep)
 	want := map[string][2]uint64{
 		"/dev/nvidiactl openat":  {200, 0},
 		"/dev/nvidia-uvm openat": {5, 5},

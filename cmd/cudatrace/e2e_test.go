@@ -15,6 +15,7 @@ import (
 	"github.com/cudatrace/cudatrace/analysis"
 	"github.com/cudatrace/cudatrace/internal/privtest"
 	"github.com/cudatrace/cudatrace/internal/scenario"
+	"github.com/cudatrace/cudatrace/render"
 	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/tracer"
 )
@@ -508,7 +509,7 @@ func roundTrip(t *testing.T, tr traceRun) {
 	switch {
 	case tr.rep.Analysis.Failing != nil:
 		want = exitFound
-	case len(tr.rep.Summary()) == 0:
+	case len(render.SummaryRows(tr.rep)) == 0:
 		// A run of no NVIDIA call: printed, then 4, as explain of such a log.
 		want = exitBadInput
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cudatrace/cudatrace/analysis"
 	"github.com/cudatrace/cudatrace/diagnose"
+	"github.com/cudatrace/cudatrace/render"
 	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/tracer/stracelog"
 )
@@ -44,7 +45,7 @@ func reportCommand(args []string, o *options, stdout, stderr io.Writer) error {
 	}
 	// Printed, as it is a report; but one of nothing NVIDIA-related gets
 	// explain's status for a log of nothing NVIDIA-related.
-	if len(rep.Summary()) == 0 {
+	if len(render.SummaryRows(rep)) == 0 {
 		return fail(exitBadInput, "%s holds no NVIDIA call: no /dev/nvidia* or CUDA/NVML call was traced", analysis.Printable(args[0]))
 	}
 	return nil

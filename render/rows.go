@@ -1,4 +1,4 @@
-package report
+package render
 
 import (
 	"fmt"
@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/cudatrace/cudatrace/diagnose/record"
+	"github.com/cudatrace/cudatrace/report"
 	"github.com/cudatrace/cudatrace/tracer"
 )
 
@@ -20,11 +21,11 @@ type SummaryRow struct {
 	ByErr  map[string]uint64 // errno name (CUDA/NVML: the return code) → failures
 }
 
-// Summary counts the report's calls per node and call. The counts are the
-// trace's exact ones: stored events, plus what the ioctl and folded
-// summaries count beyond them. Execs and exits are not NVIDIA calls and
+// SummaryRows counts the report's calls per node and call, the rows of the
+// -c table. The counts are the trace's exact ones: stored events, plus
+// what the ioctl and folded summaries count beyond them. Execs and exits are not NVIDIA calls and
 // are left out.
-func (rep *Report) Summary() []SummaryRow {
+func SummaryRows(rep *report.Report) []SummaryRow {
 	type key struct{ node, call string }
 	rows := map[key]*SummaryRow{}
 	row := func(node, call string) *SummaryRow {
