@@ -65,7 +65,7 @@ func traceCommand(argv []string, o *options, stdout, stderr io.Writer) error {
 		}
 	}
 	if o.user != "" {
-		cred, err := lookupUser(o.user)
+		cred, err := diagnose.LookupUser(o.user)
 		if err != nil {
 			return fail(exitUsage, "%v", err)
 		}

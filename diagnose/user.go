@@ -1,4 +1,4 @@
-package main
+package diagnose
 
 import (
 	"errors"
@@ -23,10 +23,10 @@ var (
 	overflowGIDFile = "/proc/sys/kernel/overflowgid"
 )
 
-// lookupUser resolves -u: USER, UID, or either followed by :GROUP or :GID.
+// LookupUser resolves -u: USER, UID, or either followed by :GROUP or :GID.
 // Numbers need no entry in /etc/passwd; nobody is the kernel's overflow
 // uid and gid when /etc/passwd lacks it (scratch images).
-func lookupUser(spec string) (*tracer.Cred, error) {
+func LookupUser(spec string) (*tracer.Cred, error) {
 	userPart, groupPart, hasGroup := strings.Cut(spec, ":")
 	if userPart == "" || (hasGroup && groupPart == "") {
 		return nil, fmt.Errorf("-u %q: give USER, UID, USER:GROUP or UID:GID", spec)
