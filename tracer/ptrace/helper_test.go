@@ -5,6 +5,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -202,6 +203,10 @@ func helperThreadExec(argv []string) int {
 // a child (/bin/true) and waits for it. Between the FIFO and the fork it
 // makes no traced syscall, so it forks while the tracer is held.
 func helperForkRace(fifo, marker string) int {
+	if !strings.Contains(os.Getenv("GODEBUG"), "asyncpreemptoff=1") {
+		fmt.Fprintln(os.Stderr, "fork-race: needs GODEBUG=asyncpreemptoff=1 (runForkRace)")
+		return 1
+	}
 	runtime.LockOSThread()
 	fd, err := unix.Open(fifo, unix.O_RDWR, 0)
 	if err != nil {

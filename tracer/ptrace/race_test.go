@@ -101,6 +101,14 @@ func runForkRace(t *testing.T, d time.Duration, during func(child, waker int, de
 	}
 	defer release.Close()
 	marker := "/dev/nvidia-cudatrace-ptest-missing-" + randName()
+	// The tracer is held in the sink while the target forks: a signal to
+	// the target then leaves its thread in a signal-delivery stop nobody
+	// resumes until the hold ends. The Go runtime sends one on its own
+	// (SIGURG, to preempt a goroutine that looks long-running: under load,
+	// the forking one), so the helper runs without async preemption. The
+	// target gets this process's environment as the kernel gave it, so env
+	// sets it.
+	argv := append([]string{"/usr/bin/env", "GODEBUG=asyncpreemptoff=1"}, helperArgv("fork-race", fifo, marker)...)
 	ctx, cancel := context.WithTimeout(privtest.Deadline(t), 60*time.Second)
 	defer cancel()
 	deadline, _ := ctx.Deadline()
@@ -139,7 +147,7 @@ func runForkRace(t *testing.T, d time.Duration, during func(child, waker int, de
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		r.res, r.err = New().Run(ctx, tracer.Spec{Argv: helperArgv("fork-race", fifo, marker), Duration: d, Debug: os.Getenv("PTEST_DEBUG") != ""}, r.c)
+		r.res, r.err = New().Run(ctx, tracer.Spec{Argv: argv, Duration: d, Debug: os.Getenv("PTEST_DEBUG") != ""}, r.c)
 	}()
 	select {
 	case <-done:
