@@ -318,6 +318,16 @@ func TestEnvironmentChecks(t *testing.T) {
 	res = Run(sv)
 	mustCheck(t, res, "libcuda", "", Warn)
 	mustCheck(t, res, "driver-version", "", Pass) // compat is newer by design
+	// Older than the module (the H200's CUDA 13.0 compat on 580.159.04):
+	// cuInit 803.
+	sv.Libraries[0].Version, sv.Libraries[0].VersionFrom = "580.95.05", "contents"
+	c := mustCheck(t, Run(sv), "driver-version", "", Fail)
+	if !strings.Contains(c.Summary, "forward-compatibility copy 580.95.05") || !strings.Contains(c.Summary, "from its contents") {
+		t.Errorf("%q", c.Summary)
+	}
+	// The stub by its contents, under a name and directory that do not say.
+	sv.Libraries[0] = snapshot.Library{Name: "libcuda.so.1", Path: "/opt/app/lib/libcuda.so.1", Via: "LD_LIBRARY_PATH", Stub: true}
+	mustCheck(t, Run(sv), "libcuda", "", Fail)
 	sv.Libraries[0] = snapshot.Library{Name: "libcuda.so.1"}
 	mustCheck(t, Run(sv), "libcuda", "", Fail)
 
@@ -325,7 +335,7 @@ func TestEnvironmentChecks(t *testing.T) {
 	sv.Base.Process.Seccomp = 2
 	mustCheck(t, Run(sv), "seccomp", "", Pass)
 	sv.MemfdError = "operation not permitted"
-	c := mustCheck(t, Run(sv), "seccomp", "", Fail)
+	c = mustCheck(t, Run(sv), "seccomp", "", Fail)
 	if !strings.Contains(c.Summary, "304") {
 		t.Errorf("%q", c.Summary)
 	}

@@ -67,6 +67,12 @@ func checkVersions(h *host) Check {
 		switch {
 		case l.Path == "":
 			continue // the environment check says it is missing
+		case nvdev.LibcudaKind(l.Path) == "compat" && olderThan(l.Version, kv):
+			// A compat copy runs a newer libcuda on an older module; one
+			// older than the module is refused (the H200's CUDA 13.0
+			// compat 580.95.05 on 580.159.04: cuInit 803).
+			bad = append(bad, fmt.Sprintf("%s is a forward-compatibility copy %s (%s, from its %s), older than the kernel module %s", l.Name, l.Version, l.Resolved, versionWord(l.VersionFrom), kv))
+			continue
 		case l.Stub || nvdev.LibcudaKind(l.Path) != "":
 			continue // stub and compat libraries have their own versions
 		case l.Version == "":
@@ -88,6 +94,14 @@ func checkVersions(h *host) Check {
 		c.Summary += "; " + strings.Join(ok, ", ")
 	}
 	return c
+}
+
+// olderThan reports whether driver version a is older than b (false when
+// either is unreadable).
+func olderThan(a, b string) bool {
+	va, ok1 := nvdev.ParseDriverVersion(a)
+	vb, ok2 := nvdev.ParseDriverVersion(b)
+	return ok1 && ok2 && va.Less(vb)
 }
 
 // versionWord says where a library's version was read.

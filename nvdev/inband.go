@@ -18,7 +18,8 @@ import (
 // DriverVersion is a driver version, 580.159.04 → {580, 159, 4}.
 type DriverVersion [3]int
 
-func (v DriverVersion) less(o DriverVersion) bool {
+// Less reports whether v is an older version than o.
+func (v DriverVersion) Less(o DriverVersion) bool {
 	for i := range v {
 		if v[i] != o[i] {
 			return v[i] < o[i]
@@ -61,17 +62,17 @@ func pickLayout(layouts []paramLayout, size uint32, ver DriverVersion, haveVer b
 		if size != 0 && c.Size != size {
 			continue
 		}
-		if haveVer && ver.less(c.From) {
+		if haveVer && ver.Less(c.From) {
 			continue
 		}
-		if !ok || l.From.less(c.From) {
+		if !ok || l.From.Less(c.From) {
 			l, ok = c, true
 		}
 	}
 	if !ok && haveVer {
 		// Older than every known layout: the oldest is the best guess.
 		for _, c := range layouts {
-			if (size == 0 || c.Size == size) && (!ok || c.From.less(l.From)) {
+			if (size == 0 || c.Size == size) && (!ok || c.From.Less(l.From)) {
 				l, ok = c, true
 			}
 		}

@@ -231,6 +231,14 @@ states_libcuda() {
       mkdir -p "$neutral" && cp "$(readlink -f "$compat/libcuda.so.1")" "$neutral/libcuda.so.1"
       traced 19-compat-renamed-cuinit$sfx none -- --backend $be -- env LD_LIBRARY_PATH="$neutral" python3 -c "$CUINIT"
       rm -rf "$(dirname "$neutral")"
+      # The compat directory through ldconfig (as the cuda-compat package
+      # installs it), no LD_LIBRARY_PATH; the host's configuration is put
+      # back after.
+      if command -v ldconfig >/dev/null && [ -d /etc/ld.so.conf.d ]; then
+        echo "$compat" >/etc/ld.so.conf.d/000-cudatrace-acceptance-compat.conf && ldconfig
+        traced 19-compat-ldconfig-cuinit$sfx none -- --backend $be -- env -u LD_LIBRARY_PATH python3 -c "$CUINIT"
+        rm -f /etc/ld.so.conf.d/000-cudatrace-acceptance-compat.conf && ldconfig
+      fi
     fi
     if [ -n "$stub" ]; then
       neutral=$(mktemp -d)/lib
