@@ -53,6 +53,10 @@ const (
 // the process's root is cudatrace's: once the process is gone, p is read
 // there instead.
 func InspectLibrary(pid int, p string, sameRoot bool) LibraryFile {
+	if !path.IsAbs(p) {
+		// Relative to the process's cwd, not its root: not read.
+		return LibraryFile{PID: pid, Path: p, Error: "a relative path, not read"}
+	}
 	g := &fsGuard{timeout: fsTimeout, what: "the target's files"}
 	lf, err := guarded(g, func() (LibraryFile, error) {
 		root := fmt.Sprintf("/proc/%d/root", pid)

@@ -167,6 +167,9 @@ func TestInspectLibraryOfProcess(t *testing.T) {
 	if lf.Error != "" || lf.Version != "575.57.08" || lf.VersionFrom != "contents" || lf.PID != os.Getpid() {
 		t.Errorf("own process: %+v", lf)
 	}
+	if lf := InspectLibrary(os.Getpid(), "libcuda.so.1", true); lf.Error == "" {
+		t.Errorf("a relative path was read (against the root, not the cwd): %+v", lf)
+	}
 	const gone = 1 << 30 // above pid_max: no such process
 	if lf := InspectLibrary(gone, p, false); lf.Error == "" {
 		t.Errorf("gone process, other root: read anyway: %+v", lf)
