@@ -1517,14 +1517,19 @@ int ct_exit(__u64 *ctx)
 		group_dead = ctx[1] != 0;
 	else
 		group_dead = task->signal->live.counter == 0;
-	if (!group_dead) {
-		/* The sibling whose exit ends the process may run this
-		 * tracepoint first and untrace it: a thread with a slot was
-		 * traced. */
-		if (is_traced(tgid) || bpf_task_storage_get(&pending, bpf_get_current_task_btf(), 0, 0))
-			killed_in_call(task);
+	/* Before the group_dead test: without the tracepoint's argument
+	 * (before 6.16) a thread whose sibling has since decremented live
+	 * reads live == 0 and looks like the last, though its own decrement
+	 * was not (a worker killed in cuInit wakes the joining leader, which
+	 * exits first: 3 of 3 on 6.1, under load on 6.12). The sibling whose
+	 * exit ends the process may also have run this tracepoint first and
+	 * untraced it: a thread with a slot was traced. killed_in_call itself
+	 * checks that this thread died in a call (SIGSYS, SECCOMP_MODE_DEAD,
+	 * not rolled back). */
+	if (is_traced(tgid) || bpf_task_storage_get(&pending, bpf_get_current_task_btf(), 0, 0))
+		killed_in_call(task);
+	if (!group_dead)
 		return 0;
-	}
 	if (!is_traced(tgid))
 		return 0;
 	bpf_map_delete_elem(&traced, &tgid);

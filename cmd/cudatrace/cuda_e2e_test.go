@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -192,12 +191,6 @@ func TestSeccompKillsThreadOfMany(t *testing.T) {
 	// python's main thread does, and becomes a zombie its thread outlives.
 	for _, caller := range []string{"worker", "main"} {
 		for _, backend := range backends {
-			if caller == "worker" && backend == "ebpf" && kernelBefore(6, 12) {
-				// Known gap (docs/kernels.md): on 6.1 a worker thread's
-				// KILL_THREAD is not seen under eBPF (the leader's is);
-				// the cause is not found yet.
-				continue
-			}
 			t.Run(caller+"/"+backend, func(t *testing.T) {
 				env := standIn()
 				env.SeccompDeny = []string{"ioctl:nvidia"}
@@ -219,19 +212,6 @@ func TestSeccompKillsThreadOfMany(t *testing.T) {
 			})
 		}
 	}
-}
-
-// kernelBefore reports whether the running kernel is older than major.minor.
-func kernelBefore(major, minor int) bool {
-	var u unix.Utsname
-	if unix.Uname(&u) != nil {
-		return false
-	}
-	var a, b int
-	if _, err := fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &a, &b); err != nil {
-		return false
-	}
-	return a < major || a == major && b < minor
 }
 
 // An address-space limit (ulimit -v) under which cuInit's virtual
