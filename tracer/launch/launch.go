@@ -10,49 +10,30 @@
 // environment, so the kernel copies their bytes unchanged (any bytes, any
 // size that an exec of the target itself accepts), and nothing of ours is
 // added to the environment. The loader's own settings come through the
-// pipe.
+// pipe. The loader runs from the init of internal/loader, which imports
+// only syscall: it starts before nearly every other package's init.
 package launch
 
 import (
-	"bytes"
-	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/cudatrace/cudatrace/tracer"
+	"github.com/cudatrace/cudatrace/tracer/launch/internal/loader"
 )
 
-// loaderArg0 is the loader's argv[0], which marks a process as the loader;
-// the target's argv follows it (what ps shows while the loader waits).
-const loaderArg0 = "cudatrace-loader"
+const loaderArg0 = loader.Arg0
 
 // HelperPrefix starts the /proc cmdline of a loader cudatrace runs as a
 // helper, never released (the ptrace waker, the signal sentinel): their
 // argv[0] after the marker is a name starting "cudatrace-", where a
 // target's is a path.
 const HelperPrefix = loaderArg0 + "\x00cudatrace-"
-
-// configMagic starts the configuration on the pipe, so that a process
-// started as loaderArg0 by anything else fails cleanly.
-const configMagic = "cudatrace-loader-config\x00"
-
-// maxConfig bounds the configuration the loader reads (a seccomp filter
-// has at most 4096 instructions of 8 bytes).
-const maxConfig = 1 << 20
-
-// releaseFD is the pipe the loader reads its configuration from and then
-// waits on (the first ExtraFiles entry).
-const releaseFD = 3
 
 // Options describe the command to launch.
 type Options struct {
@@ -75,14 +56,6 @@ type Options struct {
 	DieWithParent bool
 }
 
-// loaderConfig is what the loader reads from the pipe. Nothing in it comes
-// from the target's argv or environment.
-type loaderConfig struct {
-	Cred       *tracer.Cred
-	Seccomp    []unix.SockFilter
-	NoNewPrivs bool
-}
-
 // Child is a started loader, waiting for Release.
 type Child struct {
 	PID     int
@@ -95,9 +68,12 @@ func Start(opts Options) (*Child, error) {
 	if len(opts.Argv) == 0 {
 		return nil, errors.New("no command to run")
 	}
-	cfg, err := json.Marshal(loaderConfig{opts.Cred, opts.Seccomp, opts.NoNewPrivs})
-	if err != nil {
-		return nil, err
+	cfg := loader.Config{NoNewPrivs: opts.NoNewPrivs}
+	if c := opts.Cred; c != nil {
+		cfg.Cred, cfg.UID, cfg.GID, cfg.Groups, cfg.User = true, c.UID, c.GID, c.Groups, c.User
+	}
+	for _, f := range opts.Seccomp {
+		cfg.Seccomp = append(cfg.Seccomp, syscall.SockFilter{Code: f.Code, Jt: f.Jt, Jf: f.Jf, K: f.K})
 	}
 	env := opts.Env
 	if env == nil {
@@ -128,11 +104,7 @@ func Start(opts Options) (*Child, error) {
 		return nil, fmt.Errorf("start loader: %w", err)
 	}
 	c := &Child{PID: proc.Pid, proc: proc, release: w}
-	msg := make([]byte, 0, len(configMagic)+4+len(cfg))
-	msg = append(msg, configMagic...)
-	msg = binary.LittleEndian.AppendUint32(msg, uint32(len(cfg)))
-	msg = append(msg, cfg...)
-	if _, err := w.Write(msg); err != nil {
+	if _, err := w.Write(cfg.Encode()); err != nil {
 		c.Abort()
 		return nil, fmt.Errorf("start loader: send configuration: %w", err)
 	}
@@ -169,21 +141,7 @@ func startEnviron() []string {
 	if err != nil {
 		return os.Environ()
 	}
-	return splitNUL(b)
-}
-
-// splitNUL splits NUL-terminated strings.
-func splitNUL(b []byte) []string {
-	out := []string{}
-	for len(b) > 0 {
-		i := bytes.IndexByte(b, 0)
-		if i < 0 {
-			return append(out, string(b)) // unterminated last entry
-		}
-		out = append(out, string(b[:i]))
-		b = b[i+1:]
-	}
-	return out
+	return loader.SplitNUL(b)
 }
 
 // Release lets the loader exec the target.
@@ -222,115 +180,17 @@ func StatusOf(st syscall.WaitStatus) tracer.ExitStatus {
 	return tracer.ExitStatus{Code: st.ExitStatus()}
 }
 
-func init() {
-	// The loader must exec from the thread-group leader: a ptrace backend
-	// seizes only that thread, and seccomp filters are per thread. init runs
-	// on the main thread, so pin it there before the runtime moves us.
-	// It runs from here, not from main: the packages initialised after this
-	// one (those sorted after it that it does not import: the metrics
-	// client, protobuf, the renderers, ~1.7 ms here) are then never
-	// initialised in a loader, which stands between the spawn and the
-	// target's first instruction (issue 31).
-	if IsLoader() {
-		runtime.LockOSThread()
-		os.Exit(runLoader(os.Args[1:]))
-	}
-}
-
-// IsLoader reports whether this process was started as a loader.
+// IsLoader reports whether this process was started as a loader. The
+// loader package's init runs every loader, so this is false once main runs.
 func IsLoader() bool { return len(os.Args) > 1 && os.Args[0] == loaderArg0 }
 
-// RunLoaderIfRequested turns this process into the loader when it was
-// started by Start, and never returns in that case. This package's init
-// does so already; the call in main (and in TestMain of tests that launch
-// targets) says where a loader stops.
+// RunLoaderIfRequested says, in main (and in TestMain of tests that launch
+// targets), where a loader stops: the loader package's init has already
+// turned a loader into its target before any of main's packages
+// initialise. It exits should one get here all the same.
 func RunLoaderIfRequested() {
 	if IsLoader() {
-		os.Exit(runLoader(os.Args[1:]))
+		fmt.Fprintln(os.Stderr, "cudatrace: loader: not run at init")
+		os.Exit(1)
 	}
-}
-
-// readConfig reads the configuration Start wrote on the pipe.
-func readConfig(r io.Reader) (*loaderConfig, error) {
-	head := make([]byte, len(configMagic)+4)
-	if _, err := io.ReadFull(r, head); err != nil || string(head[:len(configMagic)]) != configMagic {
-		return nil, errors.New("bad configuration")
-	}
-	n := binary.LittleEndian.Uint32(head[len(configMagic):])
-	if n > maxConfig {
-		return nil, errors.New("bad configuration")
-	}
-	raw := make([]byte, n)
-	if _, err := io.ReadFull(r, raw); err != nil {
-		return nil, errors.New("bad configuration")
-	}
-	var cfg loaderConfig
-	if err := json.Unmarshal(raw, &cfg); err != nil {
-		return nil, errors.New("bad configuration")
-	}
-	return &cfg, nil
-}
-
-func runLoader(argv []string) int {
-	fail := func(code int, format string, args ...any) int {
-		fmt.Fprintf(os.Stderr, "cudatrace: "+format+"\n", args...)
-		return code
-	}
-	release := os.NewFile(releaseFD, "release")
-	if release == nil {
-		return fail(1, "loader: bad configuration")
-	}
-	cfg, err := readConfig(release)
-	if err != nil {
-		return fail(1, "loader: %v", err)
-	}
-	// Our own environment is the target's, as Start passed it.
-	env := startEnviron()
-	var b [1]byte
-	if n, _ := release.Read(b[:]); n != 1 {
-		return 1 // the tracer gave up; it reports why
-	}
-	_ = release.Close() // best-effort cleanup: nothing to do if it fails
-
-	// The filter goes in while we are still root (no no_new_privs needed),
-	// before the credentials drop.
-	if len(cfg.Seccomp) > 0 {
-		if cfg.NoNewPrivs {
-			if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-				return fail(1, "set no_new_privs: %v", err)
-			}
-		}
-		prog := unix.SockFprog{Len: uint16(len(cfg.Seccomp)), Filter: &cfg.Seccomp[0]}
-		if _, _, errno := unix.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, uintptr(unsafe.Pointer(&prog))); errno != 0 {
-			return fail(1, "install seccomp filter: %v", errno)
-		}
-	}
-	if c := cfg.Cred; c != nil {
-		groups := make([]int, len(c.Groups))
-		for i, g := range c.Groups {
-			groups[i] = int(g)
-		}
-		if err := syscall.Setgroups(groups); err != nil {
-			return fail(1, "setgroups for %s: %v", c.User, err)
-		}
-		if err := syscall.Setgid(int(c.GID)); err != nil {
-			return fail(1, "setgid %d: %v", c.GID, err)
-		}
-		if err := syscall.Setuid(int(c.UID)); err != nil {
-			return fail(1, "setuid %d: %v", c.UID, err)
-		}
-	}
-	// The exec is the first traced call: let it carry the target's name,
-	// not "cudatrace", in the report.
-	name := []byte(filepath.Base(argv[0]))
-	if len(name) > 15 {
-		name = name[:15]
-	}
-	_ = unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&append(name, 0)[0])), 0, 0, 0) // cosmetic: the name in ps
-	err = syscall.Exec(argv[0], argv, env)
-	code := 126
-	if errors.Is(err, syscall.ENOENT) {
-		code = 127
-	}
-	return fail(code, "cannot run %s: %v", argv[0], err)
 }

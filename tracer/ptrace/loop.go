@@ -102,15 +102,24 @@ type Stats struct {
 
 // session is the state of one Run, owned by the tracer thread.
 type session struct {
-	mode   stopMode
-	rules  rules
-	sink   tracer.Sink
-	start  time.Time
-	seq    uint64
-	tasks  map[int]*task
-	root   int // launched PID, 0 when attaching
-	rootSt *tracer.ExitStatus
-	stats  Stats
+	mode  stopMode
+	rules rules
+	sink  tracer.Sink
+	start time.Time
+	seq   uint64
+	tasks map[int]*task
+	root  int // launched PID, 0 when attaching
+	// rootOptions are set on the root at its first seccomp or exec stop,
+	// both before its target's first instruction (launch): the loader is seized
+	// without PTRACE_O_TRACECLONE, so the Go runtime's threads in it are
+	// never traced (each cost the loader's start-up two stops, and its
+	// exec waited for the tracer to resume their exit stops; issue 31).
+	// Zero once set.
+	rootOptions int
+	rootSt      *tracer.ExitStatus
+	// firstEvent and rootExit are when they came (--debug's timing).
+	firstEvent, rootExit time.Duration
+	stats                Stats
 	// detachAll is set once the trace ends early: every task is
 	// interrupted and detached at its next stop.
 	detachAll bool
@@ -199,6 +208,9 @@ func (s *session) emit(t *task, e *tracer.Event) {
 	s.seq++
 	e.Seq = s.seq
 	e.Time = time.Since(s.start)
+	if s.seq == 1 {
+		s.firstEvent = e.Time
+	}
 	e.PID, e.TID = t.tgid, t.tid
 	if e.Comm == "" {
 		e.Comm = t.comm
@@ -300,6 +312,14 @@ func (s *session) handle(pid int, ws unix.WaitStatus) {
 	}
 	fresh := t.fresh
 	t.fresh, t.listening = false, false
+	// Only its filter's stops and the exec come after the release: a stop
+	// before it (the runtime's SIGURG) would trace its threads after all.
+	if s.rootOptions != 0 && t.tid == s.root && sig == unix.SIGTRAP && (event == unix.PTRACE_EVENT_SECCOMP || event == unix.PTRACE_EVENT_EXEC) {
+		if err := setOptions(t.tid, s.rootOptions); err != nil {
+			s.debugf("set options of %d: %v", t.tid, err)
+		}
+		s.rootOptions = 0
+	}
 
 	if t.detaching {
 		s.detachAt(t, sig, event)
@@ -681,6 +701,7 @@ func (s *session) reap(t *task, ws unix.WaitStatus) {
 	s.untraceAPI(t.tgid)
 	if t.tid == s.root {
 		s.rootSt = &tracer.ExitStatus{Code: e.ExitCode, Signal: e.Signal}
+		s.rootExit = e.Time
 	}
 }
 

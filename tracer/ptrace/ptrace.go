@@ -176,23 +176,31 @@ func (b *Backend) launch(ctx context.Context, spec tracer.Spec, sink tracer.Sink
 		opts.NoNewPrivs = true
 		res.Notes = append(res.Notes, NoNewPrivsNote)
 	}
-	w, err := newWaker()
-	if err != nil {
-		return nil, nil, fmt.Errorf("ptrace: start helper process: %w", err)
-	}
+	// The waker starts only when a request could end the loop (lazily,
+	// below): a run without --duration needs none until the target has
+	// exited, and its start, another loader, stood before the target's.
+	w := &waker{pidfd: -1}
 	defer w.close()
 
+	t0 := time.Now()
 	child, err := launch.Start(opts)
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := seize(child.PID, baseOptions|unix.PTRACE_O_TRACESECCOMP|unix.PTRACE_O_EXITKILL); err != nil {
+	tStarted := time.Now()
+	// Without TRACECLONE until its filter's first stop or its exec
+	// (rootOptions). TRACESECCOMP from the start: without it, its filter's
+	// traced calls, the exec first, would fail with ENOSYS.
+	opt := baseOptions | unix.PTRACE_O_TRACESECCOMP | unix.PTRACE_O_EXITKILL
+	if err := seize(child.PID, opt&^unix.PTRACE_O_TRACECLONE); err != nil {
 		child.Abort()
 		return nil, nil, ptraceRefused(child.PID, err)
 	}
+	tSeized := time.Now()
 	s := newSession(stopSeccomp, spec, sink)
 	s.waker = w
 	s.root = child.PID
+	s.rootOptions = opt
 	// Filters the loader has before it installs ours are inherited from
 	// cudatrace (run in a container, say): the target's calls may be
 	// refused by them.
@@ -211,7 +219,15 @@ func (b *Backend) launch(ctx context.Context, spec tracer.Spec, sink tracer.Sink
 	// ctx cancellation does not end a launch (the caller forwards the
 	// signal to the target); it only stops waiting for descendants that
 	// outlive the target.
+	tReleased := time.Now()
 	s.loop(func() bool {
+		if spec.Duration > 0 || s.rootSt != nil {
+			// Any request from now on kills the waker; one made before
+			// it started is in the state read below.
+			if err := w.start(); err != nil {
+				s.debugf("start helper process: %v", err)
+			}
+		}
 		cancelled, expired := w.state()
 		if expired && !s.quiet {
 			s.quiet = true
@@ -227,6 +243,12 @@ func (b *Backend) launch(ctx context.Context, spec tracer.Spec, sink tracer.Sink
 		}
 		return cancelled && s.rootSt != nil
 	})
+	if s.debug {
+		s.debugf("timing: loader start %v, seize %v, release %v; first event at +%v, target exit at +%v, loop end at +%v",
+			tStarted.Sub(t0).Round(10*time.Microsecond), tSeized.Sub(tStarted).Round(10*time.Microsecond),
+			tReleased.Sub(s.start).Round(10*time.Microsecond), s.firstEvent.Round(10*time.Microsecond),
+			s.rootExit.Round(10*time.Microsecond), time.Since(s.start).Round(10*time.Microsecond))
+	}
 	if s.exited != nil {
 		return s, nil, nil
 	}
@@ -256,11 +278,11 @@ func (s *session) noteUnread(res *tracer.Result) {
 
 func (b *Backend) attach(ctx context.Context, spec tracer.Spec, sink tracer.Sink) (*session, *tracer.Result, error) {
 	res := &tracer.Result{Backend: b.Name()}
-	w, err := newWaker()
-	if err != nil {
+	w := &waker{pidfd: -1}
+	defer w.close()
+	if err := w.start(); err != nil {
 		return nil, nil, fmt.Errorf("ptrace: start helper process: %w", err)
 	}
-	defer w.close()
 	s := newSession(stopEverySyscall, spec, sink)
 	s.waker = w
 	s.start = time.Now()

@@ -209,11 +209,11 @@ func TestChildDetachedBeforeForkEvent(t *testing.T) {
 func TestWakerReplacementWaits(t *testing.T) {
 	runtime.LockOSThread() // the waker is this thread's child
 	defer runtime.UnlockOSThread()
-	w, err := newWaker()
-	if err != nil {
+	w := &waker{pidfd: -1}
+	defer w.close()
+	if err := w.start(); err != nil {
 		t.Fatal(err)
 	}
-	defer w.close()
 	wake := func(expired bool) {
 		t.Helper()
 		pid := w.child.PID

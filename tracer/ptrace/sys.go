@@ -20,8 +20,11 @@ func ptrace(req int, tid int, addr, data uintptr) error {
 }
 
 func seize(tid int, opts int) error { return ptrace(unix.PTRACE_SEIZE, tid, 0, uintptr(opts)) }
-func interrupt(tid int) error       { return ptrace(unix.PTRACE_INTERRUPT, tid, 0, 0) }
-func listen(tid int) error          { return ptrace(unix.PTRACE_LISTEN, tid, 0, 0) }
+func setOptions(tid int, opts int) error {
+	return ptrace(unix.PTRACE_SETOPTIONS, tid, 0, uintptr(opts))
+}
+func interrupt(tid int) error { return ptrace(unix.PTRACE_INTERRUPT, tid, 0, 0) }
+func listen(tid int) error    { return ptrace(unix.PTRACE_LISTEN, tid, 0, 0) }
 func detach(tid int, sig int) error {
 	return ptrace(unix.PTRACE_DETACH, tid, 0, uintptr(sig))
 }

@@ -11,7 +11,8 @@ import (
 // waker lets another goroutine interrupt the tracer thread's blocking
 // wait4. Only the tracer thread may issue ptrace requests, and Go restarts
 // wait4 after every signal, so the tracer thread keeps one idle child (a
-// loader that is never released): killing it makes wait4 return. The
+// loader that is never released) while a request can end its loop:
+// killing it makes wait4 return. The
 // alternative, polling wait4 with WNOHANG, would add latency to every stop.
 type waker struct {
 	mu        sync.Mutex
@@ -21,12 +22,15 @@ type waker struct {
 	expired   bool
 }
 
-// newWaker must run on the tracer thread: the child must be its own.
-func newWaker() (*waker, error) {
-	w := &waker{pidfd: -1}
+// start starts the child unless it runs, or no request is left to come.
+// It must run on the tracer thread: the child must be its own.
+func (w *waker) start() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w, w.spawnLocked()
+	if w.child != nil || w.cancelled && w.expired {
+		return nil
+	}
+	return w.spawnLocked()
 }
 
 func (w *waker) spawnLocked() error {

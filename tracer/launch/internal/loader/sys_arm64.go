@@ -1,0 +1,4 @@
+package loader
+
+// sysSeccomp is seccomp(2)'s number.
+const sysSeccomp = 277
