@@ -180,17 +180,24 @@ func StatusOf(st syscall.WaitStatus) tracer.ExitStatus {
 	return tracer.ExitStatus{Code: st.ExitStatus()}
 }
 
-// IsLoader reports whether this process was started as a loader. The
-// loader package's init runs every loader, so this is false once main runs.
+func init() {
+	// Reached only where the loader package's init could not read
+	// /proc/self/cmdline: the loader runs here, later (issue 31).
+	if IsLoader() {
+		loader.Main(os.Args[1:])
+	}
+}
+
+// IsLoader reports whether this process was started as a loader.
 func IsLoader() bool { return len(os.Args) > 1 && os.Args[0] == loaderArg0 }
 
-// RunLoaderIfRequested says, in main (and in TestMain of tests that launch
-// targets), where a loader stops: the loader package's init has already
-// turned a loader into its target before any of main's packages
-// initialise. It exits should one get here all the same.
+// RunLoaderIfRequested turns this process into the loader when it was
+// started by Start, and never returns in that case. The loader package's
+// init does so already (this package's where /proc is unreadable); the call
+// in main (and in TestMain of tests that launch targets) says where a
+// loader stops.
 func RunLoaderIfRequested() {
 	if IsLoader() {
-		fmt.Fprintln(os.Stderr, "cudatrace: loader: not run at init")
-		os.Exit(1)
+		loader.Main(os.Args[1:])
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/cudatrace/cudatrace/internal/privtest"
 	"github.com/cudatrace/cudatrace/internal/procfs"
 	"github.com/cudatrace/cudatrace/tracer"
+	"github.com/cudatrace/cudatrace/tracer/launch/internal/loader"
 )
 
 // dumpArg makes the test binary a target that copies its own
@@ -27,8 +28,31 @@ const dumpArg = "launch-test-dump"
 // FILE and waits to be killed: `TEST orphanArg FILE`.
 const orphanArg = "launch-test-orphan"
 
+// noProcArg makes the test binary detach /proc in its mount namespace and
+// exec itself as a loader, FILE (the configuration) on fd 3, whose target
+// checks that /proc is gone and prints $V: `TEST noProcArg FILE`.
+const noProcArg = "launch-test-noproc"
+
 func TestMain(m *testing.M) {
 	RunLoaderIfRequested()
+	if len(os.Args) > 2 && os.Args[1] == noProcArg {
+		self, err := os.Executable()
+		var f *os.File
+		if err == nil {
+			f, err = os.Open(os.Args[2])
+		}
+		if err == nil {
+			err = unix.Dup2(int(f.Fd()), 3)
+		}
+		if err == nil {
+			err = unix.Unmount("/proc", unix.MNT_DETACH)
+		}
+		if err == nil {
+			err = unix.Exec(self, []string{loaderArg0, "/bin/sh", "-c", `test ! -e /proc/self && echo "$V"`}, os.Environ())
+		}
+		os.Stderr.WriteString(err.Error() + "\n")
+		os.Exit(3)
+	}
 	if len(os.Args) > 2 && os.Args[1] == orphanArg {
 		c, err := Start(Options{Argv: []string{"never-released"}, DieWithParent: true})
 		if err == nil {
@@ -298,5 +322,34 @@ func TestCredSetsUserEnv(t *testing.T) {
 	want := []string{"KEEP=\xff", "HOME=/home/someone", "USER=someone", "LOGNAME=someone"}
 	if !bytes.Equal(environ, joinNUL(want)) {
 		t.Errorf("env reached the target as %q\nwant %q", environ, joinNUL(want))
+	}
+}
+
+// Where /proc cannot be read, the loader package's init cannot see argv;
+// the loader then runs from os.Args (this package's init, or
+// RunLoaderIfRequested), with the environment the runtime was given.
+func TestLoaderWithoutProc(t *testing.T) {
+	privtest.Deadline(t)
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: a mount namespace without /proc")
+	}
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Skip("needs unshare (util-linux)")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(t.TempDir(), "cfg")
+	if err := os.WriteFile(cfg, append((&loader.Config{}).Encode(), 1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("unshare", "-m", self, noProcArg, cfg)
+	cmd.Env = append(os.Environ(), "V=kept")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr // the race detector warns there of the missing /proc
+	out, err := cmd.Output()
+	if err != nil || string(out) != "kept\n" {
+		t.Fatalf("loader without /proc: %v, output %q, stderr %q", err, out, stderr.Bytes())
 	}
 }

@@ -159,15 +159,21 @@ func Decode(p []byte) (*Config, bool) {
 }
 
 func init() {
+	// Without os, argv is the kernel's copy. Where /proc cannot be read,
+	// tracer/launch's init runs the loader from os.Args instead.
 	argv := readAll("/proc/self/cmdline")
-	if !isLoader(argv) {
-		return
+	if isLoader(argv) {
+		Main(splitNUL(argv)[1:])
 	}
-	// The loader must exec from the thread-group leader: a ptrace backend
-	// seizes only that thread, and seccomp filters are per thread. init runs
-	// on the main thread, so pin it there before the runtime moves us.
+}
+
+// Main runs the loader on the target's argv and exits. It must be called
+// from an init: the loader must exec from the thread-group leader (a ptrace
+// backend seizes only that thread, and seccomp filters are per thread), and
+// init runs on the main thread, pinned there before the runtime moves us.
+func Main(argv []string) {
 	runtime.LockOSThread()
-	exit(run(splitNUL(argv)[1:]))
+	exit(run(argv))
 }
 
 // isLoader reports whether a /proc/PID/cmdline is a loader's.
@@ -293,8 +299,13 @@ func run(argv []string) int {
 		return fail(1, "loader: bad configuration")
 	}
 	// Our own environment is the target's, as Start passed it, byte for
-	// byte (syscall's copy drops nothing, but /proc is the kernel's word).
-	env := splitNUL(readAll("/proc/self/environ"))
+	// byte: /proc's, as the kernel gave it.
+	var env []string
+	if b := readAll("/proc/self/environ"); b != nil {
+		env = splitNUL(b)
+	} else {
+		env = syscall.Environ() // drops empty entries only
+	}
 	var b [1]byte
 	for {
 		n, err := syscall.Read(ReleaseFD, b[:])
