@@ -54,3 +54,22 @@ func TestLimitsExplainCUDA(t *testing.T) {
 		}
 	}
 }
+
+// The limits the kernel recorded at the failing return decide over what
+// /proc showed at the exec: a limit lowered after it (prlimit, setrlimit)
+// is the one CUDA met.
+func TestLimitsRecordedAtTheReturn(t *testing.T) {
+	s := h200()
+	s.Process.AS = &[2]uint64{^uint64(0), ^uint64(0)}
+	s.Process.LimitsAtExec = true
+	b := newEvents(7, "python3")
+	b.open("/dev/nvidiactl", unix.O_RDWR, 3, dev(195, 255))
+	b.add(tracer.Event{Kind: tracer.KindAPI, Func: "cuInit", Ret: 2, Limits: &tracer.Limits{AS: [2]uint64{4 << 30, ^uint64(0)}}})
+	a := Analyze(b.evs, s)
+	f := find(t, a, "rlimit-as")
+	mustContain(t, "detail", detail(f), "4 GiB (soft) / unlimited (hard)", "read in the kernel as cuInit returned")
+	// Without the kernel's record: /proc's, said to be the exec's.
+	b.evs[len(b.evs)-1].Limits = nil
+	s.Process.AS = &[2]uint64{4 << 30, ^uint64(0)}
+	mustContain(t, "detail", detail(find(t, Analyze(b.evs, s), "rlimit-as")), "at its last exec")
+}

@@ -1608,23 +1608,67 @@ static __always_inline int api_enter(struct pt_regs *ctx)
 	return 0;
 }
 
+/* The process's resource limits when a probed entry point failed, in the
+ * event's arg: read in the kernel at the return, so a target that exits
+ * at once still has them (its /proc is gone when user space looks), as
+ * the cgroup id is. CUDA needs address space (RLIMIT_AS: cuInit 2) and
+ * fds (RLIMIT_NOFILE: 304, 46). */
+struct api_limits {
+	__u64 as_cur;
+	__u64 as_max;
+	__u64 nofile_cur;
+	__u64 nofile_max;
+	__u64 memlock_cur;
+	__u64 memlock_max;
+};
+
+const struct api_limits *unused_api_limits __attribute__((unused));
+
+enum { RLIMIT_NOFILE_ = 7, RLIMIT_MEMLOCK_ = 8, RLIMIT_AS_ = 9 };
+
+static __always_inline void read_limits(struct api_limits *l)
+{
+	/* Through probe reads: a uprobe has no BTF-typed task on 5.10. */
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	struct signal_struct *sig = BPF_CORE_READ(task, signal);
+	l->as_cur = BPF_CORE_READ(sig, rlim[RLIMIT_AS_].rlim_cur);
+	l->as_max = BPF_CORE_READ(sig, rlim[RLIMIT_AS_].rlim_max);
+	l->nofile_cur = BPF_CORE_READ(sig, rlim[RLIMIT_NOFILE_].rlim_cur);
+	l->nofile_max = BPF_CORE_READ(sig, rlim[RLIMIT_NOFILE_].rlim_max);
+	l->memlock_cur = BPF_CORE_READ(sig, rlim[RLIMIT_MEMLOCK_].rlim_cur);
+	l->memlock_max = BPF_CORE_READ(sig, rlim[RLIMIT_MEMLOCK_].rlim_max);
+}
+
 /* Return of a probed entry point. The attach cookie says which one (user
  * space's table); ret is the CUresult / nvmlReturn_t. flags holds the
- * count an out-argument returned, when the entry kept one. */
+ * count an out-argument returned, when the entry kept one; a failure
+ * carries the limits in arg. */
 static __always_inline int api_ret(struct pt_regs *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32;
 	if (!is_traced(tgid))
 		return 0;
-	struct event *e = bpf_ringbuf_reserve(&events, EVENT_HEADER_SIZE, 0);
+	__s64 ret = (__s64)(__u32)regs_ret(ctx);
+	struct event *e;
+	if (ret) {
+		e = bpf_ringbuf_reserve(&events, EVENT_PATH_OFF, 0);
+		if (e) {
+			__builtin_memset(e, 0, EVENT_PATH_OFF);
+			read_limits((struct api_limits *)e->arg);
+			e->arg_len = sizeof(struct api_limits);
+		}
+	} else {
+		e = bpf_ringbuf_reserve(&events, EVENT_HEADER_SIZE, 0);
+		if (e)
+			__builtin_memset(e, 0, EVENT_HEADER_SIZE);
+	}
 	if (!e) {
 		count_drop(DROP_RINGBUF);
 		return 0;
 	}
-	__builtin_memset(e, 0, EVENT_HEADER_SIZE);
 	e->ktime = bpf_ktime_get_ns();
-	e->ret = (__s64)(__u32)regs_ret(ctx);
+	e->ret = ret;
 	e->request = (__u32)bpf_get_attach_cookie(ctx);
 	e->tgid = tgid;
 	e->tid = (__u32)id;

@@ -65,10 +65,16 @@ typedef struct {
 	int counter;
 } atomic_t;
 
+struct rlimit {
+	unsigned long rlim_cur;
+	unsigned long rlim_max;
+} __attribute__((preserve_access_index));
+
 struct signal_struct {
 	atomic_t live;
 	unsigned int flags;
 	int group_exit_code;
+	struct rlimit rlim[16]; /* RLIM_NLIMITS */
 } __attribute__((preserve_access_index));
 
 struct super_block {

@@ -79,6 +79,10 @@ type Event struct {
 	// Out is what an api call returned through its out-argument, when
 	// read (cuDeviceGetCount: the number of devices).
 	Out *int64 `json:"out,omitempty"`
+	// Limits (api) are the process's resource limits when the entry point
+	// failed, read in the kernel at its return (the uprobes): a target that
+	// exits at once has no /proc left to read them from. nil: not read.
+	Limits *Limits `json:"limits,omitempty"`
 	// Status (ioctl) is the params word that holds the driver's own result
 	// (Spec.InbandStatus), read after a successful call: Arg may stop
 	// short of it. nil when the request has none or it was unreadable.
@@ -126,6 +130,10 @@ func (e *Event) Copy() Event {
 	if e.Status != nil {
 		w := *e.Status
 		c.Status = &w
+	}
+	if e.Limits != nil {
+		l := *e.Limits
+		c.Limits = &l
 	}
 	return c
 }
@@ -176,3 +184,10 @@ type Sink interface {
 type SinkFunc func(*Event)
 
 func (f SinkFunc) Event(e *Event) { f(e) }
+
+// Limits are resource limits, (soft, hard) each; ^0 is unlimited.
+type Limits struct {
+	AS      [2]uint64 `json:"as"`      // RLIMIT_AS
+	NoFile  [2]uint64 `json:"nofile"`  // RLIMIT_NOFILE
+	MemLock [2]uint64 `json:"memlock"` // RLIMIT_MEMLOCK
+}

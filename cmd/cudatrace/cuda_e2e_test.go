@@ -224,7 +224,7 @@ func TestSeccompKillsThreadOfMany(t *testing.T) {
 func TestAddressSpaceLimit(t *testing.T) {
 	privtest.RequireRoot(t)
 	dir := fakeLib(t)
-	for _, backend := range []string{"ptrace"} {
+	for _, backend := range backends {
 		t.Run(backend, func(t *testing.T) {
 			env := standIn()
 			env.AS = 1 << 30
@@ -236,6 +236,13 @@ func TestAddressSpaceLimit(t *testing.T) {
 			tr.requireFinding(t, "rlimit-as", "error")
 			if v := tr.rep.Analysis.Verdict; !strings.Contains(v, "returned 2") || !strings.Contains(v, "RLIMIT_AS is 1 GiB") {
 				t.Errorf("verdict %q", v)
+			}
+			// The limits as the kernel held them when cuInit returned,
+			// whatever /proc still showed (both backends load the uprobes).
+			if calls := apiEvents(tr, "cuInit"); len(calls) != 1 || calls[0].Limits == nil || calls[0].Limits.AS[0] != 1<<30 {
+				t.Errorf("cuInit's event %+v, want RLIMIT_AS 1 GiB recorded at its return", calls)
+			} else if !strings.Contains(tr.findingText("rlimit-as"), "read in the kernel as cuInit returned") {
+				t.Errorf("rlimit-as:\n%s", tr.findingText("rlimit-as"))
 			}
 			if finding(tr.rep, "cuda-failed-unexplained") != nil {
 				t.Errorf("findings %v: the limit explains it", findingIDs(tr.rep))

@@ -115,7 +115,7 @@ func StartAPIProbes(start time.Time) (*APIProbes, error) {
 	}
 	if cacheKey != "" {
 		// Parsed in full this time: cache what the programs took of it.
-		if raw, err := reduced(opts.Programs.KernelTypes, progs); err == nil {
+		if raw, err := reduced(opts.Programs.KernelTypes, spec.Types, progs); err == nil {
 			_ = writeCoreTypes(raw, cacheKey) // a failure costs the next run a parse
 		}
 	}

@@ -13,6 +13,16 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type bpfApiLimits struct {
+	_          structs.HostLayout
+	AsCur      uint64
+	AsMax      uint64
+	NofileCur  uint64
+	NofileMax  uint64
+	MemlockCur uint64
+	MemlockMax uint64
+}
+
 type bpfCallSite struct {
 	_    structs.HostLayout
 	Tgid uint32
@@ -220,6 +230,7 @@ const (
 	bpfVarStatRdevOff         = "stat_rdev_off"
 	bpfVarTailExitKey         = "tail_exit_key"
 	bpfVarTailUnenteredKey    = "tail_unentered_key"
+	bpfVarUnusedApiLimits     = "unused_api_limits"
 	bpfVarUnusedCallSite      = "unused_call_site"
 	bpfVarUnusedDrop          = "unused_drop"
 	bpfVarUnusedExitTailSlot  = "unused_exit_tail_slot"
@@ -328,6 +339,7 @@ type bpfVariableSpecs struct {
 	StatRdevOff        *ebpf.VariableSpec `ebpf:"stat_rdev_off"`
 	TailExitKey        *ebpf.VariableSpec `ebpf:"tail_exit_key"`
 	TailUnenteredKey   *ebpf.VariableSpec `ebpf:"tail_unentered_key"`
+	UnusedApiLimits    *ebpf.VariableSpec `ebpf:"unused_api_limits"`
 	UnusedCallSite     *ebpf.VariableSpec `ebpf:"unused_call_site"`
 	UnusedDrop         *ebpf.VariableSpec `ebpf:"unused_drop"`
 	UnusedExitTailSlot *ebpf.VariableSpec `ebpf:"unused_exit_tail_slot"`
@@ -418,6 +430,7 @@ type bpfVariables struct {
 	StatRdevOff        *ebpf.Variable `ebpf:"stat_rdev_off"`
 	TailExitKey        *ebpf.Variable `ebpf:"tail_exit_key"`
 	TailUnenteredKey   *ebpf.Variable `ebpf:"tail_unentered_key"`
+	UnusedApiLimits    *ebpf.Variable `ebpf:"unused_api_limits"`
 	UnusedCallSite     *ebpf.Variable `ebpf:"unused_call_site"`
 	UnusedDrop         *ebpf.Variable `ebpf:"unused_drop"`
 	UnusedExitTailSlot *ebpf.Variable `ebpf:"unused_exit_tail_slot"`

@@ -39,11 +39,15 @@ var coreTypesDir = "/var/cache/cudatrace/btf"
 
 const coreTypesMagic = "cudatrace core types v1\n"
 
-// reduced is a spec with the kernel types progs' CO-RE relocations name.
-// It is returned only when relocating progs against it gives the very
-// instructions relocating against kernel gives; otherwise an error.
-func reduced(kernel *btf.Spec, progs []*ebpf.ProgramSpec) ([]byte, error) {
+// reduced is a spec with the kernel types progs' CO-RE relocations name,
+// each cut to the members the object's own definition of it (in local, the
+// object's BTF: vmlinux_min.h) names, as bpftool gen min_core_btf cuts
+// them: task_struct whole drags in thousands of types. It is returned only
+// when relocating progs against it gives the very instructions relocating
+// against kernel gives; otherwise an error.
+func reduced(kernel, local *btf.Spec, progs []*ebpf.ProgramSpec) ([]byte, error) {
 	var b btf.Builder
+	pr := newPruner(local)
 	names := map[string]bool{}
 	for _, p := range progs {
 		for _, name := range relocatedNames(p.Instructions) {
@@ -59,7 +63,7 @@ func reduced(kernel *btf.Spec, progs []*ebpf.ProgramSpec) ([]byte, error) {
 				return nil, err
 			}
 			for _, t := range types {
-				if _, err := b.Add(t); err != nil {
+				if _, err := b.Add(pr.prune(t, pr.byName[name])); err != nil {
 					return nil, err
 				}
 			}
@@ -79,6 +83,142 @@ func reduced(kernel *btf.Spec, progs []*ebpf.ProgramSpec) ([]byte, error) {
 		}
 	}
 	return raw, nil
+}
+
+// pruner cuts kernel types to the members the object's definitions name.
+type pruner struct {
+	// byName are the object's composite types by essential name, the
+	// flavours (pt_regs___x86, ___arm64) merged: a member any of them
+	// names is kept.
+	byName map[string]btf.Type
+	memo   map[btf.Type]btf.Type
+}
+
+func newPruner(local *btf.Spec) *pruner {
+	p := &pruner{byName: map[string]btf.Type{}, memo: map[btf.Type]btf.Type{}}
+	if local == nil {
+		return p
+	}
+	merged := map[string]*btf.Struct{}
+	for t := range local.All() {
+		var name string
+		var members []btf.Member
+		switch c := t.(type) {
+		case *btf.Struct:
+			name, members = c.Name, c.Members
+		case *btf.Union:
+			name, members = c.Name, c.Members
+		default:
+			continue
+		}
+		name, _, _ = strings.Cut(name, "___")
+		if name == "" {
+			continue
+		}
+		m := merged[name]
+		if m == nil {
+			m = &btf.Struct{Name: name}
+			merged[name] = m
+			p.byName[name] = m
+		}
+		m.Members = append(m.Members, members...)
+	}
+	return p
+}
+
+// localMembers are the members of l (after typedefs and qualifiers), by
+// name; nil when l is not a struct or union, or unknown.
+func localMembers(l btf.Type) map[string]btf.Type {
+	var members []btf.Member
+	switch c := btf.UnderlyingType(l).(type) {
+	case *btf.Struct:
+		members = c.Members
+	case *btf.Union:
+		members = c.Members
+	default:
+		return nil
+	}
+	out := map[string]btf.Type{}
+	for _, m := range members {
+		if m.Name != "" {
+			out[m.Name] = m.Type
+		}
+	}
+	return out
+}
+
+// prune copies kernel type k with the members of each struct or union
+// that l, the object's type in its place, names, recursively; sizes and
+// offsets stay the kernel's. A kernel composite whose local counterpart is
+// not one (or unknown) is kept whole.
+func (p *pruner) prune(k, l btf.Type) btf.Type {
+	if c, ok := p.memo[k]; ok {
+		return c
+	}
+	switch kt := k.(type) {
+	case *btf.Struct:
+		lm := localMembers(l)
+		if lm == nil {
+			return k
+		}
+		c := &btf.Struct{Name: kt.Name, Size: kt.Size}
+		p.memo[k] = c
+		c.Members = p.pruneMembers(kt.Members, l, lm)
+		return c
+	case *btf.Union:
+		lm := localMembers(l)
+		if lm == nil {
+			return k
+		}
+		c := &btf.Union{Name: kt.Name, Size: kt.Size}
+		p.memo[k] = c
+		c.Members = p.pruneMembers(kt.Members, l, lm)
+		return c
+	case *btf.Pointer:
+		var lt btf.Type
+		if lp, ok := btf.UnderlyingType(l).(*btf.Pointer); ok {
+			lt = lp.Target
+		}
+		return &btf.Pointer{Target: p.prune(kt.Target, lt)}
+	case *btf.Array:
+		var lt btf.Type
+		if la, ok := btf.UnderlyingType(l).(*btf.Array); ok {
+			lt = la.Type
+		}
+		return &btf.Array{Index: kt.Index, Type: p.prune(kt.Type, lt), Nelems: kt.Nelems}
+	case *btf.Typedef:
+		return &btf.Typedef{Name: kt.Name, Type: p.prune(kt.Type, l)}
+	case *btf.Const:
+		return &btf.Const{Type: p.prune(kt.Type, l)}
+	case *btf.Volatile:
+		return &btf.Volatile{Type: p.prune(kt.Type, l)}
+	}
+	return k // ints, enums, floats: leaves
+}
+
+// pruneMembers keeps the members lm names; an anonymous struct or union
+// (CO-RE looks through them for a name) is kept when it holds one.
+func (p *pruner) pruneMembers(members []btf.Member, l btf.Type, lm map[string]btf.Type) []btf.Member {
+	var out []btf.Member
+	for _, m := range members {
+		var t btf.Type
+		switch lt, ok := lm[m.Name]; {
+		case ok:
+			t = p.prune(m.Type, lt)
+		case m.Name == "":
+			if localMembers(m.Type) == nil {
+				continue
+			}
+			t = p.prune(m.Type, l) // the same names, one level down
+			if inner := localMembers(t); len(inner) == 0 {
+				continue
+			}
+		default:
+			continue
+		}
+		out = append(out, btf.Member{Name: m.Name, Type: t, Offset: m.Offset, BitfieldSize: m.BitfieldSize})
+	}
+	return out
 }
 
 // relocName is a CO-RE relocation's local type name, as String shows it:

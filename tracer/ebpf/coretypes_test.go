@@ -25,7 +25,7 @@ func TestReducedCoreTypesRelocateAlike(t *testing.T) {
 	kernel, spec := kernelAndObject(t)
 	for name, p := range spec.Programs {
 		t.Run(name, func(t *testing.T) {
-			raw, err := reduced(kernel, []*ebpf.ProgramSpec{p})
+			raw, err := reduced(kernel, spec.Types, []*ebpf.ProgramSpec{p})
 			if slices.Contains(apiProgs, name) {
 				if err != nil {
 					t.Fatalf("a uprobe program's kernel types were refused: %v", err)
@@ -45,6 +45,7 @@ func TestReducedCoreTypesRelocateAlike(t *testing.T) {
 				if !bytes.Equal(got, want) {
 					t.Fatal("instructions differ")
 				}
+				t.Logf("reduced spec: %d bytes", len(raw))
 				if n := len(raw); n > 4096 {
 					t.Errorf("reduced spec %d bytes: more than the few types it needs", n)
 				}
@@ -65,7 +66,7 @@ func TestReducedCoreTypesRelocateAlike(t *testing.T) {
 func TestCoreTypesCacheRejected(t *testing.T) {
 	privtest.RequireRoot(t)
 	kernel, spec := kernelAndObject(t)
-	raw, err := reduced(kernel, []*ebpf.ProgramSpec{spec.Programs[bpfProgCtApiRet]})
+	raw, err := reduced(kernel, spec.Types, []*ebpf.ProgramSpec{spec.Programs[bpfProgCtApiRet]})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -70,6 +70,7 @@ type eventBox struct {
 	arg    [len(bpfEvent{}.Arg)]byte
 	out    int64
 	status tracer.ParamWord
+	limits tracer.Limits
 }
 
 // decoder turns ring-buffer samples into tracer.Events. Comms and paths
@@ -210,6 +211,11 @@ func (d *decoder) decodeAPI(e *bpfEvent) (*tracer.Event, error) {
 	if e.HasCount != 0 {
 		box.out = int64(int32(uint32(e.Flags)))
 		ev.Out = &box.out
+	}
+	if int(e.ArgLen) == int(unsafe.Sizeof(bpfApiLimits{})) {
+		l := (*bpfApiLimits)(unsafe.Pointer(&e.Arg[0]))
+		box.limits = tracer.Limits{AS: [2]uint64{l.AsCur, l.AsMax}, NoFile: [2]uint64{l.NofileCur, l.NofileMax}, MemLock: [2]uint64{l.MemlockCur, l.MemlockMax}}
+		ev.Limits = &box.limits
 	}
 	return ev, nil
 }
