@@ -157,23 +157,11 @@ func (p *pruner) prune(k, l btf.Type) btf.Type {
 	}
 	switch kt := k.(type) {
 	case *btf.Struct:
-		lm := localMembers(l)
-		if lm == nil {
-			return k
-		}
 		c := &btf.Struct{Name: kt.Name, Size: kt.Size}
-		p.memo[k] = c
-		c.Members = p.pruneMembers(kt.Members, l, lm)
-		return c
+		return p.pruneComposite(k, l, c, kt.Members, &c.Members)
 	case *btf.Union:
-		lm := localMembers(l)
-		if lm == nil {
-			return k
-		}
 		c := &btf.Union{Name: kt.Name, Size: kt.Size}
-		p.memo[k] = c
-		c.Members = p.pruneMembers(kt.Members, l, lm)
-		return c
+		return p.pruneComposite(k, l, c, kt.Members, &c.Members)
 	case *btf.Pointer:
 		var lt btf.Type
 		if lp, ok := btf.UnderlyingType(l).(*btf.Pointer); ok {
@@ -194,6 +182,18 @@ func (p *pruner) prune(k, l btf.Type) btf.Type {
 		return &btf.Volatile{Type: p.prune(kt.Type, l)}
 	}
 	return k // ints, enums, floats: leaves
+}
+
+// pruneComposite fills c, the copy of composite k, with the members of k
+// that l names; k itself when l is no composite.
+func (p *pruner) pruneComposite(k, l, c btf.Type, members []btf.Member, out *[]btf.Member) btf.Type {
+	lm := localMembers(l)
+	if lm == nil {
+		return k
+	}
+	p.memo[k] = c
+	*out = p.pruneMembers(members, l, lm)
+	return c
 }
 
 // pruneMembers keeps the members lm names; an anonymous struct or union
