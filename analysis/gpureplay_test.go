@@ -82,6 +82,10 @@ var gpuCases = []gpuCase{
 	{state: "19-compat-first-cuinit-ptrace", ids: []string{"version-mismatch"}, cuda: "failed 803", verdict: "libcuda 580.95.05 (a forward-compatibility copy)"},
 	{state: "19-compat-first-torch", ids: []string{"version-mismatch"}, exit: 1, cuda: "failed 803", verdict: "libcuda 580.95.05"},
 	{state: "19-compat-first-torch-ptrace", ids: []string{"version-mismatch"}, exit: 1, cuda: "failed 803", verdict: "libcuda 580.95.05"},
+	// The compat directory chosen through an ld.so.conf.d file: the file
+	// is named, and the fix is to take the directory out of it.
+	{state: "19-compat-ldconfig-cuinit", ids: []string{"version-mismatch"}, mention: []string{"/etc/ld.so.conf.d/000-cudatrace-acceptance-compat.conf lists /usr/local/cuda-13.0/compat", "remove /usr/local/cuda-13.0/compat from /etc/ld.so.conf.d/000-cudatrace-acceptance-compat.conf and run `ldconfig`"}, cuda: "failed 803", verdict: "libcuda 580.95.05 (a forward-compatibility copy) was loaded from /usr/local/cuda-13.0/compat"},
+	{state: "19-compat-ldconfig-cuinit-ptrace", ids: []string{"version-mismatch"}, mention: []string{"000-cudatrace-acceptance-compat.conf lists"}, cuda: "failed 803", verdict: "forward-compatibility copy"},
 	{state: "19-compat-renamed-cuinit", ids: []string{"version-mismatch", "libcuda-loaded"}, mention: []string{"580.95.05 (from its contents)"}, cuda: "failed 803", verdict: "libcuda 580.95.05 was loaded from /tmp/"},
 	{state: "19-compat-renamed-cuinit-ptrace", ids: []string{"version-mismatch"}, cuda: "failed 803", verdict: "libcuda 580.95.05 was loaded from /tmp/"},
 	{failPath: "*/lib/libcuda.so.1", state: "19-real-stub-renamed-cuinit", ids: []string{"libcuda-stub"}, mention: []string{"Its contents say so, not its name: 70368 bytes"}, cuda: "failed 34", verdict: "stub libcuda"},
