@@ -12,6 +12,12 @@
 // the thread) and completed and emitted at exit with its return value. A
 // record that cannot be kept (ring buffer full, no slot) is counted in
 // `drops`, never lost silently.
+//
+// Two objects are built from this file (tracer/ebpf/gen.go): the main one,
+// and with CUDATRACE_FENTRY one of the fentry hook's programs alone, read
+// only where that hook is chosen, so a run on the raw tracepoints does not
+// parse them. Both hold every map and global, in the same layout (checked
+// by TestFentryObjectMatches).
 
 #include "vmlinux_min.h"
 #include <bpf/bpf_helpers.h>
@@ -366,6 +372,19 @@ struct {
  * tail calls are rare; an indirect one costs them nothing that matters. */
 volatile __u32 tail_unentered_key = TAIL_UNENTERED;
 volatile __u32 tail_exit_key = TAIL_EXIT;
+
+/* The fentry hook's one shared exit (ct_fexit_common), tail-called by
+ * every syscall's fexit: verified once, not once per syscall (each fexit
+ * that called finish verified its ~4,900 instructions again). The kernel
+ * allows the tail call because every __x64_sys_* has the same prototype. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} fexit_tail SEC(".maps");
+
+volatile __u32 fexit_tail_key = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -982,10 +1001,8 @@ static __always_inline void read_args(struct pt_regs *regs, struct sys_args *arg
 /* Begin recording a traced call of a traced process from its arguments.
  * A global function: the verifier checks it once per program, for any
  * arguments (sys_exit's no-entry path inlined it into a second copy). */
-__attribute__((noinline)) int enter_args(__u8 sc, struct sys_args *args)
+static __always_inline int enter_sc(__u8 sc, struct sys_args *args)
 {
-	if (!args)
-		return 0;
 	unsigned long *a = args->a;
 	unsigned long path;
 	__u64 flags;
@@ -1020,12 +1037,27 @@ __attribute__((noinline)) int enter_args(__u8 sc, struct sys_args *args)
 	return open_enter(sc, path, flags, mode);
 }
 
-/* Begin recording a traced call from its registers. */
-static __always_inline int enter(__u8 sc, struct pt_regs *regs)
+__attribute__((noinline)) int enter_args(__u8 sc, struct sys_args *args)
+{
+	if (!args)
+		return 0;
+	return enter_sc(sc, args);
+}
+
+/* Begin recording a traced call from its registers. With sc a constant
+ * (the fentry hook's), inline: the verifier sees that call's case alone. */
+static __always_inline int enter_regs(__u8 sc, struct pt_regs *regs, bool constant_sc)
 {
 	struct sys_args args;
 	read_args(regs, &args);
+	if (constant_sc)
+		return enter_sc(sc, &args);
 	return enter_args(sc, &args);
+}
+
+static __always_inline int enter(__u8 sc, struct pt_regs *regs)
+{
+	return enter_regs(sc, regs, false);
 }
 
 /* Follow process tgid from now on (host-wide); false when the map is full
@@ -1069,25 +1101,21 @@ static __always_inline int watch_follows(__u8 sc, struct pt_regs *regs, __u32 tg
 	return follow(tgid) ? WATCH_FOLLOW : WATCH_NO;
 }
 
-/* Every syscall's entry: (struct pt_regs *regs, long id). */
-SEC("tp_btf/sys_enter")
-int ct_sys_enter(__u64 *ctx)
+/* The entry of traced syscall sc, whichever hook saw it. */
+static __always_inline int sys_enter(__u8 sc, struct pt_regs *regs, bool constant_sc)
 {
-	__u8 sc = traced_syscall((long)ctx[1]);
-	if (sc == SC_NONE)
-		return 0;
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	int watch = WATCH_NO;
 	if (!is_traced(tgid)) {
 		if (!host_wide)
 			return 0;
-		watch = watch_follows(sc, (struct pt_regs *)ctx[0], tgid);
+		watch = watch_follows(sc, regs, tgid);
 		if (watch == WATCH_NO)
 			return 0;
 	}
 	if (in_compat_syscall())
 		return 0;
-	enter(sc, (struct pt_regs *)ctx[0]);
+	enter_regs(sc, regs, constant_sc);
 	if (watch == WATCH_AT_EXIT) {
 		struct event *e = bpf_task_storage_get(&pending, bpf_get_current_task_btf(), 0, 0);
 		if (e && e->kind == KIND_OPEN)
@@ -1095,6 +1123,19 @@ int ct_sys_enter(__u64 *ctx)
 	}
 	return 0;
 }
+
+#ifndef CUDATRACE_FENTRY
+/* Every syscall's entry: (struct pt_regs *regs, long id). */
+SEC("tp_btf/sys_enter")
+int ct_sys_enter(__u64 *ctx)
+{
+	__u8 sc = traced_syscall((long)ctx[1]);
+	if (sc == SC_NONE)
+		return 0;
+	return sys_enter(sc, (struct pt_regs *)ctx[0], false);
+}
+
+#endif
 
 /* ---- the one exit path ---- */
 
@@ -1351,6 +1392,25 @@ __attribute__((noinline)) int finish(struct event *e, long ret)
 	return 0;
 }
 
+/* The return of a call begun in e (its slot, not empty, its syscall this
+ * one's), whichever hook saw it. */
+static __always_inline int exit_matched(struct event *e, long ret)
+{
+	if (e->retry && is_node_kind(e->kind)) {
+		/* The path was unreadable at enter: read it now and apply the
+		 * filter the enter handler could not. */
+		e->retry = 0;
+		load_path(e);
+		if (!node_kind_matches(e->kind, e->path)) {
+			discard(e);
+			return 0;
+		}
+		e->matched = 1;
+	}
+	return finish(e, ret);
+}
+
+#ifndef CUDATRACE_FENTRY
 /* Whether a seccomp filter can answer the current task's calls: only then
  * can a call's exit come with no entry seen and not have begun before the
  * attach. The mode is set for every thread before its filter applies
@@ -1363,6 +1423,17 @@ static __always_inline bool seccomp_filtered(void)
 	/* A KILL action sets SECCOMP_MODE_DEAD (5.17+) before the rolled-back
 	 * call's exit: any mode but "none" means seccomp was at work. */
 	return task->seccomp.mode != 0;
+}
+
+/* The return of a call begun in e (its slot, not empty). */
+static __always_inline int exit_entered(struct event *e, __u8 sc, long ret)
+{
+	if (e->syscall != sc) {
+		/* Left by a call whose exit was not seen; not this one. */
+		discard(e);
+		return 0;
+	}
+	return exit_matched(e, ret);
 }
 
 /* Every syscall's return: (struct pt_regs *regs, long ret). Untraced
@@ -1397,23 +1468,7 @@ int ct_sys_exit(__u64 *ctx)
 		count_drop(DROP_PENDING); /* not reached: user space fills the slots first */
 		return 0;
 	}
-	if (e->syscall != sc) {
-		/* Left by a call whose exit was not seen; not this one. */
-		discard(e);
-		return 0;
-	}
-	if (e->retry && is_node_kind(e->kind)) {
-		/* The path was unreadable at enter: read it now and apply the
-		 * filter the enter handler could not. */
-		e->retry = 0;
-		load_path(e);
-		if (!node_kind_matches(e->kind, e->path)) {
-			discard(e);
-			return 0;
-		}
-		e->matched = 1;
-	}
-	return finish(e, ret);
+	return exit_entered(e, sc, ret);
 }
 
 /* The exit of a failed call of a traced process whose entry no program
@@ -1440,6 +1495,170 @@ int ct_sys_exit_unentered(__u64 *ctx)
 	return 0;
 }
 
+#endif
+
+#ifdef CUDATRACE_FENTRY
+/* ---- the fentry/fexit hook (chosen at run time: tracer/ebpf/hook.go) ----
+ *
+ * One program pair per traced syscall, on its own kernel function, so an
+ * untraced syscall runs no program at all and the sc constant prunes every
+ * other case. User space points each at this arch's function
+ * (__x64_sys_NAME, __arm64_sys_NAME) and loads only the pairs whose
+ * syscall the arch has. */
+
+/* A syscall's fexit: the checks that need its number (read from the
+ * registers: one program serves every syscall), then the shared exit by
+ * tail call, or (direct: where the function's prototype is not the one
+ * ct_fexit_common was loaded for, which the kernel's tail call requires)
+ * inline. A 32-bit call runs __ia32_sys_*, never these. */
+static __always_inline int fexit_sys(__u64 *ctx, bool direct)
+{
+	__u8 sc = traced_syscall(syscall_nr((struct pt_regs *)ctx[0]));
+	if (sc == SC_NONE)
+		return 0;
+	struct event *e = bpf_task_storage_get(&pending, bpf_get_current_task_btf(), 0, 0);
+	if (!e)
+		return 0;
+	if (e->kind == 0) {
+		/* Entered and skipped, or not entered (before the attach). */
+		if (e->no_entry == NO_ENTRY_SKIPPED && e->syscall == sc)
+			e->no_entry = NO_ENTRY_SEEN;
+		return 0;
+	}
+	if (e->syscall != sc) {
+		/* Left by a call whose exit was not seen; not this one. */
+		discard(e);
+		return 0;
+	}
+	if (direct)
+		return exit_matched(e, (long)ctx[1]);
+	bpf_tail_call(ctx, &fexit_tail, fexit_tail_key);
+	discard(e); /* not reached: user space fills the slot first */
+	count_drop(DROP_PENDING);
+	return 0;
+}
+
+/* Every traced syscall's fexit, one of the two: user space loads a copy on
+ * each function (tracer/ebpf/hook.go), so the object holds one, not one
+ * per syscall (each copy of the direct one carried finish). */
+SEC("fexit/syscall")
+int ct_fexit_sys(__u64 *ctx) { return fexit_sys(ctx, false); }
+
+SEC("fexit/syscall")
+int ct_fexit_sys_direct(__u64 *ctx) { return fexit_sys(ctx, true); }
+
+/* The shared exit of every syscall's fexit (tail-called, never attached;
+ * loaded as fexit of one syscall function, all of which take the same
+ * arguments): the slot holds this call. */
+SEC("fexit/syscall")
+int ct_fexit_common(__u64 *ctx)
+{
+	struct event *e = bpf_task_storage_get(&pending, bpf_get_current_task_btf(), 0, 0);
+	if (!e || e->kind == 0)
+		return 0;
+	return exit_matched(e, (long)ctx[1]);
+}
+
+/* (const struct pt_regs *regs): the user's registers, as the tracepoints
+ * pass them. One entry per syscall, its number a constant: the verifier
+ * sees that call's case alone. */
+#define SYSCALL_HOOK(name, sc)                                                  \
+	SEC("fentry/syscall")                                                   \
+	int ct_fentry_##name(__u64 *ctx)                                        \
+	{                                                                       \
+		return sys_enter(sc, (struct pt_regs *)ctx[0], true);           \
+	}
+
+/* Named as the kernel names the functions (x86-64's stat is newstat). */
+SYSCALL_HOOK(openat, SC_OPENAT)
+SYSCALL_HOOK(openat2, SC_OPENAT2)
+SYSCALL_HOOK(open, SC_OPEN)
+SYSCALL_HOOK(creat, SC_CREAT)
+SYSCALL_HOOK(ioctl, SC_IOCTL)
+SYSCALL_HOOK(mknodat, SC_MKNODAT)
+SYSCALL_HOOK(mknod, SC_MKNOD)
+SYSCALL_HOOK(unlinkat, SC_UNLINKAT)
+SYSCALL_HOOK(unlink, SC_UNLINK)
+SYSCALL_HOOK(symlinkat, SC_SYMLINKAT)
+SYSCALL_HOOK(symlink, SC_SYMLINK)
+SYSCALL_HOOK(mkdirat, SC_MKDIRAT)
+SYSCALL_HOOK(mkdir, SC_MKDIR)
+SYSCALL_HOOK(newfstatat, SC_NEWFSTATAT)
+SYSCALL_HOOK(newstat, SC_STAT)
+SYSCALL_HOOK(newlstat, SC_LSTAT)
+SYSCALL_HOOK(statx, SC_STATX)
+SYSCALL_HOOK(faccessat, SC_FACCESSAT)
+SYSCALL_HOOK(faccessat2, SC_FACCESSAT2)
+SYSCALL_HOOK(access, SC_ACCESS)
+SYSCALL_HOOK(memfd_create, SC_MEMFD_CREATE)
+SYSCALL_HOOK(execve, SC_EXECVE)
+SYSCALL_HOOK(execveat, SC_EXECVEAT)
+
+/* The syscall's result as the exit path reads it (ax, x0). */
+static __always_inline long regs_result(struct pt_regs *regs)
+{
+	if (is_arm64())
+		return ((struct pt_regs___arm64 *)regs)->regs[0];
+	return ((struct pt_regs___x86 *)regs)->ax;
+}
+
+/* A call that a seccomp filter refused never reaches its function. Its
+ * refusal is seen where it is decided: __secure_computing returns -1 (skip
+ * the call) with the result already in the registers (RET_ERRNO,
+ * USER_NOTIF) or the call rolled back for SIGSYS (KILL, TRAP). Only
+ * filtered tasks run this, and only tasks that seccomp refused get past
+ * the first test; unlike the tracepoints' guess at an exit with no entry,
+ * a call in flight at the attach is never taken for refused. The
+ * function's argument went in 6.15, so the return comes from
+ * bpf_get_func_ret. */
+SEC("fexit/__secure_computing")
+int ct_fexit_seccomp(__u64 *ctx)
+{
+	__u64 skip = 0;
+	if (bpf_get_func_ret(ctx, &skip) || (int)skip != -1)
+		return 0;
+	if (!is_traced(bpf_get_current_pid_tgid() >> 32))
+		return 0;
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	__u8 sc = traced_syscall(syscall_nr(regs));
+	if (sc == SC_NONE || in_compat_syscall())
+		return 0;
+	long ret = (long)regs_result(regs);
+	bool rb = rolled_back(regs, ret);
+	if ((ret >= 0 || ret < -4095) && !rb)
+		return 0; /* USER_NOTIF answered with a value: not a failure */
+	enter(sc, regs);
+	struct event *e = bpf_task_storage_get(&pending, task, 0, 0);
+	if (!e)
+		return 0;
+	if (e->kind == 0) {
+		e->no_entry = NO_ENTRY_SEEN;
+		return 0;
+	}
+	e->no_entry = rb ? NO_ENTRY_ROLLED_BACK : NO_ENTRY_REFUSED;
+	return finish(e, ret);
+}
+
+#endif
+
+/* The process's resource limits when a probed entry point failed, in the
+ * event's arg: read in the kernel at the return, so a target that exits
+ * at once still has them (its /proc is gone when user space looks), as
+ * the cgroup id is. CUDA needs address space (RLIMIT_AS: cuInit 2) and
+ * fds (RLIMIT_NOFILE: 304, 46). */
+struct api_limits {
+	__u64 as_cur;
+	__u64 as_max;
+	__u64 nofile_cur;
+	__u64 nofile_max;
+	__u64 memlock_cur;
+	__u64 memlock_max;
+};
+
+const struct api_limits *unused_api_limits __attribute__((unused));
+
+#ifndef CUDATRACE_FENTRY
 /* ---- process lifecycle ---- */
 
 SEC("tp_btf/sched_process_fork")
@@ -1608,22 +1827,6 @@ static __always_inline int api_enter(struct pt_regs *ctx)
 	return 0;
 }
 
-/* The process's resource limits when a probed entry point failed, in the
- * event's arg: read in the kernel at the return, so a target that exits
- * at once still has them (its /proc is gone when user space looks), as
- * the cgroup id is. CUDA needs address space (RLIMIT_AS: cuInit 2) and
- * fds (RLIMIT_NOFILE: 304, 46). */
-struct api_limits {
-	__u64 as_cur;
-	__u64 as_max;
-	__u64 nofile_cur;
-	__u64 nofile_max;
-	__u64 memlock_cur;
-	__u64 memlock_max;
-};
-
-const struct api_limits *unused_api_limits __attribute__((unused));
-
 enum { RLIMIT_NOFILE_ = 7, RLIMIT_MEMLOCK_ = 8, RLIMIT_AS_ = 9 };
 
 static __always_inline void read_limits(struct api_limits *l)
@@ -1705,3 +1908,5 @@ int ct_api_enter_multi(struct pt_regs *ctx) { return api_enter(ctx); }
 
 SEC("uretprobe.multi")
 int ct_api_ret_multi(struct pt_regs *ctx) { return api_ret(ctx); }
+
+#endif

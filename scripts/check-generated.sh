@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Regenerates what is generated from sources (the eBPF object and its Go
-# twin from bpf/cudatrace.c, nvdev/nvtables.go from nvidia-abi.json) in
+# Regenerates what is generated from sources (the eBPF objects and their Go
+# twins from bpf/cudatrace.c, nvdev/nvtables.go from nvidia-abi.json) in
 # two scratch copies of the tree at different paths, and fails when they
 # differ from each other (the build is not reproducible) or from the tree
 # (a stale commit: run `make generate` and commit the result).
@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-generated=(tracer/ebpf/bpf_bpfel.go tracer/ebpf/bpf_bpfel.o nvdev/nvtables.go)
+generated=(tracer/ebpf/bpf_bpfel.go tracer/ebpf/bpf_bpfel.o tracer/ebpf/fentry_bpfel.go tracer/ebpf/fentry_bpfel.o nvdev/nvtables.go)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 

@@ -40,10 +40,10 @@ mkdir -p "$ir"/{etc,proc,sys,dev,tmp,run,root,t/bin/fakelib}
 # alone, and TestBelowMinimumKernel checks the one-line fallback.
 plan=$work/plan
 if [ -n "${KTEST_PLAN:-}" ]; then cp "$KTEST_PLAN" "$plan"; else cat >"$plan" <<'PLAN'
-bookworm,trixie tracer/ebpf ^(TestEveryProgramLoads|TestProbe|TestFentryProbe|TestOpenIoctlAndFailures|TestFdWalkWithoutRdonlyCast|TestScansWithoutBpfLoop|TestHostWideFollowsNVIDIAOpeners|TestHostWideFollowsColdPathOpen|TestLaunchedTargetLibraryProbed|TestInbandFailureNotFolded|TestAttach|TestNothingLeftBehind)$
+bookworm,trixie tracer/ebpf ^(TestEveryProgramLoads|TestProbe|TestFentryProbe|TestHooksSeeTheSameCalls|TestFentryAttachFailureFallsBack|TestOpenIoctlAndFailures|TestFdWalkWithoutRdonlyCast|TestScansWithoutBpfLoop|TestHostWideFollowsNVIDIAOpeners|TestHostWideFollowsColdPathOpen|TestLaunchedTargetLibraryProbed|TestInbandFailureNotFolded|TestAttach|TestNothingLeftBehind)$
 bookworm,trixie tracer/ptrace ^(TestLaunchDeviceCalls|TestSeccompFilter|TestLaunchAPIReturns|TestAttachAPIReturns)$
 bullseye tracer/ptrace ^(TestLaunchDeviceCalls|TestSeccompFilter|TestLaunchProcessTree|TestAttachShellLoop)$
-bookworm,trixie cmd/cudatrace ^(TestHealthy|TestCgroup2DeniesUVM|TestNodeStaleMajor|TestNodeMissingUnprivileged|TestNodeRepairedByRoot|TestSeccompRefusedIoctl|TestSeccompKillsThreadOfMany|TestAddressSpaceLimit|TestCUDAReturnCodeDenyUVM|TestCUDALibraryOpenedFromElsewhere|TestAttach|TestWatchScenarios|TestWatchCgroupFilter|TestWatchGoneProcess|TestWatchVerboseHealthyCUDA)$
+bookworm,trixie cmd/cudatrace ^(TestHealthy|TestCgroup2DeniesUVM|TestNodeStaleMajor|TestNodeMissingUnprivileged|TestNodeRepairedByRoot|TestSeccompRefusedIoctl|TestSeccompKillsIoctl|TestSeccompKillsThreadOfMany|TestAddressSpaceLimit|TestCUDAReturnCodeDenyUVM|TestCUDALibraryOpenedFromElsewhere|TestAttach|TestWatchScenarios|TestWatchCgroupFilter|TestWatchGoneProcess|TestWatchVerboseHealthyCUDA)$
 bullseye cmd/cudatrace ^(TestBelowMinimumKernel|TestHealthy|TestCgroup2DeniesUVM|TestNodeStaleMajor|TestNodeMissingUnprivileged|TestNodeRepairedByRoot|TestSeccompRefusedIoctl|TestAttach)$
 PLAN
 fi
@@ -115,6 +115,11 @@ for suite in "${suites[@]}"; do
   t0=$SECONDS
   # Kernel parameters with '=' reach /init as its environment.
   params="KTEST_SUITE=$suite"
+  # bookworm's and trixie's kernels allow fentry: the eBPF scenarios run
+  # its hook there, and a fall-back to the raw tracepoints fails the run.
+  case $suite in
+    bookworm|trixie) params+=" CUDATRACE_REQUIRE_FENTRY=1" ;;
+  esac
   case $suite in
     bullseye) params+=" CUDATRACE_TEST_BACKENDS=ptrace CUDATRACE_TEST_KERNEL_LACKS=task-storage-maps" ;;
   esac

@@ -65,7 +65,8 @@ func traceIn(t *testing.T, env *scenario.Env, backend string, args []string, tar
 	if rep.Trace.Backend != backend {
 		t.Errorf("report names backend %q, want %q", rep.Trace.Backend, backend)
 	}
-	// Only raw tracepoints exist so far: eBPF says so, ptrace names none.
+	// eBPF names its hook: a launched trace keeps the raw tracepoints
+	// where fentry is allowed too (fentry is watch's); ptrace names none.
 	if want := map[string]string{"ebpf": "raw_tracepoint"}[backend]; rep.Trace.SyscallHook != want {
 		t.Errorf("%s: report's syscall hook %q, want %q", backend, rep.Trace.SyscallHook, want)
 	}

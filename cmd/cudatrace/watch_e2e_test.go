@@ -338,6 +338,11 @@ func TestWatchGoneProcess(t *testing.T) {
 	if code != 0 {
 		t.Errorf("watch exited %d after SIGTERM, want 0\n%s", code, stderr)
 	}
+	// watch takes fentry where the kernel allows it, as the matrix's
+	// Debian kernels do.
+	if want := "syscall hook: fentry"; os.Getenv("CUDATRACE_REQUIRE_FENTRY") == "1" && !strings.Contains(stderr, want) {
+		t.Errorf("watch --debug does not say %q:\n%s", want, stderr)
+	}
 	mine := func(pid int) watch.Line {
 		var out []watch.Line
 		for _, l := range lines {

@@ -9,6 +9,7 @@
 set -euo pipefail
 cache=${1:?usage: fetch.sh CACHE [SUITE...]}
 shift
+suites=("$@")
 mkdir -p "$cache"
 cache=$(cd "$cache" && pwd)
 [ $# -gt 0 ] || suites=(bullseye bookworm trixie)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
@@ -135,6 +136,7 @@ func (backend) Run(ctx context.Context, spec tracer.Spec, sink tracer.Sink) (res
 		err = s.runAttach(ctx, spec, tgids, res)
 	}
 	phases.mark("traced")
+	res.SyscallHook = s.hook // a fentry hook that failed to attach is raw now
 	// Stop the producers, then read everything they wrote. Emptying the
 	// filter stops them at once; closing the links may wait for the
 	// kernel, so with DeferRelease it happens afterwards. A host-wide
@@ -261,6 +263,11 @@ type session struct {
 	coll  *ebpf.Collection
 	links []link.Link
 	hook  string // hookRawTracepoint or hookFentry
+	// spec, with the programs useHook removed from it, and cache are the
+	// load's: rawInstead loads the raw tracepoints from them.
+	spec    *ebpf.CollectionSpec
+	removed map[string]*ebpf.ProgramSpec
+	cache   *btf.Cache
 	// variants are the kernel's, as chosen for this load (kernelVariants.list).
 	variants []string
 	rd       *ringbuf.Reader
@@ -305,17 +312,26 @@ func load(spec tracer.Spec, ringBytes int, phases *phaseLog) (*session, error) {
 		return nil, loadError(err, spec.Debug)
 	}
 	phases.mark("maps")
+	// Which programs load depends on the hook: probed beside configure.
+	var hook, hookWhy string
+	var plan *fentryPlan
+	probed := make(chan struct{})
+	go func() { hook, hookWhy, plan = chooseSyscallHook(cache, spec.HostWide); close(probed) }()
 	if err := configure(cspec, cache, fold, spec.HostWide, v); err != nil {
+		<-probed
 		closeMaps(maps)
 		return nil, err
 	}
-	phases.mark("kernel-btf")
-	var hook, hookWhy string
-	probed := make(chan struct{})
-	go func() { hook, hookWhy = chooseSyscallHook(cache); close(probed) }()
-	coll, err := loadCollection(cspec, cache, maps)
-	closeMaps(maps) // the collection holds its own references
 	<-probed
+	if hook == hookFentry {
+		if err := withFentry(cspec); err != nil {
+			closeMaps(maps)
+			return nil, err
+		}
+	}
+	phases.mark("kernel-btf")
+	coll, removed, hook, hookWhy, err := loadHook(cspec, cache, maps, hook, hookWhy, plan)
+	closeMaps(maps) // the collection holds its own references
 	if err != nil {
 		return nil, loadError(err, spec.Debug)
 	}
@@ -327,7 +343,8 @@ func load(spec tracer.Spec, ringBytes int, phases *phaseLog) (*session, error) {
 	if onLoad != nil {
 		onLoad(coll)
 	}
-	s := &session{coll: coll, hook: hook, variants: v.list(), debug: spec.Debug, fold: fold, exits: make(chan struct{}, 1),
+	s := &session{coll: coll, hook: hook, spec: cspec, removed: removed, cache: cache, phases: phases,
+		variants: v.list(), debug: spec.Debug, fold: fold, exits: make(chan struct{}, 1),
 		api: uprobe.New(uprobe.Objects{
 			Enter: coll.Programs[bpfProgCtApiEnter], Ret: coll.Programs[bpfProgCtApiRet],
 			EnterMulti: coll.Programs[bpfProgCtApiEnterMulti], RetMulti: coll.Programs[bpfProgCtApiRetMulti],
@@ -349,8 +366,14 @@ func load(spec tracer.Spec, ringBytes int, phases *phaseLog) (*session, error) {
 		return nil, err
 	}
 	if err := setExitTails(coll); err != nil {
-		s.close()
-		return nil, err
+		if s.hook != hookFentry {
+			s.close()
+			return nil, err
+		}
+		if ferr := s.rawInstead(err); ferr != nil {
+			s.close()
+			return nil, fmt.Errorf("%v; raw tracepoints instead: %w", err, ferr)
+		}
 	}
 	if s.rd, err = ringbuf.NewReader(coll.Maps[bpfMapEvents]); err != nil {
 		s.close()
@@ -360,17 +383,107 @@ func load(spec tracer.Spec, ringBytes int, phases *phaseLog) (*session, error) {
 	return s, nil
 }
 
+// loadHook loads the programs with hook's syscall programs; where the
+// fentry ones fail to load, with the raw tracepoints instead, and why says
+// so. removed are the programs the spec no longer holds.
+func loadHook(spec *ebpf.CollectionSpec, cache *btf.Cache, maps map[string]*ebpf.Map, hook, why string, plan *fentryPlan) (*ebpf.Collection, map[string]*ebpf.ProgramSpec, string, string, error) {
+	removed, err := useHook(spec, hook, plan)
+	if err != nil {
+		return nil, nil, "", "", err
+	}
+	coll, err := loadCollection(spec, cache, maps)
+	if err == nil || hook != hookFentry {
+		return coll, removed, hook, why, err
+	}
+	why = "fentry programs failed to load, raw tracepoints instead: " + firstLine(err.Error())
+	for name, p := range removed {
+		spec.Programs[name] = p
+	}
+	if removed, err = useHook(spec, hookRawTracepoint, nil); err != nil {
+		return nil, nil, "", "", err
+	}
+	coll, err = loadCollection(spec, cache, maps)
+	return coll, removed, hookRawTracepoint, why, err
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
+}
+
 func (s *session) trace(tgid int) error {
 	return s.coll.Maps[bpfMapTraced].Put(uint32(tgid), uint8(1))
 }
 
+// attach attaches fork and exit first (once a syscall is seen, its
+// process's children and its exit must be seen too), then the syscall
+// hook's programs, exits first. A fentry hook that fails to attach is
+// replaced by the raw tracepoints.
 func (s *session) attach() error {
 	var err error
-	s.links, err = attachAll(s.coll)
+	s.links, err = attachProgs(s.coll, lifecycleProgs)
+	if err != nil {
+		return unavailable("cannot attach BPF programs: %v", err)
+	}
+	hookLinks, err := attachProgs(s.coll, hookProgs(s.coll))
+	if err != nil && s.hook == hookFentry {
+		closeLinks(hookLinks)
+		if ferr := s.rawInstead(err); ferr != nil {
+			return unavailable("cannot attach BPF programs: %v; raw tracepoints instead: %v", err, ferr)
+		}
+		hookLinks, err = attachProgs(s.coll, hookProgs(s.coll))
+	}
+	s.links = append(s.links, hookLinks...)
 	if err != nil {
 		return unavailable("cannot attach BPF programs: %v", err)
 	}
 	return nil
+}
+
+// rawInstead loads the raw tracepoints' syscall programs, on the
+// collection's maps, in place of the fentry hook's, which are closed: the
+// fall-back where the fentry hook loaded but could not be set up or
+// attached (cause).
+func (s *session) rawInstead(cause error) error {
+	for name, p := range s.removed {
+		s.spec.Programs[name] = p
+	}
+	s.removed = nil
+	if _, err := useHook(s.spec, hookRawTracepoint, nil); err != nil {
+		return err
+	}
+	opts, err := loadOptions(s.cache)
+	if err != nil {
+		return err
+	}
+	part, replace := groupSpec(s.spec, rawProgs, s.coll.Maps)
+	opts.MapReplacements = replace
+	raw, err := ebpf.NewCollectionWithOptions(part, opts)
+	if err != nil {
+		return err
+	}
+	_ = s.coll.Maps[bpfMapFexitTail].Delete(uint32(0)) // empty already is fine
+	for name, p := range s.coll.Programs {
+		if strings.HasPrefix(name, "ct_fentry_") || strings.HasPrefix(name, "ct_fexit") {
+			_ = p.Close() // best-effort cleanup: nothing to do if it fails
+			delete(s.coll.Programs, name)
+		}
+	}
+	for name := range raw.Programs {
+		s.coll.Programs[name] = raw.DetachProgram(name)
+	}
+	raw.Close() // its clones of the maps
+	s.hook = hookRawTracepoint
+	s.phases.note("syscall hook: raw_tracepoint (fentry failed after its load, raw tracepoints instead: " + firstLine(cause.Error()) + ")")
+	return setExitTails(s.coll)
+}
+
+func closeLinks(links []link.Link) {
+	var wg sync.WaitGroup
+	for _, l := range links {
+		wg.Go(func() { _ = l.Close() }) // best-effort cleanup: nothing to do if it fails
+	}
+	wg.Wait()
 }
 
 // tracing reports whether any thread group is still in the filter.
@@ -397,11 +510,7 @@ func (s *session) stopTracing() {
 // grace period (the kernel frees BTF tracepoint programs after one, in the
 // background).
 func (s *session) detach() {
-	var wg sync.WaitGroup
-	for _, l := range s.links {
-		wg.Go(func() { _ = l.Close() }) // best-effort cleanup: nothing to do if it fails
-	}
-	wg.Wait()
+	closeLinks(s.links)
 	s.links = nil
 }
 

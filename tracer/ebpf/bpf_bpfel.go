@@ -199,6 +199,7 @@ const (
 	bpfMapDrops               = "drops"
 	bpfMapEvents              = "events"
 	bpfMapExitTail            = "exit_tail"
+	bpfMapFexitTail           = "fexit_tail"
 	bpfMapInbandStatus        = "inband_status"
 	bpfMapIoctlSites          = "ioctl_sites"
 	bpfMapNvidiaMajors        = "nvidia_majors"
@@ -219,6 +220,7 @@ const (
 	bpfVarAwaitingLibs        = "awaiting_libs"
 	bpfVarCaptureIoctlArgs    = "capture_ioctl_args"
 	bpfVarExitTpHasGroupDead  = "exit_tp_has_group_dead"
+	bpfVarFexitTailKey        = "fexit_tail_key"
 	bpfVarFoldCallsAfter      = "fold_calls_after"
 	bpfVarFoldIoctlsAfter     = "fold_ioctls_after"
 	bpfVarFollowChildren      = "follow_children"
@@ -311,6 +313,7 @@ type bpfMapSpecs struct {
 	Drops        *ebpf.MapSpec `ebpf:"drops"`
 	Events       *ebpf.MapSpec `ebpf:"events"`
 	ExitTail     *ebpf.MapSpec `ebpf:"exit_tail"`
+	FexitTail    *ebpf.MapSpec `ebpf:"fexit_tail"`
 	InbandStatus *ebpf.MapSpec `ebpf:"inband_status"`
 	IoctlSites   *ebpf.MapSpec `ebpf:"ioctl_sites"`
 	NvidiaMajors *ebpf.MapSpec `ebpf:"nvidia_majors"`
@@ -328,6 +331,7 @@ type bpfVariableSpecs struct {
 	AwaitingLibs       *ebpf.VariableSpec `ebpf:"awaiting_libs"`
 	CaptureIoctlArgs   *ebpf.VariableSpec `ebpf:"capture_ioctl_args"`
 	ExitTpHasGroupDead *ebpf.VariableSpec `ebpf:"exit_tp_has_group_dead"`
+	FexitTailKey       *ebpf.VariableSpec `ebpf:"fexit_tail_key"`
 	FoldCallsAfter     *ebpf.VariableSpec `ebpf:"fold_calls_after"`
 	FoldIoctlsAfter    *ebpf.VariableSpec `ebpf:"fold_ioctls_after"`
 	FollowChildren     *ebpf.VariableSpec `ebpf:"follow_children"`
@@ -383,6 +387,7 @@ type bpfMaps struct {
 	Drops        *ebpf.Map `ebpf:"drops"`
 	Events       *ebpf.Map `ebpf:"events"`
 	ExitTail     *ebpf.Map `ebpf:"exit_tail"`
+	FexitTail    *ebpf.Map `ebpf:"fexit_tail"`
 	InbandStatus *ebpf.Map `ebpf:"inband_status"`
 	IoctlSites   *ebpf.Map `ebpf:"ioctl_sites"`
 	NvidiaMajors *ebpf.Map `ebpf:"nvidia_majors"`
@@ -401,6 +406,7 @@ func (m *bpfMaps) Close() error {
 		m.Drops,
 		m.Events,
 		m.ExitTail,
+		m.FexitTail,
 		m.InbandStatus,
 		m.IoctlSites,
 		m.NvidiaMajors,
@@ -419,6 +425,7 @@ type bpfVariables struct {
 	AwaitingLibs       *ebpf.Variable `ebpf:"awaiting_libs"`
 	CaptureIoctlArgs   *ebpf.Variable `ebpf:"capture_ioctl_args"`
 	ExitTpHasGroupDead *ebpf.Variable `ebpf:"exit_tp_has_group_dead"`
+	FexitTailKey       *ebpf.Variable `ebpf:"fexit_tail_key"`
 	FoldCallsAfter     *ebpf.Variable `ebpf:"fold_calls_after"`
 	FoldIoctlsAfter    *ebpf.Variable `ebpf:"fold_ioctls_after"`
 	FollowChildren     *ebpf.Variable `ebpf:"follow_children"`

@@ -19,6 +19,7 @@ import (
 
 	"github.com/cudatrace/cudatrace/internal/fakeinband"
 	"github.com/cudatrace/cudatrace/internal/privtest"
+	"github.com/cudatrace/cudatrace/internal/scenario/faults"
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
 	"github.com/cudatrace/cudatrace/tracer/launch"
@@ -29,12 +30,19 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == helperArg {
 		os.Exit(helperMain(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == faultsArg {
+		os.Exit(faults.Main(os.Args[2:], os.Stderr))
+	}
 	os.Exit(m.Run())
 }
 
 // helperArg makes the test binary a target that issues syscalls a shell
 // cannot: from a second thread, on fd -1.
 const helperArg = "ebpftrace-helper"
+
+// faultsArg makes the test binary the scenarios' fault helper (faultexec):
+// it installs a seccomp filter, then execs the rest of its command line.
+const faultsArg = "ebpftrace-faults"
 
 func helperMain(args []string) int {
 	runtime.LockOSThread() // keep main on one thread, so the goroutine below gets another

@@ -105,7 +105,7 @@ func BenchmarkLoad(b *testing.B) {
 			b.Fatal(err)
 		}
 		for b.Loop() {
-			chooseSyscallHook(cache)
+			chooseSyscallHook(cache, false)
 		}
 	})
 	// Each program on its own: its share of the verifier's time.

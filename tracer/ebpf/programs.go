@@ -16,12 +16,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Two raw tracepoints, sys_enter and sys_exit, see every syscall and turn
-// away untraced numbers first. Per-syscall tracepoints cost an untraced
-// syscall less (here ~55 ns against ~120 ns, both host-wide while tracing),
-// but attaching and closing ~50 links took seconds (a kernel grace period
+// The syscall programs are one hook's (hook.go): fentry/fexit pairs on
+// the traced syscalls' functions, or two raw tracepoints, sys_enter and
+// sys_exit, that see every syscall and turn away untraced numbers first.
+// Per-syscall tracepoints cost an untraced syscall less than the raw ones
+// (here ~55 ns against ~120 ns, both host-wide while tracing), but
+// attaching and closing ~50 links took seconds (a kernel grace period
 // each, under one mutex) on every run.
-var syscallProgs = []string{bpfProgCtSysExit, bpfProgCtSysEnter}
 
 // lifecycleProgs follow the process tree; they are BTF tracepoints.
 var lifecycleProgs = []string{bpfProgCtFork, bpfProgCtExit}
@@ -281,9 +282,18 @@ var exitTails = map[bpfExitTailSlot]string{
 	bpfExitTailSlotTAIL_EXIT:      bpfProgCtSysExit,
 }
 
-// setExitTails fills sys_exit's tail-call slots; before anything is
-// attached, so that no exit finds one empty.
+// setExitTails fills the exits' tail-call slots (sys_exit's, or the
+// fentry hook's one); before anything is attached, so that no exit finds
+// one empty.
 func setExitTails(coll *ebpf.Collection) error {
+	if p := coll.Programs[fentryProgCtFexitCommon]; p != nil {
+		if err := coll.Maps[bpfMapFexitTail].Put(uint32(0), p); err != nil {
+			return fmt.Errorf("tail call %s: %w", fentryProgCtFexitCommon, err)
+		}
+	}
+	if coll.Programs[bpfProgCtSysExit] == nil {
+		return nil
+	}
 	for slot, name := range exitTails {
 		if err := coll.Maps[bpfMapExitTail].Put(uint32(slot), coll.Programs[name]); err != nil {
 			return fmt.Errorf("tail call %s: %w", name, err)
@@ -299,15 +309,21 @@ func clearExitTails(coll *ebpf.Collection) {
 	for slot := range exitTails {
 		_ = coll.Maps[bpfMapExitTail].Delete(uint32(slot)) // empty already is fine
 	}
+	_ = coll.Maps[bpfMapFexitTail].Delete(uint32(0)) // empty already is fine
 }
 
-// attachAll attaches every program; the caller closes the links, also on
-// error.
-func attachAll(coll *ebpf.Collection) (links []link.Link, err error) {
-	// Fork and exit first: once a syscall is seen, its process's children
-	// and its exit must be seen too. Then sys_exit before sys_enter, so that
-	// every call begun is also finished.
-	for _, name := range append(slices.Clone(lifecycleProgs), syscallProgs...) {
+// failAttach, set by tests, makes the attach of the programs it names fail.
+var failAttach func(name string) error
+
+// attachProgs attaches the named programs in order; the caller closes the
+// links, also on error.
+func attachProgs(coll *ebpf.Collection, names []string) (links []link.Link, err error) {
+	for _, name := range names {
+		if failAttach != nil {
+			if err := failAttach(name); err != nil {
+				return links, fmt.Errorf("attach %s: %w", name, err)
+			}
+		}
 		l, err := link.AttachTracing(link.TracingOptions{Program: coll.Programs[name]})
 		if err != nil {
 			return links, fmt.Errorf("attach %s: %w", name, err)
