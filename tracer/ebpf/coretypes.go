@@ -100,7 +100,10 @@ func newPruner(local *btf.Spec) *pruner {
 		return p
 	}
 	merged := map[string]*btf.Struct{}
-	for t := range local.All() {
+	for t, err := range local.All() {
+		if err != nil {
+			break // what was read serves: a member missed fails the relocation check
+		}
 		var name string
 		var members []btf.Member
 		switch c := t.(type) {
