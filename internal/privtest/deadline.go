@@ -105,6 +105,10 @@ func Deadline(t testing.TB) context.Context {
 			return
 		case <-timer.C:
 		}
+		// ctx's deadline is this timer's or earlier (it was set first), but
+		// the two fire in either order: the test must find ctx expired once
+		// its target is killed, on a loaded machine too.
+		<-ctx.Done()
 		// Killing a test's target lets it return at once: the failure is
 		// recorded before its cleanup can mark it finished (the cleanup
 		// waits for mu), or a test unblocked by the kill would pass.
