@@ -2,9 +2,14 @@ package analysis
 
 import (
 	"fmt"
+	"slices"
 	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/cudatrace/cudatrace/nvdev"
+	"github.com/cudatrace/cudatrace/tracer"
 )
 
 // cuda codes a resource limit explains with every device call fine.
@@ -15,7 +20,7 @@ const (
 
 // fdHeadroom is how close to RLIMIT_NOFILE the open fds must be, at the
 // snapshot, for the limit to be the suspect of a failure no traced call
-// shows (libcuda's eventfds, pipes and sockets are not traced).
+// shows (where libcuda's eventfds, pipes and sockets are not traced).
 const fdHeadroom = 16
 
 func bytesText(v uint64) string {
@@ -59,18 +64,74 @@ func (a *analyzer) checkLimits() {
 	case f.Ret == cudaOutOfMemory && as != nil && as[0] != ^uint64(0):
 		d := []string{head, fmt.Sprintf("RLIMIT_AS (`ulimit -v`) is %s (soft) / %s (hard) for the target (%s).", bytesText(as[0]), bytesText(as[1]), where),
 			"CUDA reserves large virtual address ranges at initialisation (for unified addressing, far beyond the GPU's memory); under an address-space limit that mmap fails and CUDA reports 2 (CUDA_ERROR_OUT_OF_MEMORY), for cuInit and PyTorch alike."}
+		events := []uint64{f.Seq}
+		if c := a.limitFailure(unix.ENOMEM); c != nil {
+			d = append(d, fmt.Sprintf("Traced: `%s` by %s %s.", nvdev.FormatCall(c), nvdev.Caller(c), nvdev.FormatResult(c)))
+			events = []uint64{c.Seq, f.Seq}
+		}
 		a.add(Finding{ID: "rlimit-as", Severity: SeverityError,
 			Summary: fmt.Sprintf("RLIMIT_AS is %s: CUDA cannot reserve its virtual address space", bytesText(as[0])),
 			Detail:  d,
 			Fix:     "Remove the address-space limit for the job: `ulimit -v unlimited` in its shell, `LimitAS=infinity` in a systemd unit, no `as` entry in /etc/security/limits.conf; under Slurm, do not enforce virtual memory (VSizeFactor=0, no `--mem` enforcement through RLIMIT_AS). Limit resident memory with a cgroup (memory.max) instead.",
-			Events:  []uint64{f.Seq}}, "")
-	case (f.Ret == cudaOSCall || f.Ret == cudaDevUnavailable) && nofile != nil && nofile[0] != ^uint64(0) && p.OpenFDs+fdHeadroom >= int(min(nofile[0], 1<<30)):
-		d := []string{head, fmt.Sprintf("RLIMIT_NOFILE is %s (soft) / %s (hard) (%s), and %d fds were open at the snapshot: the target was at its limit.", limitText(nofile[0]), limitText(nofile[1]), where, p.OpenFDs),
-			"No traced /dev/nvidia* open failed, so the fd that could not be had is another of the driver's: an eventfd, pipe or socket libcuda makes (these calls are not traced), which fails with EMFILE. CUDA then reports 304 (CUDA_ERROR_OPERATING_SYSTEM) or 46 (PyTorch: cudaErrorDevicesUnavailable)."}
-		a.add(Finding{ID: "fd-limit", Severity: SeverityError,
-			Summary:  fmt.Sprintf("the process is at its open-file limit (RLIMIT_NOFILE %s)", limitText(nofile[0])),
-			Detail:   d,
-			Fix:      "Raise the limit for the job: `ulimit -n 65536` in its shell, `LimitNOFILE=` in a systemd unit, `--ulimit nofile=65536:65536` for Docker, or `lxc.prlimit.nofile` for LXC. CUDA opens several fds per GPU, besides the device nodes.",
-			Inferred: true, Events: []uint64{f.Seq}}, "")
+			Events:  events}, "")
+	case f.Ret == cudaOSCall || f.Ret == cudaDevUnavailable:
+		a.checkFDLimit(f, head, nofile, where)
 	}
+}
+
+// fdLimitFix is the fd-limit finding's fix.
+const fdLimitFix = "Raise the limit for the job: `ulimit -n 65536` in its shell, `LimitNOFILE=` in a systemd unit, `--ulimit nofile=65536:65536` for Docker, or `lxc.prlimit.nofile` for LXC. CUDA opens several fds per GPU, besides the device nodes."
+
+// checkFDLimit explains 304/46 by the fds: by the traced eventfd, pipe or
+// socket call that failed EMFILE (the process's limit) or ENFILE (the
+// system's) before it, else by the open fds near RLIMIT_NOFILE at the
+// snapshot (inferred: the call itself was not seen).
+func (a *analyzer) checkFDLimit(f *tracer.Event, head string, nofile *[2]uint64, where string) {
+	p := a.s.Process
+	limits := "RLIMIT_NOFILE was not read"
+	if nofile != nil {
+		limits = fmt.Sprintf("RLIMIT_NOFILE is %s (soft) / %s (hard) (%s)", limitText(nofile[0]), limitText(nofile[1]), where)
+	}
+	then := "CUDA then reports 304 (CUDA_ERROR_OPERATING_SYSTEM) or 46 (PyTorch: cudaErrorDevicesUnavailable)."
+	if c := a.limitFailure(unix.EMFILE, unix.ENFILE); c != nil {
+		call := fmt.Sprintf("`%s` by %s %s", nvdev.FormatCall(c), nvdev.Caller(c), nvdev.FormatResult(c))
+		summary := fmt.Sprintf("%s failed with EMFILE: the process is at its open-file limit", c.Syscall)
+		if nofile != nil {
+			summary += fmt.Sprintf(" (RLIMIT_NOFILE %s)", limitText(nofile[0]))
+		}
+		why := "EMFILE: the process has as many fds open as RLIMIT_NOFILE allows."
+		fix := fdLimitFix
+		if c.Errno() == unix.ENFILE {
+			summary = fmt.Sprintf("%s failed with ENFILE: the system's open-file table is full", c.Syscall)
+			why = "ENFILE: the whole system has as many files open as fs.file-max allows, whatever this process's limit."
+			fix = "Find what holds the host's files (`cat /proc/sys/fs/file-nr`) or raise `fs.file-max` (sysctl). " + fdLimitFix
+		}
+		d := []string{head, fmt.Sprintf("Before it, %s, an fd libcuda needs besides the device nodes. %s", call, why),
+			fmt.Sprintf("%s; %d fds were open at the snapshot.", limits, p.OpenFDs), then}
+		a.add(Finding{ID: "fd-limit", Severity: SeverityError, Summary: summary, Detail: d, Fix: fix,
+			Events: []uint64{c.Seq, f.Seq}}, "")
+		return
+	}
+	if nofile == nil || nofile[0] == ^uint64(0) || p.OpenFDs+fdHeadroom < int(min(nofile[0], 1<<30)) {
+		return
+	}
+	d := []string{head, fmt.Sprintf("%s, and %d fds were open at the snapshot: the target was at its limit.", limits, p.OpenFDs),
+		"No traced /dev/nvidia* open failed, so the fd that could not be had is another of the driver's: an eventfd, pipe or socket libcuda makes, which fails with EMFILE (no such failure was traced: the ptrace backend, strace logs and watch on its fentry hook do not see these calls). " + then}
+	a.add(Finding{ID: "fd-limit", Severity: SeverityError,
+		Summary:  fmt.Sprintf("the process is at its open-file limit (RLIMIT_NOFILE %s)", limitText(nofile[0])),
+		Detail:   d,
+		Fix:      fdLimitFix,
+		Inferred: true, Events: []uint64{f.Seq}}, "")
+}
+
+// limitFailure is the last call of the failing CUDA process, before CUDA
+// failed, that a limit failed with one of errnos (KindLimit), or nil.
+func (a *analyzer) limitFailure(errnos ...syscall.Errno) *tracer.Event {
+	for i := a.cudaIdx - 1; i >= 0; i-- {
+		e := &a.ev[i]
+		if e.Kind == tracer.KindLimit && a.beforeCUDAFailure(i) && slices.Contains(errnos, e.Errno()) {
+			return e
+		}
+	}
+	return nil
 }

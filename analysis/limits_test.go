@@ -1,6 +1,7 @@
 package analysis
 
 import (
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -72,4 +73,72 @@ func TestLimitsRecordedAtTheReturn(t *testing.T) {
 	b.evs[len(b.evs)-1].Limits = nil
 	s.Process.AS = &[2]uint64{4 << 30, ^uint64(0)}
 	mustContain(t, "detail", detail(find(t, Analyze(b.evs, s), "rlimit-as")), "at its last exec")
+}
+
+// A traced call a limit failed names the limit: mmap's ENOMEM in
+// rlimit-as, an eventfd's EMFILE in fd-limit (no longer inferred, whatever
+// the snapshot's fd count), ENFILE as the system's table; one of another
+// process, or after CUDA failed, is not the cause.
+func TestLimitFailureNamed(t *testing.T) {
+	run := func(s *snapshot.Snapshot, code int64, limit ...tracer.Event) Analysis {
+		b := newEvents(9, "python3")
+		b.open("/dev/nvidiactl", unix.O_RDWR, 3, dev(195, 255))
+		for _, e := range limit {
+			if e.PID == 0 {
+				b.add(e)
+			} else {
+				b.seq++
+				e.Seq = b.seq
+				b.evs = append(b.evs, e)
+			}
+		}
+		fn := "cuDevicePrimaryCtxRetain"
+		if code == 2 {
+			fn = "cuInit"
+		}
+		b.add(tracer.Event{Kind: tracer.KindAPI, Func: fn, Ret: code})
+		return AnalyzeFacts(b.evs, s, Facts{APIReturns: true})
+	}
+	mmap := tracer.Event{Kind: tracer.KindLimit, Syscall: "mmap", Ret: -int64(unix.ENOMEM)}
+	s := h200()
+	s.Process.AS = &[2]uint64{1 << 30, ^uint64(0)}
+	f := find(t, run(s, 2, mmap), "rlimit-as")
+	mustContain(t, "detail", detail(f), "`mmap()` by python3[9] → ENOMEM")
+	if len(f.Events) != 2 {
+		t.Errorf("rlimit-as events %v, want the mmap's and cuInit's", f.Events)
+	}
+	if f = find(t, run(s, 2), "rlimit-as"); strings.Contains(detail(f), "mmap()") {
+		t.Errorf("no mmap traced, yet named:\n%s", detail(f))
+	}
+
+	// Far from the limit at the snapshot: only the traced call shows it.
+	s = h200()
+	s.Process.NoFile, s.Process.OpenFDs = &[2]uint64{64, 64}, 10
+	eventfd := tracer.Event{Kind: tracer.KindLimit, Syscall: "eventfd2", Ret: -int64(unix.EMFILE)}
+	a := run(s, 304, eventfd)
+	f = find(t, a, "fd-limit")
+	if f.Inferred {
+		t.Error("fd-limit from a traced EMFILE: not inferred")
+	}
+	mustContain(t, "summary", f.Summary, "eventfd2 failed with EMFILE", "RLIMIT_NOFILE 64")
+	mustContain(t, "detail", detail(f), "`eventfd2()` by python3[9] → EMFILE", "10 fds")
+	if has(a, "cuda-failed-unexplained") {
+		t.Errorf("findings %v: the EMFILE explains it", ids(a))
+	}
+
+	pipe := tracer.Event{Kind: tracer.KindLimit, Syscall: "pipe2", Ret: -int64(unix.ENFILE)}
+	f = find(t, run(s, 46, pipe), "fd-limit")
+	mustContain(t, "summary", f.Summary, "pipe2 failed with ENFILE", "system's open-file table")
+	mustContain(t, "fix", f.Fix, "fs.file-max")
+
+	// Another process's EMFILE is not this one's.
+	other := eventfd
+	other.PID, other.Comm = 77, "other"
+	if a = run(s, 304, other); has(a, "fd-limit") {
+		t.Errorf("another process's EMFILE explains it: %v", ids(a))
+	}
+	// An ENOMEM is not an fd's.
+	if a = run(s, 304, mmap); has(a, "fd-limit") {
+		t.Errorf("mmap's ENOMEM read as an fd limit: %v", ids(a))
+	}
 }

@@ -105,6 +105,9 @@ enum event_kind {
 	KIND_EXEC,
 	KIND_EXIT,
 	KIND_API, /* a CUDA/NVML entry point returned (uretprobe) */
+	/* A call a resource limit failed (EMFILE, ENFILE, ENOMEM): seen at
+	 * its exit only, sent with its number and result alone. */
+	KIND_LIMIT,
 };
 
 /* The order is shared with user space through the generated Go twin. */
@@ -135,7 +138,21 @@ enum syscall_id {
 	SC_EXECVEAT,
 	SC_EXIT, /* not a syscall: the thread group died */
 	SC_API,  /* not a syscall: a library call returned */
+	/* Exit-only calls (KIND_LIMIT), from here on: no entry program looks
+	 * at them, and no fentry hook is made for them. Their numbers are
+	 * in the same table; user space keeps the list (limitSyscallNumbers). */
+	SC_MMAP,
+	SC_EVENTFD2,
+	SC_EVENTFD,
+	SC_PIPE2,
+	SC_PIPE,
+	SC_SOCKET,
+	SC_SOCKETPAIR,
+	SC_LIMIT_END, /* not a syscall: one past the last */
 };
+
+/* Errnos a resource limit gives (asm-generic/errno-base.h). */
+enum limit_errno { LIMIT_ENOMEM = 12, LIMIT_ENFILE = 23, LIMIT_EMFILE = 24 };
 
 enum drop_reason {
 	DROP_RINGBUF = 0, /* bpf_ringbuf_reserve failed */
@@ -1130,7 +1147,7 @@ SEC("tp_btf/sys_enter")
 int ct_sys_enter(__u64 *ctx)
 {
 	__u8 sc = traced_syscall((long)ctx[1]);
-	if (sc == SC_NONE)
+	if (sc == SC_NONE || sc >= SC_MMAP) /* exit-only calls: nothing at entry */
 		return 0;
 	return sys_enter(sc, (struct pt_regs *)ctx[0], false);
 }
@@ -1411,6 +1428,46 @@ static __always_inline int exit_matched(struct event *e, long ret)
 }
 
 #ifndef CUDATRACE_FENTRY
+/* The exit of an exit-only call (sc >= SC_MMAP): sent when a limit failed
+ * it in a traced process. The errno is tested first, so a call that
+ * succeeds costs the table lookup alone; repeats of one (process, call,
+ * errno) fold as other calls do, so a retry loop cannot flood the ring. */
+static __always_inline int limit_exit(__u8 sc, long ret)
+{
+	if (ret != -LIMIT_EMFILE && ret != -LIMIT_ENFILE && ret != -LIMIT_ENOMEM)
+		return 0;
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	if (!is_traced(tgid) || in_compat_syscall())
+		return 0;
+	if (fold_calls_after) {
+		struct call_site k;
+		__builtin_memset(&k, 0, sizeof(k));
+		k.tgid = tgid;
+		k.kind = KIND_LIMIT;
+		k.path[0] = sc; /* the site: the call and its errno */
+		k.path[1] = -ret;
+		if (past_first(&call_sites, &k, fold_calls_after))
+			return 0;
+	}
+	struct event *e = bpf_ringbuf_reserve(&events, EVENT_HEADER_SIZE, 0);
+	if (!e) {
+		count_drop(DROP_RINGBUF);
+		return 0;
+	}
+	__builtin_memset(e, 0, EVENT_HEADER_SIZE);
+	e->ktime = bpf_ktime_get_ns();
+	e->ret = ret;
+	e->cgroup_id = bpf_get_current_cgroup_id();
+	e->tgid = tgid;
+	e->tid = (__u32)bpf_get_current_pid_tgid();
+	e->syscall = sc;
+	e->kind = KIND_LIMIT;
+	e->matched = 1;
+	current_comm(e->comm);
+	bpf_ringbuf_submit(e, wakeup_flags(false));
+	return 0;
+}
+
 /* Whether a seccomp filter can answer the current task's calls: only then
  * can a call's exit come with no entry seen and not have begun before the
  * attach. The mode is set for every thread before its filter applies
@@ -1444,6 +1501,8 @@ int ct_sys_exit(__u64 *ctx)
 	__u8 sc = traced_syscall(syscall_nr((struct pt_regs *)ctx[0]));
 	if (sc == SC_NONE)
 		return 0;
+	if (sc >= SC_MMAP)
+		return limit_exit(sc, (long)ctx[1]);
 	/* A 32-bit call's number means another syscall (enter skips them). */
 	if (in_compat_syscall())
 		return 0;

@@ -143,7 +143,8 @@ type Result struct {
 type Folded struct {
 	PID     int
 	Kind    Kind
-	Path    string // calls other than ioctls
+	Path    string // calls other than ioctls; KindLimit: the syscall
+	Errno   int    // KindLimit: the errno its calls failed with
 	Dev     Dev    // ioctls
 	Request uint32 // ioctls
 	Count   uint64

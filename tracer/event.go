@@ -42,6 +42,13 @@ const (
 	// nvmlInit_v2, ...), caught by a uretprobe: Func names it, Path is the
 	// library, Ret is the CUresult or nvmlReturn_t it returned.
 	KindAPI Kind = "api"
+	// KindLimit is an mmap, eventfd, pipe or socket call that a resource
+	// limit failed (Ret -EMFILE, -ENFILE or -ENOMEM): the fds and the
+	// address space libcuda takes besides the device nodes. Syscall and
+	// Ret alone; only the eBPF backend sees them, and not on the fentry
+	// hook (watch where fentry is allowed), which hangs nothing on these
+	// calls.
+	KindLimit Kind = "limit"
 )
 
 // Dev is a device number as the kernel sees it.

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -25,10 +26,15 @@ func libTarget(dir string, extra ...string) []string {
 }
 
 func apiEvents(tr traceRun, fn string) []tracer.Event {
+	return eventsWhere(tr, func(e *tracer.Event) bool { return e.Kind == tracer.KindAPI && e.Func == fn })
+}
+
+// eventsWhere are the report's events that match.
+func eventsWhere(tr traceRun, match func(*tracer.Event) bool) []tracer.Event {
 	var out []tracer.Event
-	for _, e := range tr.rep.Events {
-		if e.Kind == tracer.KindAPI && e.Func == fn {
-			out = append(out, e)
+	for i := range tr.rep.Events {
+		if match(&tr.rep.Events[i]) {
+			out = append(out, tr.rep.Events[i])
 		}
 	}
 	return out
@@ -226,13 +232,7 @@ func TestAddressSpaceLimit(t *testing.T) {
 	dir := fakeLib(t)
 	for _, backend := range backends {
 		t.Run(backend, func(t *testing.T) {
-			env := standIn()
-			env.AS = 1 << 30
-			env.FaultsOnTarget = true
-			tr := traceIn(t, env, backend, nil, libTarget(dir)...)
-			if !strings.Contains(tr.stdout, "cuInit 2") {
-				t.Fatalf("target printed %q, stderr %s", tr.stdout, tr.stderr)
-			}
+			tr := limitTrace(t, dir, backend, "cuInit 2", func(env *scenario.Env) { env.AS = 1 << 30 })
 			tr.requireFinding(t, "rlimit-as", "error")
 			if v := tr.rep.Analysis.Verdict; !strings.Contains(v, "returned 2") || !strings.Contains(v, "RLIMIT_AS is 1 GiB") {
 				t.Errorf("verdict %q", v)
@@ -246,6 +246,78 @@ func TestAddressSpaceLimit(t *testing.T) {
 			}
 			if finding(tr.rep, "cuda-failed-unexplained") != nil {
 				t.Errorf("findings %v: the limit explains it", findingIDs(tr.rep))
+			}
+			// The reservation's failure itself: eBPF sees it at the
+			// mmap's exit; ptrace traces no mmap.
+			mmaps := limitEvents(tr)
+			if backend == "ptrace" {
+				if len(mmaps) != 0 {
+					t.Errorf("ptrace sent limit failures %+v", mmaps)
+				}
+				return
+			}
+			if len(mmaps) != 1 || mmaps[0].Syscall != "mmap" || mmaps[0].ErrnoName() != "ENOMEM" {
+				t.Fatalf("limit failures %+v, want the mmap's ENOMEM", mmaps)
+			}
+			if text := tr.findingText("rlimit-as"); !strings.Contains(text, "`mmap()` by app[") || !strings.Contains(text, "→ ENOMEM") {
+				t.Errorf("rlimit-as does not name the mmap:\n%s", text)
+			}
+		})
+	}
+}
+
+// limitTrace runs the fake app with the stand-in nodes under the limit set
+// puts on it (with vars in its environment), and checks it printed want.
+func limitTrace(t *testing.T, dir, backend, want string, set func(*scenario.Env), vars ...string) traceRun {
+	t.Helper()
+	env := standIn()
+	set(env)
+	env.FaultsOnTarget = true
+	argv := libTarget(dir)
+	if len(vars) > 0 {
+		argv = append(append([]string{"env"}, vars...), argv...)
+	}
+	tr := traceIn(t, env, backend, nil, argv...)
+	if !strings.Contains(tr.stdout, want) {
+		t.Fatalf("target printed %q, stderr %s", tr.stdout, tr.stderr)
+	}
+	return tr
+}
+
+// limitEvents are the report's calls a resource limit failed.
+func limitEvents(tr traceRun) []tracer.Event {
+	return eventsWhere(tr, func(e *tracer.Event) bool { return e.Kind == tracer.KindLimit })
+}
+
+// A process at its fd limit: libcuda's eventfd fails EMFILE and cuInit
+// returns 304. Under eBPF the eventfd is traced and fd-limit names it (not
+// inferred); ptrace does not see it, and infers the limit from the
+// snapshot's fd count as before, where it reads it before the exit.
+func TestEventfdAtFDLimit(t *testing.T) {
+	privtest.RequireRoot(t)
+	dir := fakeLib(t)
+	for _, backend := range backends {
+		t.Run(backend, func(t *testing.T) {
+			tr := limitTrace(t, dir, backend, "cuInit 304", func(env *scenario.Env) { env.NoFile = 64 }, "FAKELIB_EVENTFD=1")
+			calls := limitEvents(tr)
+			if backend == "ptrace" {
+				// Nothing new: whether the fd count is read before the
+				// target exits is a race, so fd-limit may be absent.
+				if f := finding(tr.rep, "fd-limit"); len(calls) != 0 || f != nil && !f.Inferred {
+					t.Errorf("ptrace: limit failures %+v, fd-limit %+v; want none, inferred if any", calls, f)
+				}
+				return
+			}
+			tr.requireFinding(t, "fd-limit", "error")
+			f := finding(tr.rep, "fd-limit")
+			if len(calls) != 1 || calls[0].Syscall != "eventfd2" || calls[0].ErrnoName() != "EMFILE" {
+				t.Fatalf("limit failures %+v, want the eventfd2's EMFILE", calls)
+			}
+			if f.Inferred || !strings.Contains(f.Summary, "eventfd2 failed with EMFILE") || !slices.Contains(f.Events, calls[0].Seq) {
+				t.Errorf("fd-limit %+v, want the eventfd2 named, not inferred", f)
+			}
+			if text := tr.findingText("fd-limit"); !strings.Contains(text, "`eventfd2()` by app[") {
+				t.Errorf("fd-limit:\n%s", text)
 			}
 		})
 	}

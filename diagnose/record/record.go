@@ -271,7 +271,7 @@ func cmpUint(a, b uint64) int {
 func (r *Recorder) AddFolded(folded []tracer.Folded) {
 	for _, f := range folded {
 		r.Seen += f.Count
-		k := Site{PID: f.PID, Kind: f.Kind, Path: f.Path}
+		k := Site{PID: f.PID, Kind: f.Kind, Path: f.Path, Errno: f.Errno}
 		if f.Kind == tracer.KindIoctl {
 			if s := r.ioctlSummary(IoctlSite{f.PID, f.Dev, f.Request}); s != nil {
 				s.Count += f.Count

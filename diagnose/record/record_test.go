@@ -506,3 +506,26 @@ func TestRecorderFoldsAPIReturns(t *testing.T) {
 		t.Fatalf("folded %+v", f)
 	}
 }
+
+// The kernel's count of a limit failure's repeats (tracer.Folded by
+// syscall and errno) lands on the site of the failures it sent: one
+// summary per call and errno, with every call counted.
+func TestRecorderLimitFailuresFoldPerCallAndErrno(t *testing.T) {
+	r := New()
+	seq := uint64(0)
+	for _, c := range []struct {
+		sc  string
+		ret int64
+	}{{"eventfd2", -24}, {"eventfd2", -24}, {"eventfd2", -23}, {"mmap", -12}} {
+		seq++
+		r.Event(&tracer.Event{Seq: seq, PID: 7, Kind: tracer.KindLimit, Syscall: c.sc, Ret: c.ret})
+	}
+	r.AddFolded([]tracer.Folded{{PID: 7, Kind: tracer.KindLimit, Path: "eventfd2", Errno: 24, Count: 1000}})
+	if n := len(r.Events()); n != 4 {
+		t.Errorf("stored %d events, want the 4 sent", n)
+	}
+	got := r.Folded()
+	if len(got) != 1 || got[0].Path != "eventfd2" || got[0].Errno != 24 || got[0].Calls != 1002 {
+		t.Errorf("folded %+v, want eventfd2 EMFILE with 1002 calls", got)
+	}
+}

@@ -30,6 +30,11 @@ func SiteOf(e *tracer.Event) (k Site, ok bool) {
 		return k, true
 	}
 	k = Site{PID: e.PID, Kind: e.Kind, Errno: int(e.Errno())}
+	if e.Kind == tracer.KindLimit {
+		// Folded per call and errno, as the kernel folds them (tracer.Folded).
+		k.Path = e.Syscall
+		return k, true
+	}
 	if e.Kind == tracer.KindIoctl {
 		if e.Dev != nil {
 			k.Dev = *e.Dev

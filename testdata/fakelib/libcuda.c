@@ -7,8 +7,13 @@
 // first ioctl on the control node (escape 0xd6, as recorded on the H200) and
 // ignores its result (the stand-in node answers ENOTTY): a seccomp filter on
 // NVIDIA ioctls then acts inside cuInit. Then it reserves 64 GiB of address
-// space, as CUDA does: under RLIMIT_AS it returns 2 (CUDA_ERROR_OUT_OF_MEMORY). Built by the tests with gcc; never installed.
+// space, as CUDA does: under RLIMIT_AS it returns 2 (CUDA_ERROR_OUT_OF_MEMORY).
+// With FAKELIB_EVENTFD set, it then holds fds up to RLIMIT_NOFILE (a
+// process that leaked its limit's worth) and makes the eventfd libcuda
+// makes: EMFILE gives 304 (CUDA_ERROR_OPERATING_SYSTEM). Built by the tests
+// with gcc; never installed.
 #include <fcntl.h>
+#include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <stdlib.h>
@@ -60,6 +65,12 @@ int cuInit(unsigned int flags)
 		close(uvm);
 		close(ctl);
 		return 2;
+	}
+	if (getenv("FAKELIB_EVENTFD")) {
+		while (dup(0) >= 0) /* to the limit: dup's EMFILE is not traced */
+			;
+		if (eventfd(0, EFD_CLOEXEC) < 0)
+			return 304;
 	}
 	initialized = 1;
 	init_pid = getpid();

@@ -91,6 +91,7 @@ const (
 	bpfEventKindKIND_EXEC    bpfEventKind = 10
 	bpfEventKindKIND_EXIT    bpfEventKind = 11
 	bpfEventKindKIND_API     bpfEventKind = 12
+	bpfEventKindKIND_LIMIT   bpfEventKind = 13
 )
 
 type bpfExitTailSlot uint32
@@ -187,6 +188,14 @@ const (
 	bpfSyscallIdSC_EXECVEAT     bpfSyscallId = 23
 	bpfSyscallIdSC_EXIT         bpfSyscallId = 24
 	bpfSyscallIdSC_API          bpfSyscallId = 25
+	bpfSyscallIdSC_MMAP         bpfSyscallId = 26
+	bpfSyscallIdSC_EVENTFD2     bpfSyscallId = 27
+	bpfSyscallIdSC_EVENTFD      bpfSyscallId = 28
+	bpfSyscallIdSC_PIPE2        bpfSyscallId = 29
+	bpfSyscallIdSC_PIPE         bpfSyscallId = 30
+	bpfSyscallIdSC_SOCKET       bpfSyscallId = 31
+	bpfSyscallIdSC_SOCKETPAIR   bpfSyscallId = 32
+	bpfSyscallIdSC_LIMIT_END    bpfSyscallId = 33
 )
 
 // Names of all BPF objects in the ELF.

@@ -36,6 +36,13 @@ var syscallNames = [...]string{
 	bpfSyscallIdSC_EXECVE:       "execve",
 	bpfSyscallIdSC_EXECVEAT:     "execveat",
 	bpfSyscallIdSC_EXIT:         "exit",
+	bpfSyscallIdSC_MMAP:         "mmap",
+	bpfSyscallIdSC_EVENTFD2:     "eventfd2",
+	bpfSyscallIdSC_EVENTFD:      "eventfd",
+	bpfSyscallIdSC_PIPE2:        "pipe2",
+	bpfSyscallIdSC_PIPE:         "pipe",
+	bpfSyscallIdSC_SOCKET:       "socket",
+	bpfSyscallIdSC_SOCKETPAIR:   "socketpair",
 }
 
 var kinds = [...]tracer.Kind{
@@ -51,6 +58,7 @@ var kinds = [...]tracer.Kind{
 	bpfEventKindKIND_EXEC:    tracer.KindExec,
 	bpfEventKindKIND_EXIT:    tracer.KindExit,
 	bpfEventKindKIND_API:     tracer.KindAPI,
+	bpfEventKindKIND_LIMIT:   tracer.KindLimit,
 }
 
 const (
@@ -125,6 +133,9 @@ func (d *decoder) decode(raw []byte) (*tracer.Event, error) {
 	ev := d.begin(e, kinds[e.Kind])
 	ev.Syscall = syscallNames[e.Syscall]
 	ev.Ret = e.Ret
+	if ev.Kind == tracer.KindLimit {
+		return ev, nil // the call and its result are all it has
+	}
 	if ev.Kind == tracer.KindExit {
 		// The wait status the kernel keeps: code<<8, or the signal.
 		ev.ExitCode = int(e.ExitCode>>8) & 0xff

@@ -147,12 +147,15 @@ func TestDecodeRejectsBadSamples(t *testing.T) {
 
 // Every syscall and kind the C side can send has a name.
 func TestTablesCoverEnums(t *testing.T) {
-	for id := bpfSyscallIdSC_OPENAT; id <= bpfSyscallIdSC_EXIT; id++ {
-		if syscallNames[id] == "" {
+	for id := bpfSyscallIdSC_OPENAT; id < bpfSyscallIdSC_LIMIT_END; id++ {
+		if id != bpfSyscallIdSC_API && syscallNames[id] == "" {
 			t.Errorf("syscall id %d has no name", id)
 		}
+		if _, ok := limitSyscallNumbers[id]; ok != (id >= bpfSyscallIdSC_MMAP) {
+			t.Errorf("syscall %s: exit-only %v, want %v", syscallNames[id], ok, id >= bpfSyscallIdSC_MMAP)
+		}
 	}
-	for k := bpfEventKindKIND_OPEN; k <= bpfEventKindKIND_EXIT; k++ {
+	for k := bpfEventKindKIND_OPEN; k <= bpfEventKindKIND_LIMIT; k++ {
 		if kinds[k] == "" {
 			t.Errorf("kind %d has no tracer.Kind", k)
 		}
@@ -171,6 +174,11 @@ func TestTablesCoverEnums(t *testing.T) {
 	for id, nr := range syscallNumbers {
 		if want := nr >= 0 && id != int(bpfSyscallIdSC_NONE); seen[uint8(id)] != want {
 			t.Errorf("syscall %s (number %d) in the table: %v, want %v", syscallNames[id], nr, seen[uint8(id)], want)
+		}
+	}
+	for id, nr := range limitSyscallNumbers {
+		if nr >= 0 && table[nr] != uint8(id) {
+			t.Errorf("exit-only syscall %s (number %d) maps to %d", syscallNames[id], nr, table[nr])
 		}
 	}
 	if table[unix.SYS_OPENAT] != uint8(bpfSyscallIdSC_OPENAT) || table[unix.SYS_IOCTL] != uint8(bpfSyscallIdSC_IOCTL) {

@@ -106,6 +106,11 @@ func helperMain(args []string) int {
 				fmt.Fprintln(os.Stderr, err)
 				return 1
 			}
+		case "limits": // limitRounds × each exit-only call, failed by a limit
+			if err := limitCalls(); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
 		case "inband-repeat": // successful ioctls, one with a failure in its params
 			if err := fakeinband.Repeat(path); err != nil {
 				fmt.Fprintln(os.Stderr, err)

@@ -36,7 +36,7 @@ func (s *session) folded() ([]tracer.Folded, error) {
 	}
 	// Map order is hash order: sort, so reports come out the same.
 	slices.SortFunc(out, func(a, b tracer.Folded) int {
-		return cmp.Or(cmp.Compare(a.PID, b.PID), cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Path, b.Path),
+		return cmp.Or(cmp.Compare(a.PID, b.PID), cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Path, b.Path), cmp.Compare(a.Errno, b.Errno),
 			cmp.Compare(a.Dev.Major, b.Dev.Major), cmp.Compare(a.Dev.Minor, b.Dev.Minor), cmp.Compare(a.Request, b.Request))
 	})
 	return out, nil
@@ -56,6 +56,14 @@ func ioctlFolded(site bpfIoctlSite) tracer.Folded {
 func callFolded(site bpfCallSite) (tracer.Folded, error) {
 	if int(site.Kind) >= len(kinds) || kinds[site.Kind] == "" {
 		return tracer.Folded{}, fmt.Errorf("unknown kind %d", site.Kind)
+	}
+	if kinds[site.Kind] == tracer.KindLimit {
+		// The site is the call and its errno (cudatrace.c, limit_exit).
+		sc, errno := int(uint8(site.Path[0])), int(uint8(site.Path[1]))
+		if sc >= len(syscallNames) || syscallNames[sc] == "" {
+			return tracer.Folded{}, fmt.Errorf("unknown syscall %d", sc)
+		}
+		return tracer.Folded{PID: int(site.Tgid), Kind: tracer.KindLimit, Path: syscallNames[sc], Errno: errno}, nil
 	}
 	return tracer.Folded{PID: int(site.Tgid), Kind: kinds[site.Kind], Path: string(cstr(site.Path[:]))}, nil
 }

@@ -49,6 +49,15 @@ func syscallTable() ([nrTableSize]uint8, error) {
 		}
 		table[nr] = uint8(id)
 	}
+	for id, nr := range limitSyscallNumbers {
+		if nr < 0 {
+			continue
+		}
+		if nr >= nrTableSize || table[nr] != 0 {
+			return table, fmt.Errorf("syscall %s: number %d out of range or taken", syscallNames[id], nr)
+		}
+		table[nr] = uint8(id)
+	}
 	return table, nil
 }
 

@@ -28,3 +28,16 @@ var syscallNumbers = [...]int{
 	bpfSyscallIdSC_EXECVE:       unix.SYS_EXECVE,
 	bpfSyscallIdSC_EXECVEAT:     unix.SYS_EXECVEAT,
 }
+
+// limitSyscallNumbers are the exit-only calls (KIND_LIMIT), keyed by
+// their id: what libcuda's fds and address space come from. x86-64 has
+// no mmap2 (a 32-bit call, not looked at).
+var limitSyscallNumbers = map[bpfSyscallId]int{
+	bpfSyscallIdSC_MMAP:       unix.SYS_MMAP,
+	bpfSyscallIdSC_EVENTFD2:   unix.SYS_EVENTFD2,
+	bpfSyscallIdSC_EVENTFD:    unix.SYS_EVENTFD,
+	bpfSyscallIdSC_PIPE2:      unix.SYS_PIPE2,
+	bpfSyscallIdSC_PIPE:       unix.SYS_PIPE,
+	bpfSyscallIdSC_SOCKET:     unix.SYS_SOCKET,
+	bpfSyscallIdSC_SOCKETPAIR: unix.SYS_SOCKETPAIR,
+}

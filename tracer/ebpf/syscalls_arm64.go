@@ -29,3 +29,15 @@ var syscallNumbers = [...]int{
 	bpfSyscallIdSC_EXECVE:       unix.SYS_EXECVE,
 	bpfSyscallIdSC_EXECVEAT:     unix.SYS_EXECVEAT,
 }
+
+// limitSyscallNumbers are the exit-only calls (KIND_LIMIT), keyed by
+// their id; arm64 lacks eventfd and pipe (-1).
+var limitSyscallNumbers = map[bpfSyscallId]int{
+	bpfSyscallIdSC_MMAP:       unix.SYS_MMAP,
+	bpfSyscallIdSC_EVENTFD2:   unix.SYS_EVENTFD2,
+	bpfSyscallIdSC_EVENTFD:    -1,
+	bpfSyscallIdSC_PIPE2:      unix.SYS_PIPE2,
+	bpfSyscallIdSC_PIPE:       -1,
+	bpfSyscallIdSC_SOCKET:     unix.SYS_SOCKET,
+	bpfSyscallIdSC_SOCKETPAIR: unix.SYS_SOCKETPAIR,
+}
