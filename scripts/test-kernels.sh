@@ -66,6 +66,7 @@ fl=$ir/t/bin/fakelib
 gcc -shared -fPIC -O1 -o "$fl/libcuda.so.1" testdata/fakelib/libcuda.c
 gcc -shared -fPIC -O1 -o "$fl/libnvidia-ml.so.1" testdata/fakelib/libnvidia-ml.c
 gcc -O1 -o "$fl/app" testdata/fakelib/app.c -ldl
+gcc -O1 -o "$fl/forkrace" testdata/fakelib/forkrace.c -pthread
 
 # The host's own tools where the tests name them (coreutils, dash, bash,
 # util-linux's unshare, setpriv and mount with their long options), with

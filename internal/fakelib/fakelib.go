@@ -23,8 +23,8 @@ var (
 
 // Build compiles them once per test binary, with gcc, into a directory
 // every user can read, and returns it (libcuda.so.1, libnvidia-ml.so.1,
-// app). Without gcc the test is skipped, unless privileged tests are
-// required.
+// app, and forkrace: tracer/ptrace's fork-race target). Without gcc the
+// test is skipped, unless privileged tests are required.
 func Build(t testing.TB) string {
 	t.Helper()
 	if pre, ok := privtest.Prebuilt(t, "fakelib"); ok {
@@ -60,6 +60,7 @@ func build() (string, error) {
 		{"-shared", "-fPIC", "-O1", "-o", filepath.Join(out, "libcuda.so.1"), filepath.Join(src, "libcuda.c")},
 		{"-shared", "-fPIC", "-O1", "-o", filepath.Join(out, "libnvidia-ml.so.1"), filepath.Join(src, "libnvidia-ml.c")},
 		{"-O1", "-o", filepath.Join(out, "app"), filepath.Join(src, "app.c"), "-ldl", "-pthread"},
+		{"-O1", "-o", filepath.Join(out, "forkrace"), filepath.Join(src, "forkrace.c"), "-pthread"},
 	} {
 		if msg, err := exec.Command(cc, b...).CombinedOutput(); err != nil {
 			return "", &exec.Error{Name: string(msg), Err: err}

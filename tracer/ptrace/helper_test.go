@@ -5,7 +5,6 @@ import (
 	"os"
 	"runtime"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -53,8 +52,6 @@ func runHelper(mode string, args []string) int {
 		return helperThreadExec(args)
 	case "bench":
 		return helperBench(args)
-	case "fork-race":
-		return helperForkRace(args[0], args[1])
 	case "short-children":
 		return helperShortChildren(args[0])
 	case "inband":
@@ -194,49 +191,6 @@ func helperThreadExec(argv []string) int {
 		os.Exit(1)
 	}()
 	select {}
-}
-
-// helperForkRace: fork-race FIFO MARKER. A thread opens MARKER (an event:
-// the test's sink holds the tracer there); meanwhile another thread, not
-// the leader (the leader is the tracer's own child, whose stops wait4
-// reports before any other tracee's), waits for a byte on FIFO, then forks
-// a child (/bin/true) and waits for it. Between the FIFO and the fork it
-// makes no traced syscall, so it forks while the tracer is held.
-func helperForkRace(fifo, marker string) int {
-	if !strings.Contains(os.Getenv("GODEBUG"), "asyncpreemptoff=1") {
-		fmt.Fprintln(os.Stderr, "fork-race: needs GODEBUG=asyncpreemptoff=1 (runForkRace)")
-		return 1
-	}
-	runtime.LockOSThread()
-	fd, err := unix.Open(fifo, unix.O_RDWR, 0)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	code := make(chan int)
-	go func() {
-		runtime.LockOSThread()
-		var b [1]byte
-		if n, err := unix.Read(fd, b[:]); n != 1 {
-			fmt.Fprintln(os.Stderr, "read fifo:", err)
-			code <- 1
-			return
-		}
-		pid, err := syscall.ForkExec("/bin/true", []string{"true"}, &syscall.ProcAttr{Files: []uintptr{0, 1, 2}})
-		if err != nil {
-			// ENOSYS: detached, the child's execve meets the filter alone.
-			if err != syscall.ENOSYS {
-				fmt.Fprintln(os.Stderr, err)
-			}
-			code <- 1
-			return
-		}
-		var ws unix.WaitStatus
-		unix.Wait4(pid, &ws, 0, nil)
-		code <- 0
-	}()
-	unix.Open(marker, unix.O_RDONLY, 0)
-	return <-code
 }
 
 // helperShortChildren: short-children N. A thread other than the leader

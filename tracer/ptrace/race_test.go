@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cudatrace/cudatrace/internal/fakelib"
 	"github.com/cudatrace/cudatrace/internal/privtest"
 	"github.com/cudatrace/cudatrace/tracer"
 )
@@ -101,14 +102,9 @@ func runForkRace(t *testing.T, d time.Duration, during func(child, waker int, de
 	}
 	defer release.Close()
 	marker := "/dev/nvidia-cudatrace-ptest-missing-" + randName()
-	// The tracer is held in the sink while the target forks: a signal to
-	// the target then leaves its thread in a signal-delivery stop nobody
-	// resumes until the hold ends. The Go runtime sends one on its own
-	// (SIGURG, to preempt a goroutine that looks long-running: under load,
-	// the forking one), so the helper runs without async preemption. The
-	// target gets this process's environment as the kernel gave it, so env
-	// sets it.
-	argv := append([]string{"/usr/bin/env", "GODEBUG=asyncpreemptoff=1"}, helperArgv("fork-race", fifo, marker)...)
+	// A C target (testdata/fakelib/forkrace.c): plain threads, no runtime
+	// that clones or signals by itself while the tracer is held.
+	argv := []string{filepath.Join(fakelib.Build(t), "forkrace"), fifo, marker}
 	ctx, cancel := context.WithTimeout(privtest.Deadline(t), 60*time.Second)
 	defer cancel()
 	deadline, _ := ctx.Deadline()
