@@ -300,7 +300,9 @@ func TestHostWideFollowsColdPathOpen(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if got := rec.find(func(e *tracer.Event) bool { return e.PID == followed && e.Kind == tracer.KindOpen && e.Path == node && !e.Failed() }); len(got) != 1 {
+	if got := rec.find(func(e *tracer.Event) bool {
+		return e.PID == followed && e.Kind == tracer.KindOpen && e.Path == node && !e.Failed()
+	}); len(got) != 1 {
 		t.Errorf("the cold open of %s: %d events, want 1\n%s", node, len(got), rec.dump())
 	}
 	if got := rec.find(func(e *tracer.Event) bool { return e.PID == notFollowed }); len(got) != 0 {
