@@ -43,6 +43,7 @@ type LibraryFile struct {
 const (
 	maxBannerScan = 8 << 20 // of .rodata: the banner is 0.6 MB in
 	maxNoRodata   = 1 << 20 // of a file without .rodata (the stub has none)
+	maxELFHeaders = 1 << 20 // the ELF and section headers and section names (libcuda's: ~3 KB)
 	maxLdConfs    = 64
 	maxLdConfSize = 64 << 10
 )
@@ -126,7 +127,10 @@ func libraryText(f *os.File) (text []byte, isELF bool) {
 	r := io.NewSectionReader(f, 0, maxNoRodata)
 	func() {
 		defer func() { _ = recover() }() // debug/elf on hostile input: read the file's start instead
-		ef, err := elf.NewFile(f)
+		// The headers through a read budget: debug/elf reads whole
+		// sections the file's headers size (the section-name table), and
+		// a hostile file can make one gigabytes long.
+		ef, err := elf.NewFile(&budgetReaderAt{r: f, left: maxELFHeaders})
 		if err != nil {
 			return
 		}
@@ -140,6 +144,20 @@ func libraryText(f *os.File) (text []byte, isELF bool) {
 		return nil, isELF
 	}
 	return b, isELF
+}
+
+// budgetReaderAt is r that fails once left bytes have been read.
+type budgetReaderAt struct {
+	r    io.ReaderAt
+	left int64
+}
+
+func (b *budgetReaderAt) ReadAt(p []byte, off int64) (int, error) {
+	if int64(len(p)) > b.left {
+		return 0, errTooLarge
+	}
+	b.left -= int64(len(p))
+	return b.r.ReadAt(p, off)
 }
 
 // ldConfigEntry reports whether the root's ld.so.cache maps p's name to p

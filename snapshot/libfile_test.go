@@ -121,6 +121,16 @@ func TestInspectLibrary(t *testing.T) {
 	}
 	link("app/dev/libcuda.so.1", "/etc") // resolved in the root, a directory
 	write("bad/libcuda.so.1", append([]byte("\x7fELF\x02\x01\x01"), bytes.Repeat([]byte{0xff}, 200)...))
+	// A section-name table the headers say is 1 GiB long, in a sparse file:
+	// not read into memory (the header read has a budget).
+	huge := testELF([]byte("x"), 0)
+	shoff := binary.LittleEndian.Uint64(huge[0x28:])
+	strtab := shoff + 2*64 // the last section header: .shstrtab
+	binary.LittleEndian.PutUint64(huge[strtab+32:], 1<<30)
+	write("huge/libcuda.so.1", huge)
+	if err := os.Truncate(filepath.Join(root, "huge/libcuda.so.1"), 2<<30); err != nil {
+		t.Fatal(err)
+	}
 
 	for _, c := range []struct {
 		path                    string
@@ -136,8 +146,15 @@ func TestInspectLibrary(t *testing.T) {
 		{path: "/app/lib/libcuda.so", resolved: "/app/lib/libcuda.so", err: "a FIFO"},
 		{path: "/app/dev/libcuda.so.1", resolved: "/etc", err: "not a regular file"},
 		{path: "/bad/libcuda.so.1", resolved: "/bad/libcuda.so.1"},
+		{path: "/huge/libcuda.so.1", resolved: "/huge/libcuda.so.1"},
 	} {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
 		lf, err := inspectLibrary(1, c.path, root, false)
+		runtime.ReadMemStats(&after)
+		if n := after.TotalAlloc - before.TotalAlloc; n > 64<<20 {
+			t.Errorf("%s: %d MB allocated to read it", c.path, n>>20)
+		}
 		if c.err != "" {
 			if err == nil || !strings.Contains(err.Error(), c.err) {
 				t.Errorf("%s: error %v, want %q", c.path, err, c.err)
