@@ -17,8 +17,13 @@ const maxLibraries = 8
 type libraries struct {
 	mu    sync.Mutex
 	wg    sync.WaitGroup
-	seen  map[string]bool
+	seen  map[libraryKey]bool
 	files []snapshot.LibraryFile
+}
+
+type libraryKey struct {
+	pid  int
+	path string
 }
 
 func (l *libraries) inspect(read func(int, string, bool) snapshot.LibraryFile, pid int, path string, sameRoot bool) {
@@ -27,13 +32,16 @@ func (l *libraries) inspect(read func(int, string, bool) snapshot.LibraryFile, p
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.seen[path] || len(l.seen) >= maxLibraries {
+	// Per process: the same path in another container's root is another
+	// file.
+	key := libraryKey{pid, path}
+	if l.seen[key] || len(l.seen) >= maxLibraries {
 		return
 	}
 	if l.seen == nil {
-		l.seen = map[string]bool{}
+		l.seen = map[libraryKey]bool{}
 	}
-	l.seen[path] = true
+	l.seen[key] = true
 	i := len(l.files)
 	l.files = append(l.files, snapshot.LibraryFile{PID: pid, Path: path})
 	l.wg.Add(1)
