@@ -42,6 +42,10 @@ const baseOptions = unix.PTRACE_O_TRACESYSGOOD | unix.PTRACE_O_TRACECLONE | unix
 type Backend struct {
 	mu    sync.Mutex
 	stats Stats
+	// expiry, when set, stands for spec.Duration's timer: a test ends the
+	// duration at the point of the trace it means to test, not after a
+	// wall-clock time that a loaded machine may reach first or last.
+	expiry <-chan time.Time
 }
 
 // New returns the ptrace backend.
@@ -136,11 +140,14 @@ type outcome struct {
 
 // watch turns ctx cancellation and spec.Duration into waker requests until
 // the returned stop function is called.
-func watch(ctx context.Context, d time.Duration, w *waker) (stop func()) {
+func watch(ctx context.Context, d time.Duration, expiry <-chan time.Time, w *waker) (stop func()) {
 	quit := make(chan struct{})
 	go func() {
 		var expire <-chan time.Time
-		if d > 0 {
+		switch {
+		case expiry != nil:
+			expire = expiry
+		case d > 0:
 			t := time.NewTimer(d)
 			defer t.Stop()
 			expire = t.C
@@ -214,7 +221,7 @@ func (b *Backend) launch(ctx context.Context, spec tracer.Spec, sink tracer.Sink
 		// The loader sees EOF and exits; reap it through the loop.
 		s.debugf("release: %v", err)
 	}
-	stop := watch(ctx, spec.Duration, w)
+	stop := watch(ctx, spec.Duration, b.expiry, w)
 	defer stop()
 	// ctx cancellation does not end a launch (the caller forwards the
 	// signal to the target); it only stops waiting for descendants that
@@ -301,7 +308,7 @@ func (b *Backend) attach(ctx context.Context, spec tracer.Spec, sink tracer.Sink
 		res.Notes = append(res.Notes, s.heldDeviceNotes(pid)...)
 	}
 	s.startAPI(res, spec.PIDs)
-	stop := watch(ctx, spec.Duration, w)
+	stop := watch(ctx, spec.Duration, b.expiry, w)
 	defer stop()
 	s.loop(func() bool {
 		cancelled, expired := w.state()

@@ -88,8 +88,9 @@ type forkRace struct {
 
 // runForkRace launches the fork-race helper and, with the tracer held at
 // its marker event, lets it fork and calls during with the child's pid and
-// the pid of the waker that ran when the trace began.
-func runForkRace(t *testing.T, d time.Duration, during func(child, waker int, deadline time.Time) error) forkRace {
+// the pid of the waker that ran when the trace began. The trace's duration
+// ends when expire is closed (during closes it), whatever the clock says.
+func runForkRace(t *testing.T, expire <-chan time.Time, during func(child, waker int, deadline time.Time) error) forkRace {
 	t.Helper()
 	dir := t.TempDir()
 	fifo := filepath.Join(dir, "fifo")
@@ -143,7 +144,9 @@ func runForkRace(t *testing.T, d time.Duration, during func(child, waker int, de
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		r.res, r.err = New().Run(ctx, tracer.Spec{Argv: argv, Duration: d, Debug: os.Getenv("PTEST_DEBUG") != ""}, r.c)
+		// Duration only makes the trace one that can expire; expire says when.
+		b := &Backend{expiry: expire}
+		r.res, r.err = b.Run(ctx, tracer.Spec{Argv: argv, Duration: time.Hour, Debug: os.Getenv("PTEST_DEBUG") != ""}, r.c)
 	}()
 	select {
 	case <-done:
@@ -173,28 +176,24 @@ func runForkRace(t *testing.T, d time.Duration, during func(child, waker int, de
 // once, and served (quietly) to its end: its exec works, and the target
 // exits 0.
 func TestChildDetachedBeforeForkEvent(t *testing.T) {
-	for d := 2 * time.Second; ; d *= 2 {
-		r := runForkRace(t, d, func(child, waker int, deadline time.Time) error {
-			if err := await(deadline, "the child's first stop", func() bool { return strings.HasPrefix(procState(child), "t") }); err != nil {
-				return err
-			}
-			if waker == 0 {
-				return errors.New("no waker process found")
-			}
-			// The duration has expired once the waker is dead.
-			return await(deadline, "the trace's duration", func() bool { return strings.HasPrefix(procState(waker), "Z") })
-		})
-		if !r.held {
-			// Slow start: the trace expired before the target got going.
-			if d >= 16*time.Second {
-				t.Fatal("the marker event never came")
-			}
-			continue
+	expire := make(chan time.Time)
+	r := runForkRace(t, expire, func(child, waker int, deadline time.Time) error {
+		if err := await(deadline, "the child's first stop", func() bool { return strings.HasPrefix(procState(child), "t") }); err != nil {
+			return err
 		}
-		if r.res.Exit == nil || r.res.Exit.Code != 0 || !strings.Contains(strings.Join(r.res.Notes, "\n"), "stays attached") {
-			t.Errorf("result = %+v, want the target served to its exit 0", r.res)
+		if waker == 0 {
+			return errors.New("no waker process found")
 		}
-		return
+		// The duration ends now, with the child's first stop and its
+		// creator's fork event both pending; it has once the waker is dead.
+		close(expire)
+		return await(deadline, "the trace's duration", func() bool { return strings.HasPrefix(procState(waker), "Z") })
+	})
+	if !r.held {
+		t.Fatal("the marker event never came")
+	}
+	if r.res.Exit == nil || r.res.Exit.Code != 0 || !strings.Contains(strings.Join(r.res.Notes, "\n"), "stays attached") {
+		t.Errorf("result = %+v, want the target served to its exit 0", r.res)
 	}
 }
 
