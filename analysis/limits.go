@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cudatrace/cudatrace/nvdev"
+	"github.com/cudatrace/cudatrace/nvdev/nvfile"
 	"github.com/cudatrace/cudatrace/tracer"
 )
 
@@ -44,6 +45,10 @@ func bytesText(v uint64) string {
 // RLIMIT_NOFILE for 304/46 when the fd that ran out is not an NVIDIA open.
 func (a *analyzer) checkLimits() {
 	f := a.cudaFailed()
+	if f == nil && a.fail < 0 && a.cuda.Status != "ok" {
+		a.checkLimitsUncoded()
+		return
+	}
 	if f == nil || a.fail >= 0 || !strings.HasPrefix(f.Func, "cu") {
 		return
 	}
@@ -116,7 +121,7 @@ func (a *analyzer) checkFDLimit(f *tracer.Event, head string, nofile *[2]uint64,
 		return
 	}
 	d := []string{head, fmt.Sprintf("%s, and %d fds were open at the snapshot: the target was at its limit.", limits, p.OpenFDs),
-		"No traced /dev/nvidia* open failed, so the fd that could not be had is another of the driver's: an eventfd, pipe or socket libcuda makes, which fails with EMFILE (no such failure was traced: the ptrace backend, strace logs and watch on its fentry hook do not see these calls). " + then}
+		"No traced /dev/nvidia* open failed, so the fd that could not be had is another of the driver's: an eventfd, pipe or socket libcuda makes, which fails with EMFILE (no such failure was traced: the ptrace backend and watch on its fentry hook do not see these calls, nor does an strace log that left them out). " + then}
 	a.add(Finding{ID: "fd-limit", Severity: SeverityError,
 		Summary:  fmt.Sprintf("the process is at its open-file limit (RLIMIT_NOFILE %s)", limitText(nofile[0])),
 		Detail:   d,
@@ -134,4 +139,79 @@ func (a *analyzer) limitFailure(errnos ...syscall.Errno) *tracer.Event {
 		}
 	}
 	return nil
+}
+
+// checkLimitsUncoded explains, where CUDA's own return code is unknown (an
+// strace log, a trace whose probes missed it), a process that used the
+// driver and then failed, with no device call failing, by a call a
+// resource limit failed: an eventfd, pipe or socket libcuda makes
+// (EMFILE, ENFILE), or its address-space reservation (mmap ENOMEM).
+func (a *analyzer) checkLimitsUncoded() {
+	for i := len(a.ev) - 1; i >= 0; i-- {
+		c := &a.ev[i]
+		if c.Kind != tracer.KindLimit || !a.usedDriver(c.PID, i) {
+			continue
+		}
+		x := a.exitOf(c.PID, i)
+		// A process that exited 0, or had not ended, may have got past it:
+		// worth a warning, not the headline.
+		sev := SeverityError
+		ended := ""
+		switch {
+		case x != nil && x.ExitCode == 0 && x.Signal == 0:
+			sev, ended = SeverityWarning, "then exited 0"
+		case x == nil:
+			sev, ended = SeverityWarning, "was still running when the trace ended"
+		case x.Signal != 0:
+			ended = "then died of " + unix.SignalName(syscall.Signal(x.Signal))
+		default:
+			ended = fmt.Sprintf("then exited %d", x.ExitCode)
+		}
+		p := a.s.Process
+		call := fmt.Sprintf("`%s` by %s %s", nvdev.FormatCall(c), nvdev.Caller(c), nvdev.FormatResult(c))
+		d := []string{fmt.Sprintf("%s after the process had used the NVIDIA driver; no device call failed, and it %s. CUDA's own return code was not traced.", call, ended)}
+		events := []uint64{c.Seq}
+		if x != nil {
+			events = append(events, x.Seq)
+		}
+		if c.Errno() == unix.ENOMEM {
+			limit := "Its RLIMIT_AS was not read."
+			if p.AS != nil {
+				limit = fmt.Sprintf("Its RLIMIT_AS (`ulimit -v`) is %s (soft) / %s (hard).", bytesText(p.AS[0]), bytesText(p.AS[1]))
+			}
+			d = append(d, "CUDA reserves large virtual address ranges at initialisation; an mmap that fails ENOMEM there is an address-space limit (RLIMIT_AS) or the kernel's overcommit policy refusing it, and CUDA reports 2 (CUDA_ERROR_OUT_OF_MEMORY). "+limit)
+			a.add(Finding{ID: "rlimit-as", Severity: sev, Inferred: true,
+				Summary: fmt.Sprintf("%s failed with ENOMEM in %s: CUDA could not reserve its address space", c.Syscall, nvdev.Caller(c)),
+				Detail:  d,
+				Fix:     "Remove the address-space limit for the job (`ulimit -v unlimited`, `LimitAS=infinity`, no `as` entry in /etc/security/limits.conf; under Slurm no RLIMIT_AS enforcement); if there is none, check `vm.overcommit_memory` (2 refuses CUDA's reservations). Limit resident memory with a cgroup (memory.max) instead.",
+				Events:  events}, "")
+			return
+		}
+		summary := fmt.Sprintf("%s failed with EMFILE in %s: the process is at its open-file limit", c.Syscall, nvdev.Caller(c))
+		fix := fdLimitFix
+		why := "EMFILE: the process has as many fds open as RLIMIT_NOFILE allows; libcuda needs eventfds, pipes and sockets besides the device nodes, and CUDA then reports 304 (CUDA_ERROR_OPERATING_SYSTEM) or 46 (PyTorch: cudaErrorDevicesUnavailable)."
+		if c.Errno() == unix.ENFILE {
+			summary = fmt.Sprintf("%s failed with ENFILE in %s: the system's open-file table is full", c.Syscall, nvdev.Caller(c))
+			why = "ENFILE: the whole system has as many files open as fs.file-max allows, whatever this process's limit."
+			fix = "Find what holds the host's files (`cat /proc/sys/fs/file-nr`) or raise `fs.file-max` (sysctl). " + fdLimitFix
+		}
+		d = append(d, why)
+		if p.NoFile != nil {
+			d = append(d, fmt.Sprintf("RLIMIT_NOFILE is %s (soft) / %s (hard).", limitText(p.NoFile[0]), limitText(p.NoFile[1])))
+		}
+		a.add(Finding{ID: "fd-limit", Severity: sev, Inferred: true, Summary: summary, Detail: d, Fix: fix, Events: events}, "")
+		return
+	}
+}
+
+// usedDriver reports whether process pid opened an NVIDIA device node or
+// the CUDA/NVML library before event i.
+func (a *analyzer) usedDriver(pid, i int) bool {
+	for j := 0; j < i; j++ {
+		e := &a.ev[j]
+		if e.PID == pid && e.Kind == tracer.KindOpen && !e.Failed() && (isNvidiaNode(e.Path) || nvfile.IsLibrary(e.Path)) {
+			return true
+		}
+	}
+	return false
 }

@@ -142,3 +142,49 @@ func TestLimitFailureNamed(t *testing.T) {
 		t.Errorf("mmap's ENOMEM read as an fd limit: %v", ids(a))
 	}
 }
+
+// Without CUDA's return code (an strace log): a call a limit failed after
+// the process used the driver explains a process that then failed, as an
+// inferred error that heads the verdict; one that exited 0 gets a warning
+// only; a limit failure before any driver use, or none, explains nothing.
+func TestLimitsExplainWithoutCUDACode(t *testing.T) {
+	run := func(limit tracer.Event, code int, driverFirst bool) Analysis {
+		b := newEvents(9, "python3")
+		if !driverFirst {
+			b.add(limit)
+		}
+		b.open("/usr/lib/x86_64-linux-gnu/libcuda.so.1", unix.O_RDONLY|unix.O_CLOEXEC, 3, nil)
+		b.open("/dev/nvidiactl", unix.O_RDWR, 4, dev(195, 255))
+		if driverFirst {
+			b.add(limit)
+		}
+		b.add(tracer.Event{Kind: tracer.KindExit, ExitCode: code})
+		return Analyze(b.evs, h200())
+	}
+	eventfd := tracer.Event{Kind: tracer.KindLimit, Syscall: "eventfd2", Ret: -int64(unix.EMFILE)}
+	a := run(eventfd, 1, true)
+	f := find(t, a, "fd-limit")
+	if f.Severity != SeverityError || !f.Inferred {
+		t.Errorf("fd-limit %+v, want an inferred error", f)
+	}
+	mustContain(t, "verdict", a.Verdict, "eventfd2 failed with EMFILE in python3[9]")
+	mustContain(t, "detail", detail(f), "exited 1", "not traced")
+	mustContain(t, "fix", f.Fix, "ulimit -n")
+
+	if f := find(t, run(eventfd, 0, true), "fd-limit"); f.Severity != SeverityWarning {
+		t.Errorf("exit 0: fd-limit severity %s, want warning", f.Severity)
+	}
+	enfile := eventfd
+	enfile.Ret = -int64(unix.ENFILE)
+	mustContain(t, "fix", find(t, run(enfile, 1, true), "fd-limit").Fix, "fs.file-max")
+
+	mmap := tracer.Event{Kind: tracer.KindLimit, Syscall: "mmap", Ret: -int64(unix.ENOMEM)}
+	a = run(mmap, 1, true)
+	f = find(t, a, "rlimit-as")
+	mustContain(t, "summary", f.Summary, "mmap failed with ENOMEM")
+	mustContain(t, "fix", f.Fix, "ulimit -v unlimited", "overcommit")
+
+	if a := run(eventfd, 1, false); has(a, "fd-limit") {
+		t.Errorf("a limit failure before the driver was used: findings %v", ids(a))
+	}
+}

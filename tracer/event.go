@@ -45,10 +45,18 @@ const (
 	// KindLimit is an mmap, eventfd, pipe or socket call that a resource
 	// limit failed (Ret -EMFILE, -ENFILE or -ENOMEM): the fds and the
 	// address space libcuda takes besides the device nodes. Syscall and
-	// Ret alone; only the eBPF backend sees them, and not on the fentry
-	// hook (watch where fentry is allowed), which hangs nothing on these
-	// calls.
+	// Ret alone. The eBPF backend sees them (not on the fentry hook,
+	// watch where fentry is allowed, which hangs nothing on these calls:
+	// a program there would run on every process's mmap), and strace logs
+	// that traced them; the ptrace backend does not stop on them.
 	KindLimit Kind = "limit"
+)
+
+// LimitSyscalls are the calls a KindLimit event can be, and LimitErrnos
+// the errnos that make one (bpf/cudatrace.c's enum limit_errno).
+var (
+	LimitSyscalls = []string{"mmap", "mmap2", "eventfd", "eventfd2", "pipe", "pipe2", "socket", "socketpair"}
+	LimitErrnos   = []syscall.Errno{unix.ENOMEM, unix.ENFILE, unix.EMFILE}
 )
 
 // Dev is a device number as the kernel sees it.

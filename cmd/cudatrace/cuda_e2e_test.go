@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -320,6 +321,41 @@ func TestEventfdAtFDLimit(t *testing.T) {
 				t.Errorf("fd-limit:\n%s", text)
 			}
 		})
+	}
+}
+
+// explain on a real strace log of the same process at its fd limit: the
+// log has no CUDA return code, but strace saw the eventfd2 fail EMFILE
+// after the driver's nodes were opened, and the process then exited 1. The
+// headline names that call, never "no NVIDIA device call failed".
+func TestExplainEventfdAtFDLimit(t *testing.T) {
+	privtest.RequireRoot(t)
+	strace, err := exec.LookPath("strace")
+	if err != nil {
+		privtest.Skip(t, "needs strace: "+err.Error())
+	}
+	needBinaries(t)
+	dir := fakeLib(t)
+	env := standIn()
+	env.NoFile = 64
+	env.FaultsOnTarget = true
+	env.Prepare(t)
+	log := filepath.Join(t.TempDir(), "app.strace")
+	argv := append([]string{strace, "-f", "-o", log, "--", "env", "FAKELIB_EVENTFD=1", "FAKELIB_STRICT=1"}, libTarget(dir)...)
+	if r := runBinary(t, env.Command(t, argv...)); !strings.Contains(r.stdout, "cuInit 304") {
+		t.Fatalf("target printed %q (exit %d), stderr %s", r.stdout, r.code, r.stderr)
+	}
+	r := runCLI(t, "explain", log, "--format", "json")
+	rep := loadReportText(t, r.stdout)
+	f := finding(rep, "fd-limit")
+	if f == nil || f.Severity != "error" || !strings.Contains(f.Summary, "eventfd2 failed with EMFILE") {
+		t.Fatalf("fd-limit %+v, want the eventfd2's EMFILE; verdict %q", f, rep.Analysis.Verdict)
+	}
+	if !f.Inferred {
+		t.Errorf("fd-limit %+v: without CUDA's return code it is inferred", f)
+	}
+	if v := rep.Analysis.Verdict; !strings.Contains(v, "eventfd2 failed with EMFILE") || strings.Contains(v, "No NVIDIA device call failed") {
+		t.Errorf("verdict %q", v)
 	}
 }
 

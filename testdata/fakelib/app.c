@@ -13,7 +13,8 @@
 // thread the main thread joins; with FAKELIB_THREAD=main, the main thread
 // calls it while a second thread joins the main one. A thread killed
 // inside cuInit (seccomp KILL_THREAD) leaves the process running: the
-// joining thread says so and exits 1.
+// joining thread says so and exits 1. With FAKELIB_STRICT set it exits 1
+// when cuInit failed, as a job that stops on the error does.
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -112,5 +113,5 @@ int main(int argc, char **argv)
 		printf("cuDevicePrimaryCtxRetain %d\n", retain(&ctx, 0));
 	}
 	fflush(stdout);
-	return 0;
+	return rc != 0 && getenv("FAKELIB_STRICT") ? 1 : 0;
 }

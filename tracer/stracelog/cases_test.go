@@ -461,3 +461,26 @@ func TestBadInput(t *testing.T) {
 		}
 	})
 }
+
+// The calls a resource limit fails (KindLimit, as the eBPF backend sends
+// them): an eventfd, pipe or socket EMFILE/ENFILE, an mmap ENOMEM. The same
+// calls succeeding, or failing otherwise, are not events.
+func TestLimitCalls(t *testing.T) {
+	emfile, enfile, enomem := -int64(syscall.EMFILE), -int64(syscall.ENFILE), -int64(syscall.ENOMEM)
+	lg := parseText(t, `eventfd2(0, EFD_CLOEXEC) = 5
+eventfd2(0, EFD_CLOEXEC|EFD_NONBLOCK) = -1 EMFILE (Too many open files)
+pipe2([6, 7], O_CLOEXEC) = 0
+pipe2(0x7ffd, O_CLOEXEC) = -1 ENFILE (Too many open files in system)
+socket(AF_UNIX, SOCK_STREAM|SOCK_CLOEXEC, 0) = -1 EACCES (Permission denied)
+socketpair(AF_UNIX, SOCK_STREAM, 0, 0x7ffd) = -1 EMFILE (Too many open files)
+mmap(NULL, 4096, PROT_READ, MAP_PRIVATE|MAP_ANONYMOUS, -1, 0) = 0x7f0541cbb000
+mmap(NULL, 34359738368, PROT_NONE, MAP_PRIVATE|MAP_ANONYMOUS|MAP_NORESERVE, -1, 0) = -1 ENOMEM (Cannot allocate memory)
+mmap(0x1000, 4096, PROT_READ, MAP_FIXED|MAP_PRIVATE, 3, 0) = -1 EPERM (Operation not permitted)
+`)
+	checkEvents(t, lg, []want{
+		{kind: tracer.KindLimit, syscall: "eventfd2", ret: emfile},
+		{kind: tracer.KindLimit, syscall: "pipe2", ret: enfile},
+		{kind: tracer.KindLimit, syscall: "socketpair", ret: emfile},
+		{kind: tracer.KindLimit, syscall: "mmap", ret: enomem},
+	})
+}

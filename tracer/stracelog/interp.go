@@ -5,6 +5,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/cudatrace/cudatrace/nvdev/nvfile"
@@ -200,6 +201,12 @@ var handlers = map[string]handler{
 	"clone":      (*interp).clone, "clone3": (*interp).clone, "fork": (*interp).clone, "vfork": (*interp).clone,
 	"close": (*interp).close,
 	"dup":   (*interp).dup, "dup2": (*interp).dup, "dup3": (*interp).dup, "fcntl": (*interp).dup, "fcntl64": (*interp).dup,
+}
+
+func init() {
+	for _, name := range tracer.LimitSyscalls {
+		handlers[name] = (*interp).limit
+	}
 }
 
 func (in *interp) syscall(tk *task, name, body string, t int64, hasTime bool) {
@@ -685,6 +692,14 @@ func (in *interp) memfd(c *call) {
 	}
 	flags, _ := parseBits(c.arg(1), memfdFlags)
 	in.emit(c, tracer.Event{Kind: tracer.KindMemfd, Path: name, Flags: flags})
+}
+
+// limit keeps an mmap, eventfd, pipe or socket call that a resource limit
+// failed, as the eBPF backend does (KindLimit); the rest are not events.
+func (in *interp) limit(c *call) {
+	if c.res.val < 0 && slices.Contains(tracer.LimitErrnos, syscall.Errno(-c.res.val)) {
+		in.emit(c, tracer.Event{Kind: tracer.KindLimit})
+	}
 }
 
 func (in *interp) exec(c *call) {
