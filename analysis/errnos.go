@@ -153,8 +153,8 @@ func (a *analyzer) explainOtherErrno(i int) {
 	case unix.ENOMEM:
 		id, cause = "kernel-no-memory", "the kernel ran out of memory"
 		summary = fmt.Sprintf("%s failed with ENOMEM", nvdev.FormatCall(e))
-		d = append(d, "The driver could not allocate kernel memory (or pinned memory under RLIMIT_MEMLOCK).")
-		fix = "Check the memory cgroup limit and `dmesg` for allocation failures; raise RLIMIT_MEMLOCK (`ulimit -l unlimited`) for pinned memory."
+		d = append(d, "The driver could not allocate kernel memory. RLIMIT_MEMLOCK is not the cause: "+nvdev.PinnedMemoryUncharged+".")
+		fix = "Check the memory cgroup limit (memory.max) and `dmesg` for allocation failures."
 	case unix.EAGAIN, unix.EINTR:
 		id, cause = "call-interrupted", "the call was interrupted and not retried"
 		summary = fmt.Sprintf("%s failed with %s and was not retried", nvdev.FormatCall(e), e.ErrnoName())

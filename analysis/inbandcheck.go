@@ -207,7 +207,7 @@ func inbandFix(r nvdev.Inband, driverVersion string) string {
 	case "NV_ERR_INVALID_CLASS", "NV_ERR_NOT_SUPPORTED", "NV_ERR_INVALID_COMMAND":
 		return fmt.Sprintf("The kernel module (%s) does not offer this class or command: the user-space driver (libcuda) is probably from another driver version, or the GPU is too old or too new for this driver. Install matching driver libraries and kernel module.", orUnknown(driverVersion))
 	case "NV_ERR_NO_MEMORY", "NV_ERR_INSUFFICIENT_RESOURCES":
-		return "The driver ran out of memory or resources: check the GPU's memory use (`nvidia-smi`) and the host's free memory, and the process's RLIMIT_MEMLOCK."
+		return "The driver ran out of memory or resources: check the GPU's memory use (`nvidia-smi`), the host's free memory and the memory cgroup's limit (RLIMIT_MEMLOCK is not the cause: " + nvdev.PinnedMemoryUncharged + ")."
 	case "NV_ERR_GPU_IS_LOST", "NV_ERR_GPU_IN_FULLCHIP_RESET", "NV_ERR_RESET_REQUIRED":
 		return "The GPU needs a reset: `nvidia-smi -r`, or reboot the host; check the kernel log for Xid messages."
 	case "NV_ERR_STATE_IN_USE", "NV_ERR_IN_USE":

@@ -188,3 +188,21 @@ func TestLimitsExplainWithoutCUDACode(t *testing.T) {
 		t.Errorf("a limit failure before the driver was used: findings %v", ids(a))
 	}
 }
+
+// RLIMIT_MEMLOCK is never offered as the cause or the fix: the driver pins
+// CUDA's host memory uncharged to it (measured on the H200: pinned and
+// registered memory at `ulimit -l 0`). A device call that fails ENOMEM is
+// the kernel's memory, and NV_ERR_NO_MEMORY the GPU's or the host's.
+func TestMemlockNeverBlamed(t *testing.T) {
+	b := newEvents(9, "python3")
+	b.open("/dev/nvidiactl", unix.O_RDWR, 3, dev(195, 255))
+	b.open("/dev/nvidia-uvm", unix.O_RDWR|unix.O_CLOEXEC, -int64(unix.ENOMEM), nil)
+	s := h200()
+	s.Process.MemLock = &[2]uint64{0, 0}
+	a := Analyze(b.evs, s)
+	f := find(t, a, "kernel-no-memory")
+	if strings.Contains(f.Fix, "ulimit -l") || strings.Contains(f.Fix, "MEMLOCK") {
+		t.Errorf("fix %q offers RLIMIT_MEMLOCK", f.Fix)
+	}
+	mustContain(t, "detail", detail(f), "RLIMIT_MEMLOCK is not the cause")
+}

@@ -69,6 +69,13 @@ func HMMKernel(kc map[string]string) bool {
 	return kc["CONFIG_HMM_MIRROR"] == "y" && kc["CONFIG_DEVICE_PRIVATE"] == "y"
 }
 
+// PinnedMemoryUncharged is why RLIMIT_MEMLOCK never explains a CUDA
+// failure: measured on the H200 (driver 580, as nobody, `ulimit -l 0`),
+// cuInit, cuMemHostAlloc, cuMemAllocHost and cuMemHostRegister of up to
+// 64 MiB, and PyTorch's pin_memory, all succeed. (RDMA's memory
+// registration, InfiniBand verbs under NCCL, is charged to it.)
+const PinnedMemoryUncharged = "the NVIDIA driver pins CUDA's host memory itself, uncharged to it (cuMemHostAlloc and cuMemHostRegister succeed at `ulimit -l 0`); it limits RDMA registration (InfiniBand under NCCL), not CUDA"
+
 // Fixes for the driver-state causes, shared with doctor.
 const (
 	HMMFix         = "Set `options nvidia_uvm uvm_disable_hmm=1` (in /etc/modprobe.d/nvidia-uvm.conf) and reload nvidia_uvm (`rmmod nvidia_uvm && modprobe nvidia_uvm`) (open-gpu-kernel-modules #947)."

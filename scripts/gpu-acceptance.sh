@@ -201,6 +201,16 @@ for be in ebpf ptrace; do
   wait "$tpid"
 done
 
+# 20 (issue 27, class 2): RLIMIT_MEMLOCK 0, as nobody, with pinned and
+# registered memory. Measured in session 13: CUDA pins its host memory
+# uncharged to it, so every call succeeds, and the headline must say CUDA
+# succeeded and blame no limit.
+PINNED=$'import ctypes, mmap, resource, torch\nprint("memlock", resource.getrlimit(resource.RLIMIT_MEMLOCK))\nx = torch.ones(1 << 24).pin_memory(); y = x.cuda(non_blocking=True); torch.cuda.synchronize()\nc = ctypes.CDLL("libcuda.so.1"); b = mmap.mmap(-1, 64 << 20)\nprint("pinned", x.is_pinned(), "cuMemHostRegister", c.cuMemHostRegister_v2(ctypes.c_void_p(ctypes.addressof(ctypes.c_char.from_buffer(b))), ctypes.c_size_t(64 << 20), 0))'
+for be in ebpf ptrace; do
+  sfx=; [ $be = ptrace ] && sfx=-ptrace
+  traced 20-memlock-0-pinned-torch$sfx none -- --backend $be -u nobody -- env HOME=/tmp sh -c 'ulimit -l 0 && exec python3 -c "$0"' "$PINNED"
+done
+
 states_libcuda
 
 echo "== leftovers"
