@@ -121,7 +121,7 @@ func (a *analyzer) checkFDLimit(f *tracer.Event, head string, nofile *[2]uint64,
 		return
 	}
 	d := []string{head, fmt.Sprintf("%s, and %d fds were open at the snapshot: the target was at its limit.", limits, p.OpenFDs),
-		"No traced /dev/nvidia* open failed, so the fd that could not be had is another of the driver's: an eventfd, pipe or socket libcuda makes, which fails with EMFILE (no such failure was traced: the ptrace backend and watch on its fentry hook do not see these calls, nor does an strace log that left them out). " + then}
+		"No traced /dev/nvidia* open failed, so the fd that could not be had is another of the driver's: an eventfd, pipe or socket libcuda makes, which fails with EMFILE (no such failure was traced; watch on its fentry hook does not see these calls, nor does an strace log that left them out). " + then}
 	a.add(Finding{ID: "fd-limit", Severity: SeverityError,
 		Summary:  fmt.Sprintf("the process is at its open-file limit (RLIMIT_NOFILE %s)", limitText(nofile[0])),
 		Detail:   d,

@@ -45,10 +45,10 @@ const (
 	// KindLimit is an mmap, eventfd, pipe or socket call that a resource
 	// limit failed (Ret -EMFILE, -ENFILE or -ENOMEM): the fds and the
 	// address space libcuda takes besides the device nodes. Syscall and
-	// Ret alone. The eBPF backend sees them (not on the fentry hook,
-	// watch where fentry is allowed, which hangs nothing on these calls:
-	// a program there would run on every process's mmap), and strace logs
-	// that traced them; the ptrace backend does not stop on them.
+	// Ret alone. The eBPF backend sees them all (not on the fentry hook,
+	// watch where fentry is allowed: a program there would run on every
+	// process's mmap), the ptrace backend the fd calls (not mmap: a
+	// process makes thousands), and strace logs those they hold.
 	KindLimit Kind = "limit"
 )
 

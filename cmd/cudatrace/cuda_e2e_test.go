@@ -291,9 +291,9 @@ func limitEvents(tr traceRun) []tracer.Event {
 }
 
 // A process at its fd limit: libcuda's eventfd fails EMFILE and cuInit
-// returns 304. Under eBPF the eventfd is traced and fd-limit names it (not
-// inferred); ptrace does not see it, and infers the limit from the
-// snapshot's fd count as before, where it reads it before the exit.
+// returns 304. Both backends trace the eventfd (eBPF tests its result in
+// the kernel, ptrace stops on the fd calls), and fd-limit names it, not
+// inferred.
 func TestEventfdAtFDLimit(t *testing.T) {
 	privtest.RequireRoot(t)
 	dir := fakeLib(t)
@@ -301,14 +301,6 @@ func TestEventfdAtFDLimit(t *testing.T) {
 		t.Run(backend, func(t *testing.T) {
 			tr := limitTrace(t, dir, backend, "cuInit 304", func(env *scenario.Env) { env.NoFile = 64 }, "FAKELIB_EVENTFD=1")
 			calls := limitEvents(tr)
-			if backend == "ptrace" {
-				// Nothing new: whether the fd count is read before the
-				// target exits is a race, so fd-limit may be absent.
-				if f := finding(tr.rep, "fd-limit"); len(calls) != 0 || f != nil && !f.Inferred {
-					t.Errorf("ptrace: limit failures %+v, fd-limit %+v; want none, inferred if any", calls, f)
-				}
-				return
-			}
 			tr.requireFinding(t, "fd-limit", "error")
 			f := finding(tr.rep, "fd-limit")
 			if len(calls) != 1 || calls[0].Syscall != "eventfd2" || calls[0].ErrnoName() != "EMFILE" {

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cudatrace/cudatrace/internal/fakeinband"
+	"github.com/cudatrace/cudatrace/internal/fakelimits"
 	"github.com/cudatrace/cudatrace/internal/privtest"
 	"github.com/cudatrace/cudatrace/internal/scenario/faults"
 	"github.com/cudatrace/cudatrace/snapshot"
@@ -107,7 +108,7 @@ func helperMain(args []string) int {
 				return 1
 			}
 		case "limits": // limitRounds × each exit-only call, failed by a limit
-			if err := limitCalls(); err != nil {
+			if err := fakelimits.Run(); err != nil {
 				fmt.Fprintln(os.Stderr, err)
 				return 1
 			}

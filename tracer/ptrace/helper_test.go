@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cudatrace/cudatrace/internal/fakeinband"
+	"github.com/cudatrace/cudatrace/internal/fakelimits"
 	"github.com/cudatrace/cudatrace/tracer/launch"
 )
 
@@ -66,6 +67,12 @@ func runHelper(mode string, args []string) int {
 		return helperSpinExec(args)
 	case "fork-exit":
 		return helperForkExit(args)
+	case "limits":
+		if err := fakelimits.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		return 0
 	}
 	fmt.Fprintln(os.Stderr, "unknown helper mode", mode)
 	return 2

@@ -2,7 +2,9 @@ package ptrace
 
 import (
 	"encoding/binary"
+	"slices"
 	"strconv"
+	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -182,6 +184,9 @@ func (r *rules) entry(c *call, tid, fdDir int, id sysID, a [6]uint64) bool {
 	case sysExecveat:
 		e.Kind, e.Path, e.Argv, e.Flags = tracer.KindExec, str(1), readArgv(tid, a[2], 4), a[4]
 		return true
+	case sysEventfd, sysEventfd2, sysPipe, sysPipe2, sysSocket, sysSocketpair:
+		e.Kind = tracer.KindLimit // kept at the exit only if a limit failed it
+		return true
 	default:
 		return false
 	}
@@ -195,6 +200,11 @@ func (r *rules) exit(tid, fdDir int, c *call, ret int64) *tracer.Event {
 	e.Ret = ret
 	a := c.args
 	switch c.id {
+	case sysEventfd, sysEventfd2, sysPipe, sysPipe2, sysSocket, sysSocketpair:
+		if ret >= 0 || !slices.Contains(tracer.LimitErrnos, syscall.Errno(-ret)) {
+			return nil
+		}
+		return e
 	case sysOpen, sysCreat, sysOpenat, sysOpenat2:
 		if ret >= 0 {
 			st, ok := fdStat(fdDir, int(ret))
@@ -259,6 +269,8 @@ func (r *rules) unreturned(c *call) *tracer.Event {
 		}
 	case sysExecve, sysExecveat:
 		return nil // an exec that did not finish: reported by the exit
+	case sysEventfd, sysEventfd2, sysPipe, sysPipe2, sysSocket, sysSocketpair:
+		return nil // no result, so no limit failed it (as under eBPF)
 	}
 	e := &c.ev
 	e.Ret, e.Arg, e.Status, e.NoReturn = 0, nil, nil, true

@@ -28,6 +28,16 @@ const (
 	sysMemfdCreate
 	sysExecve
 	sysExecveat
+	// The fd calls a resource limit fails (tracer.KindLimit), recorded
+	// only when one did: libcuda's eventfds, pipes and sockets. Not mmap:
+	// a process makes thousands, each two stops here, where eBPF tests
+	// the result in the kernel for nothing.
+	sysEventfd
+	sysEventfd2
+	sysPipe
+	sysPipe2
+	sysSocket
+	sysSocketpair
 )
 
 // kernelName is what the event's Syscall field says (the kernel's name).
@@ -42,6 +52,8 @@ var kernelName = [...]string{
 	sysMkdir: "mkdir", sysMkdirat: "mkdirat",
 	sysMemfdCreate: "memfd_create",
 	sysExecve:      "execve", sysExecveat: "execveat",
+	sysEventfd: "eventfd", sysEventfd2: "eventfd2", sysPipe: "pipe", sysPipe2: "pipe2",
+	sysSocket: "socket", sysSocketpair: "socketpair",
 }
 
 func (s sysID) String() string { return kernelName[s] }

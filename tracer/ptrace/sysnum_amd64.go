@@ -19,6 +19,8 @@ var nativeSyscalls = map[uint64]sysID{
 	unix.SYS_MKDIR: sysMkdir, unix.SYS_MKDIRAT: sysMkdirat,
 	unix.SYS_MEMFD_CREATE: sysMemfdCreate,
 	unix.SYS_EXECVE:       sysExecve, unix.SYS_EXECVEAT: sysExecveat,
+	unix.SYS_EVENTFD: sysEventfd, unix.SYS_EVENTFD2: sysEventfd2, unix.SYS_PIPE: sysPipe, unix.SYS_PIPE2: sysPipe2,
+	unix.SYS_SOCKET: sysSocket, unix.SYS_SOCKETPAIR: sysSocketpair,
 }
 
 // rollbackValue is what a call rolled back by seccomp (KILL, TRAP) holds at

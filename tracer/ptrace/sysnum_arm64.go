@@ -18,6 +18,8 @@ var nativeSyscalls = map[uint64]sysID{
 	unix.SYS_MKDIRAT:      sysMkdirat,
 	unix.SYS_MEMFD_CREATE: sysMemfdCreate,
 	unix.SYS_EXECVE:       sysExecve, unix.SYS_EXECVEAT: sysExecveat,
+	unix.SYS_EVENTFD2: sysEventfd2, unix.SYS_PIPE2: sysPipe2,
+	unix.SYS_SOCKET: sysSocket, unix.SYS_SOCKETPAIR: sysSocketpair,
 }
 
 // rollbackValue is what a call rolled back by seccomp (KILL, TRAP) holds at
