@@ -181,6 +181,9 @@ for be in ebpf ptrace; do
   traced 14-nofile-48-torch$sfx --nofile 48 -- --backend $be -- python3 -c "$TORCH"
   traced 15-fork-after-init-cuinit$sfx none -- --backend $be -- python3 -c "$FORK_CUINIT"
   traced 15-fork-after-init-torch$sfx  none -- --backend $be -- python3 -c "$FORK_TORCH"
+  # Issue 27 class 5: the program that denies uvm is on the parent of the
+  # target's cgroup; the target's own cgroup allows everything.
+  traced 21-deny-uvm-from-above-cuinit$sfx --deny-v2 "c $uvm:* rwm" --v2-leaf -- --backend $be -- python3 -c "$CUINIT"
   traced 16-foreign-uvm-node-cuinit$sfx none -- --backend $be -- unshare -m sh -c 'mount --bind /dev/null /dev/nvidia-uvm && exec python3 -c "$0"' "$CUINIT"
   if [ -n "$stubdir" ]; then
     traced 17-stub-first-cuinit$sfx none -- --backend $be -- env LD_LIBRARY_PATH="$stubdir" python3 -c "$CUINIT"

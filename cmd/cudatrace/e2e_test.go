@@ -564,6 +564,33 @@ func TestCgroup2StaleMajor(t *testing.T) {
 	})
 }
 
+// The denying program sits on the parent of the target's cgroup (a slice
+// above a container), and the target's own cgroup has a program that
+// allows every device: the fix names the parent, where the program is, and
+// says a rule in the target's own cgroup cannot lift it (issue 27 class 5).
+func TestCgroup2DenyFromAbove(t *testing.T) {
+	t.Parallel()
+	mk := func() *scenario.Env {
+		env := standIn()
+		env.CgroupV2Deny = []scenario.DeviceRule{{Type: 'c', Major: scenario.UVMMajor, Minor: scenario.Wildcard, Access: "rwm"}}
+		env.CgroupV2Leaf = true
+		return env
+	}
+	bothBackends(t, mk, nil, nil, func(t *testing.T, env *scenario.Env, tr traceRun) {
+		commonChecks(t, tr)
+		tr.failing(t, "openat", "/dev/nvidia-uvm", unix.EPERM)
+		tr.requireFinding(t, "cgroup2-denied", analysis.SeverityError)
+		f := finding(tr.rep, "cgroup2-denied")
+		parent := strings.TrimPrefix(env.CgroupV2Path(), scenario.CgroupV2Root())
+		leaf := strings.TrimPrefix(env.CgroupV2LeafPath(), scenario.CgroupV2Root())
+		for _, want := range []string{"inherited from " + parent, "above the target's cgroup " + leaf, "cannot lift it", "the device cgroup " + parent} {
+			if !strings.Contains(f.Fix, want) {
+				t.Errorf("fix lacks %q:\n%s", want, f.Fix)
+			}
+		}
+	})
+}
+
 // A v1 devices cgroup in the shape Docker and LXC write (deny all, then an
 // allow list) that lacks uvm's major: devices.list shows the list, so the
 // verdict names it.

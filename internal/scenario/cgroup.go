@@ -109,6 +109,13 @@ func newCgroupV2(t testing.TB, rules []DeviceRule, allowOnly bool) *cgroupV2 {
 	if root == "" {
 		privtest.Skip(t, "no cgroup2 mount: cannot build a cgroup v2 device scenario")
 	}
+	return newCgroupV2In(t, root, scratchName(), rules, allowOnly)
+}
+
+// newCgroupV2In is newCgroupV2 for a cgroup named name in parent. runc
+// attaches with BPF_F_ALLOW_MULTI, so a parent's program still applies.
+func newCgroupV2In(t testing.TB, parent, name string, rules []DeviceRule, allowOnly bool) *cgroupV2 {
+	t.Helper()
 	var ocRules []*devconfig.Rule
 	if !allowOnly {
 		ocRules = append(ocRules, &devconfig.Rule{Type: devconfig.WildcardDevice, Major: Wildcard, Minor: Wildcard, Permissions: "rwm", Allow: true})
@@ -119,7 +126,7 @@ func newCgroupV2(t testing.TB, rules []DeviceRule, allowOnly bool) *cgroupV2 {
 			Permissions: devconfig.Permissions(r.Access), Allow: allowOnly,
 		})
 	}
-	cg := &cgroupV2{path: filepath.Join(root, scratchName())}
+	cg := &cgroupV2{path: filepath.Join(parent, name)}
 	if err := os.Mkdir(cg.path, 0o755); err != nil {
 		t.Fatalf("scenario: %v", err)
 	}

@@ -153,6 +153,11 @@ type Env struct {
 	// these. Setting both is an error.
 	CgroupV2Deny      []DeviceRule
 	CgroupV2AllowOnly []DeviceRule
+	// CgroupV2Leaf puts ARGV in a child of that scratch cgroup, whose own
+	// program allows every device: the scratch cgroup's program denies
+	// from above it (BPF_F_ALLOW_MULTI, as runc attaches), as a slice's
+	// program does above a container's.
+	CgroupV2Leaf bool
 
 	// CgroupV1Deny lines ("c 7:0 rwm") are written to devices.deny of a
 	// scratch v1 devices cgroup. Skips the test if that controller is not
@@ -195,6 +200,7 @@ type Env struct {
 	prepared        bool
 	procDevicesPath string
 	v2              *cgroupV2
+	v2leaf          *cgroupV2 // CgroupV2Leaf: the child ARGV joins
 	v1Path          string
 	supervisor      *faults.Supervisor
 	notifySocket    string
@@ -220,6 +226,15 @@ func (e *Env) CgroupV2Path() string {
 		return ""
 	}
 	return e.v2.path
+}
+
+// CgroupV2LeafPath is the child cgroup ARGV runs in under CgroupV2Leaf,
+// or "". Valid after Prepare.
+func (e *Env) CgroupV2LeafPath() string {
+	if e.v2leaf == nil {
+		return ""
+	}
+	return e.v2leaf.path
 }
 
 // CgroupV1Path is the scratch v1 devices cgroup directory, or "".
@@ -300,6 +315,12 @@ func (e *Env) Prepare(t testing.TB) {
 	case len(e.CgroupV2AllowOnly) > 0:
 		e.v2 = newCgroupV2(t, e.CgroupV2AllowOnly, true)
 	}
+	if e.CgroupV2Leaf {
+		if e.v2 == nil {
+			t.Fatal("scenario: CgroupV2Leaf needs CgroupV2Deny or CgroupV2AllowOnly")
+		}
+		e.v2leaf = newCgroupV2In(t, e.v2.path, "leaf", nil, false)
+	}
 }
 
 // Command returns a command that builds the environment and then execs argv
@@ -373,8 +394,11 @@ func (e *Env) script() (string, error) {
 		line(fmt.Sprintf("rm -f %s && mknod %s c %d %d && chown %d:%d %s && chmod %04o %s",
 			p, p, n.Major, n.Minor, n.UID, n.GID, p, mode, p), "node /dev/"+n.Path)
 	}
-	if e.v2 != nil {
-		line("echo $$ > "+quote(filepath.Join(e.v2.path, "cgroup.procs")), "join cgroup v2 "+e.v2.path)
+	if join := e.v2; join != nil {
+		if e.v2leaf != nil {
+			join = e.v2leaf
+		}
+		line("echo $$ > "+quote(filepath.Join(join.path, "cgroup.procs")), "join cgroup v2 "+join.path)
 	}
 	if e.v1Path != "" {
 		line("echo $$ > "+quote(filepath.Join(e.v1Path, "cgroup.procs")), "join cgroup v1 "+e.v1Path)

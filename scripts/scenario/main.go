@@ -42,6 +42,7 @@ func main() {
 		noDev       = pflag.Bool("nodev", false, "mount the private /dev nodev")
 		denyV2      = pflag.StringArray("deny-v2", nil, "cgroup v2 program denying this rule, e.g. 'c 7:* rwm' (repeatable)")
 		allowOnlyV2 = pflag.StringArray("allow-only-v2", nil, "cgroup v2 program allowing only these rules (repeatable)")
+		leafV2      = pflag.Bool("v2-leaf", false, "run COMMAND in a child of that cgroup whose own program allows every device: the --deny-v2/--allow-only-v2 program applies from above, as a slice's does")
 		denyV1      = pflag.StringArray("deny-v1", nil, "cgroup v1 devices.deny line (repeatable)")
 		user        = pflag.String("user", "", "run COMMAND as this user (setpriv)")
 		printPath   = pflag.Bool("print-proc-devices", false, "print the fake /proc/devices path on stderr first")
@@ -91,6 +92,7 @@ func main() {
 	for _, r := range *allowOnlyV2 {
 		env.CgroupV2AllowOnly = append(env.CgroupV2AllowOnly, parseRule(r, t))
 	}
+	env.CgroupV2Leaf = *leafV2
 	env.CgroupV1Deny = *denyV1
 
 	env.Prepare(t)
