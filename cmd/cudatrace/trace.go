@@ -137,11 +137,17 @@ func traceError(err error, o *options) error {
 	if errors.As(err, &ee) {
 		return err
 	}
+	return fail(exitFailure, "%s", errorLine(err, o.debug))
+}
+
+// errorLine is err's first line, saying --debug shows the rest, unless
+// debug.
+func errorLine(err error, debug bool) string {
 	msg := err.Error()
-	if !o.debug && strings.Contains(msg, "\n") {
+	if !debug && strings.Contains(msg, "\n") {
 		msg = msg[:strings.IndexByte(msg, '\n')] + " (--debug shows more)"
 	}
-	return fail(exitFailure, "%s", msg)
+	return msg
 }
 
 // statusProgress shows a diagnosis's progress on the status line.
