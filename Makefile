@@ -71,7 +71,8 @@ test:
 	else echo "check-generated skipped: no clang-19 (make check-generated)"; fi
 	$(AS_ROOT) $(GO) test $(RACE) -p 1 -count=1 -timeout 40m ./...
 
-# The pure tier: no root, no BPF; privileged tests skip under -short.
+# The pure tier: no root, no BPF; privileged tests, and the slow ones (a
+# browser, make install), skip under -short.
 test-short:
 	$(GO) test -short ./...
 

@@ -17,14 +17,14 @@ import (
 
 // Analyze finds the call that makes CUDA initialisation fail, explains it
 // with the snapshot, and adds what else the trace shows. It is a pure
-// function: the same inputs give the same Analysis, byte for byte.
-func Analyze(events []tracer.Event, snap *snapshot.Snapshot) Analysis {
+// function: the same inputs give the same Result, byte for byte.
+func Analyze(events []tracer.Event, snap *snapshot.Snapshot) Result {
 	return AnalyzeFacts(events, snap, Facts{})
 }
 
 // AnalyzeFacts is Analyze with what the tracer knew of its own view
 // (whether CUDA's return codes were traced).
-func AnalyzeFacts(events []tracer.Event, snap *snapshot.Snapshot, facts Facts) Analysis {
+func AnalyzeFacts(events []tracer.Event, snap *snapshot.Snapshot, facts Facts) Result {
 	if snap == nil {
 		snap = &snapshot.Snapshot{}
 	}
@@ -44,7 +44,7 @@ func AnalyzeFacts(events []tracer.Event, snap *snapshot.Snapshot, facts Facts) A
 	sort.SliceStable(a.out, func(i, j int) bool {
 		return severityRank(a.out[i].Severity) < severityRank(a.out[j].Severity)
 	})
-	res := Analysis{Findings: a.out, Verdict: a.verdict()}
+	res := Result{Findings: a.out, Verdict: a.verdict()}
 	if a.cuda.Status != "unknown" {
 		res.CUDA = a.cuda
 	}

@@ -935,7 +935,7 @@ func TestOwnSeccompFilterNotTargets(t *testing.T) {
 	s.CgroupV2 = &snapshot.CgroupV2{Path: "/user.slice"}
 	s.Process.Seccomp, s.Process.SeccompFilters = 2, 1
 	own := Facts{OwnSeccompFilters: 1}
-	check := func(a Analysis) {
+	check := func(a Result) {
 		t.Helper()
 		for _, f := range a.Findings {
 			if text := detail(f); strings.Contains(text, "runs under") || strings.Contains(text, "Seccomp: 2") {

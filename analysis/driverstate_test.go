@@ -43,7 +43,7 @@ func driverSnap() *snapshot.Snapshot {
 	return s
 }
 
-func noFinding(t *testing.T, a Analysis, idList ...string) {
+func noFinding(t *testing.T, a Result, idList ...string) {
 	t.Helper()
 	for _, id := range idList {
 		if has(a, id) {

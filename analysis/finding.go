@@ -35,8 +35,9 @@ type Finding struct {
 	Events []uint64 `json:"events,omitempty"`
 }
 
-// Analysis is the result of Analyze.
-type Analysis struct {
+// Result is what Analyze finds: the failing call, the verdict, CUDA's own
+// return and the findings (a report stores it as "analysis").
+type Result struct {
 	// Failing is the call that makes CUDA init fail, or nil if none did.
 	Failing *tracer.Event `json:"failing,omitempty"`
 	// Verdict is the report's headline, one sentence.

@@ -92,7 +92,7 @@ func (b *evb) symlink(target, path string, ret int64) *evb {
 }
 
 // find returns the finding with id or fails the test.
-func find(t *testing.T, a Analysis, id string) Finding {
+func find(t *testing.T, a Result, id string) Finding {
 	t.Helper()
 	for _, f := range a.Findings {
 		if f.ID == id {
@@ -103,7 +103,7 @@ func find(t *testing.T, a Analysis, id string) Finding {
 	return Finding{}
 }
 
-func has(a Analysis, id string) bool {
+func has(a Result, id string) bool {
 	for _, f := range a.Findings {
 		if f.ID == id {
 			return true
@@ -112,7 +112,7 @@ func has(a Analysis, id string) bool {
 	return false
 }
 
-func ids(a Analysis) []string {
+func ids(a Result) []string {
 	var s []string
 	for _, f := range a.Findings {
 		s = append(s, f.ID+"/"+string(f.Severity))

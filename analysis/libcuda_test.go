@@ -64,7 +64,7 @@ func TestAttachedAfterInit(t *testing.T) {
 // loaded, read by the snapshot, decides the verdict for 803 and 34 where
 // its name says nothing, and the fix undoes what chose it.
 func TestLibcudaByContents(t *testing.T) {
-	run := func(lib string, code int64, s *snapshot.Snapshot) Analysis {
+	run := func(lib string, code int64, s *snapshot.Snapshot) Result {
 		b := newEvents(5, "python3")
 		b.open(lib, unix.O_RDONLY|unix.O_CLOEXEC, 3, nil)
 		b.open("/dev/nvidiactl", unix.O_RDWR, 4, dev(195, 255))

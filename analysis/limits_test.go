@@ -14,7 +14,7 @@ import (
 // an fd limit reached by fds that are not NVIDIA opens explains 304/46;
 // without the limit neither is claimed.
 func TestLimitsExplainCUDA(t *testing.T) {
-	run := func(s *snapshot.Snapshot, fn string, code int64) Analysis {
+	run := func(s *snapshot.Snapshot, fn string, code int64) Result {
 		b := newEvents(9, "python3")
 		b.open("/dev/nvidiactl", unix.O_RDWR, 3, dev(195, 255))
 		b.open("/dev/nvidia-uvm", unix.O_RDWR|unix.O_CLOEXEC, 4, dev(238, 0))
@@ -80,7 +80,7 @@ func TestLimitsRecordedAtTheReturn(t *testing.T) {
 // the snapshot's fd count), ENFILE as the system's table; one of another
 // process, or after CUDA failed, is not the cause.
 func TestLimitFailureNamed(t *testing.T) {
-	run := func(s *snapshot.Snapshot, code int64, limit ...tracer.Event) Analysis {
+	run := func(s *snapshot.Snapshot, code int64, limit ...tracer.Event) Result {
 		b := newEvents(9, "python3")
 		b.open("/dev/nvidiactl", unix.O_RDWR, 3, dev(195, 255))
 		for _, e := range limit {

@@ -121,7 +121,7 @@ func TestNvidiaPathNotADevice(t *testing.T) {
 	}
 }
 
-func findOpt(a Analysis, id string) *Finding {
+func findOpt(a Result, id string) *Finding {
 	for i := range a.Findings {
 		if a.Findings[i].ID == id {
 			return &a.Findings[i]

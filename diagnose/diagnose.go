@@ -61,7 +61,7 @@ type deps struct {
 	// inspectLibrary reads a libcuda or NVML file a process opened
 	// (snapshot.InspectLibrary).
 	inspectLibrary func(pid int, path string, sameRoot bool) snapshot.LibraryFile
-	analyze        func([]tracer.Event, *snapshot.Snapshot, analysis.Facts) analysis.Analysis
+	analyze        func([]tracer.Event, *snapshot.Snapshot, analysis.Facts) analysis.Result
 }
 
 var live = deps{collectView: snapshot.CollectView, addHost: snapshot.AddHost, targetEnv: snapshot.TargetEnv,
@@ -168,7 +168,7 @@ func fillCred(s *snapshot.Snapshot, c *tracer.Cred) {
 	s.Process.UID, s.Process.GID, s.Process.Groups, s.Process.User = c.UID, c.GID, c.Groups, c.User
 }
 
-func buildReport(spec tracer.Spec, res *tracer.Result, rec *record.Recorder, snap *snapshot.Snapshot, started time.Time, version string, analyze func([]tracer.Event, *snapshot.Snapshot, analysis.Facts) analysis.Analysis) *report.Report {
+func buildReport(spec tracer.Spec, res *tracer.Result, rec *record.Recorder, snap *snapshot.Snapshot, started time.Time, version string, analyze func([]tracer.Event, *snapshot.Snapshot, analysis.Facts) analysis.Result) *report.Report {
 	rep := &report.Report{
 		Schema:  report.SchemaVersion,
 		Tool:    report.Tool{Name: "cudatrace", Version: version},

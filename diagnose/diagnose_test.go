@@ -73,7 +73,7 @@ func (s *fakeSystem) deps() *deps {
 			}
 			return nil, os.ErrNotExist
 		},
-		analyze: func(ev []tracer.Event, snap *snapshot.Snapshot, f analysis.Facts) analysis.Analysis {
+		analyze: func(ev []tracer.Event, snap *snapshot.Snapshot, f analysis.Facts) analysis.Result {
 			s.mu.Lock()
 			s.facts = append(s.facts, f)
 			s.mu.Unlock()

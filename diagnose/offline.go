@@ -31,8 +31,8 @@ func Reanalyse(rep *report.Report) (changed string) {
 
 // verdictChange describes how two analyses differ, or "" when they agree
 // on the failing call and the set of findings.
-func verdictChange(old, cur analysis.Analysis) string {
-	seq := func(a analysis.Analysis) uint64 {
+func verdictChange(old, cur analysis.Result) string {
+	seq := func(a analysis.Result) uint64 {
 		if a.Failing == nil {
 			return 0
 		}
@@ -41,7 +41,7 @@ func verdictChange(old, cur analysis.Analysis) string {
 	if seq(old) != seq(cur) {
 		return fmt.Sprintf("stored failing call: event %d, now: event %d", seq(old), seq(cur))
 	}
-	ids := func(a analysis.Analysis) []string {
+	ids := func(a analysis.Result) []string {
 		var out []string
 		for _, f := range a.Findings {
 			out = append(out, f.ID)

@@ -84,8 +84,8 @@ func TestReanalyse(t *testing.T) {
 }
 
 func TestVerdictChange(t *testing.T) {
-	at := func(seq uint64, ids ...string) analysis.Analysis {
-		a := analysis.Analysis{}
+	at := func(seq uint64, ids ...string) analysis.Result {
+		a := analysis.Result{}
 		if seq > 0 {
 			a.Failing = &tracer.Event{Seq: seq}
 		}
@@ -95,7 +95,7 @@ func TestVerdictChange(t *testing.T) {
 		return a
 	}
 	for _, tc := range []struct {
-		old, cur analysis.Analysis
+		old, cur analysis.Result
 		want     string
 	}{
 		{at(3, "b", "a"), at(3, "a", "b"), ""}, // order does not matter

@@ -50,7 +50,7 @@ type System struct {
 	TargetContainer func(pid int) (snapshot.Container, bool)
 	TargetIdentity  func(pid int) (snapshot.Identity, error)
 	InspectLibrary  func(pid int, path string, sameRoot bool) snapshot.LibraryFile
-	Analyze         func([]tracer.Event, *snapshot.Snapshot, analysis.Facts) analysis.Analysis
+	Analyze         func([]tracer.Event, *snapshot.Snapshot, analysis.Facts) analysis.Result
 }
 
 func (s *System) deps() deps {

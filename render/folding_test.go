@@ -69,7 +69,7 @@ func TestFindingsCountFoldedCalls(t *testing.T) {
 			r.AddFolded(folded)
 		})
 		want := "/dev/nvidiactl (c 195:255) opened 200x, allowed; 1000000 ioctls"
-		check := func(what string, a analysis.Analysis) {
+		check := func(what string, a analysis.Result) {
 			for _, f := range a.Findings {
 				if f.ID == "calls-ok" && len(f.Detail) == 1 && f.Detail[0] == want {
 					return

@@ -23,7 +23,7 @@ var goldenFormats = []struct {
 
 // replay is what `cudatrace report FILE` does: save, load the file back,
 // re-run the analysis on the stored events and snapshot.
-func replay(t *testing.T, rep *report.Report) (loaded *report.Report, reanalysed analysis.Analysis) {
+func replay(t *testing.T, rep *report.Report) (loaded *report.Report, reanalysed analysis.Result) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "report.json")
 	if err := report.Save(path, rep); err != nil {

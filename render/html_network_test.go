@@ -25,6 +25,9 @@ var chromiumOwn = regexp.MustCompile(`^[A-Z]+ (https?://)?[^/ ]*\b(google\.com|g
 // they skip (CI installs it, and then a skip fails).
 func findChromium(t *testing.T) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("starts headless Chromium: not under -short")
+	}
 	for _, b := range []string{"chromium", "chromium-browser", "google-chrome"} {
 		if p, err := exec.LookPath(b); err == nil {
 			return p

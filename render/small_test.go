@@ -11,7 +11,7 @@ import (
 // A trace with no device call says so, in text and Markdown, instead of
 // heading an empty table "Timeline: 0 device calls".
 func TestEmptyTimeline(t *testing.T) {
-	rep := &report.Report{Schema: report.SchemaVersion, Tool: report.Tool{Name: "cudatrace"}, Analysis: analysis.Analysis{Verdict: "nothing traced"}}
+	rep := &report.Report{Schema: report.SchemaVersion, Tool: report.Tool{Name: "cudatrace"}, Analysis: analysis.Result{Verdict: "nothing traced"}}
 	for _, f := range []Format{FormatText, FormatMarkdown} {
 		var b strings.Builder
 		if err := Report(&b, rep, f, Options{}); err != nil {
@@ -29,7 +29,7 @@ func TestEmptyTimeline(t *testing.T) {
 // In Markdown the Fix is prose, so its `commands` render as code spans,
 // not as literal backticks inside a fenced block.
 func TestMarkdownFixIsProse(t *testing.T) {
-	rep := &report.Report{Schema: report.SchemaVersion, Tool: report.Tool{Name: "cudatrace"}, Analysis: analysis.Analysis{
+	rep := &report.Report{Schema: report.SchemaVersion, Tool: report.Tool{Name: "cudatrace"}, Analysis: analysis.Result{
 		Verdict: "v",
 		Findings: []analysis.Finding{{ID: "x", Severity: analysis.SeverityError, Summary: "s",
 			Fix: "Allow `c 238:* rwm` in <cgroup>.\nThen restart."}},

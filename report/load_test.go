@@ -78,7 +78,7 @@ func TestLoadFrozenV1(t *testing.T) {
 	}
 }
 
-func hasFinding(a analysis.Analysis, id string) bool {
+func hasFinding(a analysis.Result, id string) bool {
 	for _, f := range a.Findings {
 		if f.ID == id {
 			return true

@@ -102,7 +102,7 @@ func TestRedactShortUserName(t *testing.T) {
 	rep := &report.Report{Schema: 1, Tool: report.Tool{Name: "cudatrace"},
 		Target: report.Target{User: "bo", Argv: []string{"/home/bo/a.out", "x"}},
 		Events: []tracer.Event{{Seq: 1, Kind: tracer.KindOpen, Path: "/home/bo/lib/libcuda.so.1", Comm: "a.out"}},
-		Analysis: analysis.Analysis{Verdict: "No NVIDIA device call failed.",
+		Analysis: analysis.Result{Verdict: "No NVIDIA device call failed.",
 			Findings: []analysis.Finding{{ID: "calls-ok", Summary: "boot ok"}}},
 	}
 	report.Redact(rep)
@@ -114,7 +114,7 @@ func TestRedactShortUserName(t *testing.T) {
 	}
 }
 
-func findingIDs(a analysis.Analysis) []string {
+func findingIDs(a analysis.Result) []string {
 	var ids []string
 	for _, f := range a.Findings {
 		ids = append(ids, f.ID)

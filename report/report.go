@@ -35,7 +35,7 @@ type Report struct {
 	Ioctls   []IoctlSummary     `json:"ioctls,omitempty"`
 	Folded   []FoldedSummary    `json:"folded,omitempty"`
 	Snapshot *snapshot.Snapshot `json:"snapshot,omitempty"`
-	Analysis analysis.Analysis  `json:"analysis"`
+	Analysis analysis.Result    `json:"analysis"`
 }
 
 // Tool identifies the cudatrace that wrote the report.

@@ -92,6 +92,9 @@ func TestMakeAsUser(t *testing.T) {
 // the three completions where their tools look, each what the binary
 // itself prints.
 func TestMakeInstall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("make install builds cudatrace: not under -short")
+	}
 	mk, err := exec.LookPath("make")
 	if err != nil {
 		privtest.Skip(t, "no make (apt-get install make)")

@@ -90,7 +90,6 @@ func handleSignals(launched bool, cancel context.CancelFunc) func() {
 // sentinel is a loader never released, kept stopped in our process group.
 type sentinel struct {
 	child *launch.Child
-	proc  string // /proc/PID/status
 }
 
 // sentinelArg0 names the sentinel in ps, and lets targetPIDs skip it.
@@ -103,7 +102,7 @@ func startSentinel() *sentinel {
 	if err != nil {
 		return nil
 	}
-	s := &sentinel{child: c, proc: "/proc/" + strconv.Itoa(c.PID) + "/status"}
+	s := &sentinel{child: c}
 	if !s.stop() {
 		c.Abort()
 		return nil
@@ -157,12 +156,12 @@ func (s *sentinel) got(sig syscall.Signal) bool {
 		return false
 	}
 	groupBarrier()
-	v, ok := statusField(s.proc, "ShdPnd")
-	if !ok {
+	st, err := procfs.ReadStatus(s.child.PID)
+	if err != nil {
 		return false
 	}
-	mask, err := strconv.ParseUint(v, 16, 64)
-	return err == nil && mask&(1<<(uint(sig)-1)) != 0
+	mask, ok := st.Hex("ShdPnd")
+	return ok && mask&(1<<(uint(sig)-1)) != 0
 }
 
 func (s *sentinel) close() {
@@ -189,7 +188,7 @@ func inOurGroup(pid int) bool {
 // target (its loader included), not helpers such as the sentinel or the
 // ptrace waker.
 func targetPIDs() []int {
-	self := strconv.Itoa(os.Getpid())
+	self := os.Getpid()
 	entries, _ := os.ReadDir("/proc")
 	var out []int
 	for _, e := range entries {
@@ -197,7 +196,7 @@ func targetPIDs() []int {
 		if err != nil {
 			continue
 		}
-		if pp, ok := statusField("/proc/"+e.Name()+"/status", "PPid"); !ok || pp != self {
+		if st, err := procfs.ReadStat(pid); err != nil || st.PPID != self {
 			continue
 		}
 		cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
@@ -207,18 +206,4 @@ func targetPIDs() []int {
 		out = append(out, pid)
 	}
 	return out
-}
-
-// statusField reads one "Name:\tvalue" line of a /proc status file.
-func statusField(path, name string) (string, bool) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", false
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, name+":"); ok {
-			return strings.TrimSpace(v), true
-		}
-	}
-	return "", false
 }

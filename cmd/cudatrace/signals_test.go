@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cudatrace/cudatrace/internal/privtest"
+	"github.com/cudatrace/cudatrace/internal/procfs"
 )
 
 // signalTarget logs every INT, HUP and TERM it receives; TERM ends it
@@ -183,17 +184,17 @@ func childTargets(pid int) []int {
 	var out []int
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
+		n, err := strconv.Atoi(e.Name())
+		if err != nil {
 			continue
 		}
-		if pp, ok := statusField("/proc/"+e.Name()+"/status", "PPid"); !ok || pp != strconv.Itoa(pid) {
+		if st, err := procfs.ReadStat(n); err != nil || st.PPID != pid {
 			continue
 		}
 		cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
 		if strings.HasPrefix(string(cmdline), "cudatrace-loader") {
 			continue
 		}
-		n, _ := strconv.Atoi(e.Name())
 		out = append(out, n)
 	}
 	return out

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/exec"
 	"strings"
 	"time"
 
@@ -33,36 +31,19 @@ func traceCommand(argv []string, o *options, stdout, stderr io.Writer) error {
 	case o.duration < 0:
 		return fail(exitUsage, "--duration %v: give a positive duration, e.g. 30s", o.duration)
 	}
+	if len(argv) == 0 && o.user != "" {
+		return fail(exitUsage, "-u applies to a launched command, not to -p")
+	}
 	spec := tracer.Spec{
+		Argv:            argv,
 		PIDs:            o.pids,
 		Duration:        o.duration,
 		RingBufferBytes: o.ringBufBytes,
 		Debug:           o.debug,
 		DeferRelease:    true, // the report prints while the kernel detaches
 	}
-	if len(argv) > 0 {
-		path, err := exec.LookPath(argv[0])
-		if err != nil {
-			if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
-				return fail(exitNotFound, "%s: command not found", argv[0])
-			}
-			return fail(exitNoExec, "%s: %v", argv[0], errors.Unwrap(err))
-		}
-		spec.Argv = append([]string{path}, argv[1:]...)
-		spec.Argv[0] = path
-	} else if o.user != "" {
-		return fail(exitUsage, "-u applies to a launched command, not to -p")
-	}
-	for _, pid := range o.pids {
-		if pid <= 0 {
-			return fail(exitUsage, "invalid PID %d", pid)
-		}
-		if pid == os.Getpid() {
-			return fail(exitUsage, "cannot trace cudatrace itself (PID %d)", pid)
-		}
-		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err != nil {
-			return fail(exitFailure, "no such process: %d", pid)
-		}
+	if err := diagnose.ResolveTarget(&spec); err != nil {
+		return targetError(err)
 	}
 	if o.user != "" {
 		cred, err := diagnose.LookupUser(o.user)
@@ -134,16 +115,39 @@ func checkFormat(f string) error {
 	return fail(exitUsage, "unknown format %q: use text, json, markdown or html", f)
 }
 
+// targetExits maps what diagnose.ResolveTarget found wrong with the target
+// to its exit status.
+var targetExits = map[diagnose.TargetProblem]int{
+	diagnose.CommandNotFound:      exitNotFound,
+	diagnose.CommandNotExecutable: exitNoExec,
+	diagnose.InvalidPID:           exitUsage,
+	diagnose.NoSuchProcess:        exitFailure,
+}
+
+func targetError(err error) error {
+	code := exitFailure
+	if te, ok := errors.AsType[*diagnose.TargetError](err); ok {
+		code = targetExits[te.Problem]
+	}
+	return fail(code, "%v", err)
+}
+
 func traceError(err error, o *options) error {
 	var ee *exitError
 	if errors.As(err, &ee) {
 		return err
 	}
+	return fail(exitFailure, "%s", errorLine(err, o.debug))
+}
+
+// errorLine is err's first line, saying --debug shows the rest, unless
+// debug.
+func errorLine(err error, debug bool) string {
 	msg := err.Error()
-	if !o.debug && strings.Contains(msg, "\n") {
+	if !debug && strings.Contains(msg, "\n") {
 		msg = msg[:strings.IndexByte(msg, '\n')] + " (--debug shows more)"
 	}
-	return fail(exitFailure, "%s", msg)
+	return msg
 }
 
 // statusProgress shows a diagnosis's progress on the status line.

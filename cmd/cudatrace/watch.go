@@ -13,8 +13,6 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/cudatrace/cudatrace/diagnose"
-	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
 	"github.com/cudatrace/cudatrace/watch"
 )
@@ -82,7 +80,8 @@ func watchFlagSet(f *watchFlags) *pflag.FlagSet {
 }
 
 // watchCommand parses watch's flags, checks them all before anything
-// starts, and watches until a signal or --duration.
+// starts, watches (watch.Host) until a signal or --duration, and prints
+// the summary.
 func watchCommand(args []string, stdout, stderr io.Writer) int {
 	var f watchFlags
 	fs := watchFlagSet(&f)
@@ -115,9 +114,11 @@ func watchCommand(args []string, stdout, stderr io.Writer) int {
 	case f.filter.CgroupPrefix != "" && !strings.HasPrefix(f.filter.CgroupPrefix, "/"):
 		return usage("--cgroup %q: give the path as /proc/PID/cgroup shows it (from /)", f.filter.CgroupPrefix)
 	}
-	o := watch.Options{
-		ProcDevicesPath: f.procDevices, Version: toolVersion(), Filter: f.filter,
-		Verbose: f.verbose, JSON: f.json, Out: stdout, MaxProcesses: f.maxProcesses,
+	c := watch.Config{
+		Filter: f.filter, Verbose: f.verbose, Out: stdout, MaxProcesses: f.maxProcesses,
+		Duration: f.duration, Debug: f.debug, ReportDir: f.reportDir, ReportKeep: f.reportKeep,
+		Metrics: f.metrics, ProcDevicesPath: f.procDevices, DeviceMajors: f.deviceMajors,
+		RingBufferBytes: f.ringBufBytes, Version: toolVersion(),
 		Notice: func(msg string) { fmt.Fprintf(stderr, "cudatrace watch: %s\n", msg) },
 		Ready: func(s tracer.LiveStats) {
 			fmt.Fprintf(stderr, "cudatrace watch: watching this host (eBPF, syscall hook %s)\n", s.SyscallHook)
@@ -125,67 +126,21 @@ func watchCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	switch {
 	case f.json || f.format == "json":
-		o.JSON = true
+		c.JSON = true
 	case f.format == "text":
 	default:
 		if file, ok := stdout.(*os.File); !ok || terminalWidth(file) == 0 {
-			o.JSON = true // a pipe or file: JSON lines unless --format text
+			c.JSON = true // a pipe or file: JSON lines unless --format text
 		}
-	}
-	o.Host = snapshot.NodeName() // the node, not the pod, when run as a DaemonSet
-	if f.reportDir != "" {
-		rd, err := watch.OpenReportDir(f.reportDir, f.reportKeep)
-		if err != nil {
-			return usage("%v", err)
-		}
-		o.ReportDir = rd
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	serveDone := make(chan error, 1)
-	if f.metrics != "" {
-		ln, err := watch.Listen(f.metrics)
-		if err != nil {
+	sum, err := watch.Host(ctx, c)
+	if err != nil {
+		if _, wrong := errors.AsType[*watch.ConfigError](err); wrong {
 			return usage("%v", err)
 		}
-		o.Metrics = watch.NewMetrics(o.Version)
-		go func() { serveDone <- o.Metrics.Serve(ctx, ln) }()
-	} else {
-		close(serveDone)
-	}
-	if err := diagnose.NVIDIASpec(&o.Spec, f.procDevices, f.deviceMajors, true); err != nil {
-		fmt.Fprintf(stderr, "cudatrace watch: %v\n", err)
-		return exitFailure
-	}
-	backend, err := diagnose.ChooseBackend("ebpf", nil)
-	if err != nil {
-		fmt.Fprintf(stderr, "cudatrace watch: host-wide tracing needs eBPF: %v\n", err)
-		return exitFailure
-	}
-	o.Backend = backend
-	o.Spec.Duration = f.duration
-	o.Spec.Debug = f.debug
-	if f.debug {
-		o.Debug = o.Notice
-	}
-	o.Spec.RingBufferBytes = f.ringBufBytes
-
-	// The metrics server ends with the watch or fails on its own.
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		if err := <-serveDone; err != nil {
-			o.Notice(fmt.Sprintf("metrics server: %v; stopping", err))
-			cancel()
-		}
-	}()
-	sum, err := watch.Run(wctx, o)
-	if err != nil {
-		msg := err.Error()
-		if !f.debug && strings.Contains(msg, "\n") {
-			msg = msg[:strings.IndexByte(msg, '\n')] + " (--debug shows more)"
-		}
-		fmt.Fprintf(stderr, "cudatrace watch: %s\n", msg)
+		fmt.Fprintf(stderr, "cudatrace watch: %s\n", errorLine(err, f.debug))
 		return exitFailure
 	}
 	fmt.Fprintf(stderr, "cudatrace watch: %d processes watched: %d diagnosed, %d healthy, %d still running; %d refused (--max-processes), %d filtered out; %d events lost\n",

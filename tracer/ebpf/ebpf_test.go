@@ -751,6 +751,7 @@ func TestIoctlOnNvidiaPathOfAnotherDriver(t *testing.T) {
 // fails there names that one, which resolves to its path after the target
 // is gone (nothing of it is left in /proc to read).
 func TestEventsCarryCgroupID(t *testing.T) {
+	privtest.RequireRoot(t) // before the cgroup is made
 	mnt := ""
 	mi, _ := os.ReadFile("/proc/self/mountinfo")
 	for _, l := range strings.Split(string(mi), "\n") {

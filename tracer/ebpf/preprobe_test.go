@@ -79,6 +79,7 @@ func TestPreProbe(t *testing.T) {
 // probing waits uprobe's preProbeAfter), at once under another name (held by its
 // inode), or after the background probing put the probes on.
 func TestLaunchedTargetLibraryProbed(t *testing.T) {
+	privtest.RequireRoot(t) // before building the library: as an ordinary user, or under -short, it skips at once
 	dir := fakelib.Build(t)
 	t.Setenv("LD_LIBRARY_PATH", dir) // cudatrace's, where it looks for the loader's choice
 	app := "LD_LIBRARY_PATH=" + dir + " exec " + filepath.Join(dir, "app")

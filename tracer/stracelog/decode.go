@@ -40,11 +40,15 @@ var memfdFlags = map[string]uint64{
 	"MFD_NOEXEC_SEAL": 8, "MFD_EXEC": 0x10,
 }
 
-var modeBits = map[string]uint64{
-	"S_IFIFO": 0o010000, "S_IFCHR": 0o020000, "S_IFDIR": 0o040000, "S_IFBLK": 0o060000,
-	"S_IFREG": 0o100000, "S_IFLNK": 0o120000, "S_IFSOCK": 0o140000,
-	"S_ISUID": 0o4000, "S_ISGID": 0o2000, "S_ISVTX": 0o1000,
-}
+// modeBits: the file types are internal/sysabi's table (S_IF* are the same
+// on every Linux architecture), beside the set-id and sticky bits.
+var modeBits = func() map[string]uint64 {
+	m := map[string]uint64{"S_ISUID": 0o4000, "S_ISGID": 0o2000, "S_ISVTX": 0o1000}
+	for _, t := range sysabi.FileTypes {
+		m[t.Symbol] = uint64(t.Mode)
+	}
+	return m
+}()
 
 // parseBits reads "O_RDWR|O_CLOEXEC", "S_IFCHR|0666", "0x80000" or "0".
 // Numbers take C prefixes (0x hex, leading 0 octal). ok is false when a
