@@ -148,7 +148,7 @@ func TestLimitFailureNamed(t *testing.T) {
 // inferred error that heads the verdict; one that exited 0 gets a warning
 // only; a limit failure before any driver use, or none, explains nothing.
 func TestLimitsExplainWithoutCUDACode(t *testing.T) {
-	run := func(limit tracer.Event, code int, driverFirst bool) Analysis {
+	run := func(limit tracer.Event, code int, driverFirst bool) Result {
 		b := newEvents(9, "python3")
 		if !driverFirst {
 			b.add(limit)
