@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cudatrace/cudatrace/analysis"
 	"github.com/cudatrace/cudatrace/internal/privtest"
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
@@ -172,5 +173,44 @@ func TestFailureNamesTheRecordedCgroup(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A process's environment is read again at its open of libcuda, where the
+// backends deliver the open while it waits: a failure read after it exited
+// (cuInit's code comes from its return probe) takes that environment, and
+// the snapshot does not call it unavailable. Before, only the exec's read
+// (after the process ran on: here, gone already) was there to fall back on.
+func TestEnvReadAtLibraryOpen(t *testing.T) {
+	privtest.Deadline(t)
+	const pid = 50
+	alive := false
+	sys := &fakeSystem{gone: map[int]bool{}}
+	d := *sys.deps()
+	d.collectView = func(o snapshot.Options) *snapshot.Snapshot {
+		// The view is read after the exit: gone before the read began.
+		return &snapshot.Snapshot{Process: snapshot.Process{PID: o.PID}, Unavailable: []string{"target environment: no such process"}}
+	}
+	d.targetIdentity = func(p int) (snapshot.Identity, error) {
+		if !alive {
+			return snapshot.Identity{UID: -1}, os.ErrNotExist
+		}
+		return snapshot.Identity{PID: p, UID: 0, Env: map[string]string{"CUDA_VISIBLE_DEVICES": "-1"}}, nil
+	}
+	s := newSession(SessionOptions{}, d)
+	s.Event(&tracer.Event{Seq: 1, PID: pid, Kind: tracer.KindExec, Syscall: "execve", Path: "/usr/bin/python3"}) // read: gone
+	alive = true                                                                                                 // stopped at the open
+	s.Event(&tracer.Event{Seq: 2, PID: pid, Kind: tracer.KindOpen, Syscall: "openat", Path: "/usr/lib/libcuda.so.1", Ret: 3})
+	alive = false
+	s.Event(&tracer.Event{Seq: 3, PID: pid, Kind: tracer.KindAPI, Func: "cuInit", Ret: 100, Path: "/usr/lib/libcuda.so.1"})
+	rep := s.Report(tracer.Spec{Argv: []string{"python3"}}, &tracer.Result{Backend: "ptrace"}, time.Now(), "v-test")
+	if v := rep.Snapshot.Env["CUDA_VISIBLE_DEVICES"]; v != "-1" {
+		t.Errorf("env %v, want the one read at the library's open", rep.Snapshot.Env)
+	}
+	if len(rep.Snapshot.Unavailable) != 0 {
+		t.Errorf("unavailable %q: the environment was read", rep.Snapshot.Unavailable)
+	}
+	if !slices.ContainsFunc(rep.Analysis.Findings, func(f analysis.Finding) bool { return f.ID == "cuda-visible-devices-hides-all" }) {
+		t.Errorf("findings %v", rep.Analysis.Findings)
 	}
 }

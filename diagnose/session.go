@@ -140,7 +140,15 @@ func (s *Session) readIdentity(e *tracer.Event) {
 		return
 	}
 	exec := e.Kind == tracer.KindExec && e.Ret == 0
-	if s.read[e.PID] && !exec || !s.read[e.PID] && len(s.read) >= maxIdentities {
+	// The open of libcuda or NVML is read again: the backends deliver it
+	// while the process waits there (eBPF stops a launched target at an
+	// unprobed library's open until its uprobes are on; ptrace at the
+	// open's exit stop), so its environment, which decides cuInit
+	// (CUDA_VISIBLE_DEVICES, LD_LIBRARY_PATH), is read while it lives. An
+	// exec's read comes after the process ran on, and a short-lived one
+	// is often gone by then.
+	lib := e.Kind == tracer.KindOpen && !e.Failed() && nvfile.IsLibrary(e.Path)
+	if s.read[e.PID] && !exec && !lib || !s.read[e.PID] && len(s.read) >= maxIdentities {
 		return
 	}
 	s.read[e.PID] = true
@@ -186,8 +194,10 @@ func (s *Session) Report(spec tracer.Spec, res *tracer.Result, started time.Time
 	snapOpts.ExtraPaths = touchedPaths(s.rec.Events())
 	if snap == nil {
 		snap = s.d.collect(snapOpts)
-		s.snapper.fillEnv(snap, snapOpts.PID)
 	}
+	// A snapshot that found its process gone (it failed and exited before
+	// the read came) takes the environment read while it lived.
+	s.snapper.fillEnv(snap, snapOpts.PID)
 	fillCred(snap, spec.Cred)
 	snap.Libraries = s.libs.wait()
 	return buildReport(spec, res, s.rec, snap, started, version, s.d.analyze)

@@ -1,6 +1,8 @@
 package diagnose
 
 import (
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -208,11 +210,11 @@ func (f *failureSnapshot) wait() *snapshot.Snapshot {
 	return f.snap
 }
 
-// fillEnv gives an exit snapshot of process pid, taken when it was gone,
-// the environment read at the failure; or, where the failing process had
+// fillEnv gives a snapshot taken when its process was gone the
+// environment read at the failure; or, where the failing process had
 // exited before that read (a CUDA call's failure arrives from its return
 // probe, often after the process printed it and exited), the one read at
-// its last exec, or at pid's.
+// its open of libcuda or its last exec, or at pid's.
 func (f *failureSnapshot) fillEnv(s *snapshot.Snapshot, pid int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -224,6 +226,10 @@ func (f *failureSnapshot) fillEnv(s *snapshot.Snapshot, pid int) {
 			s.Env = f.ids[f.pid].Env
 		case f.ids[pid] != nil && f.ids[pid].Env != nil:
 			s.Env = f.ids[pid].Env
+		}
+		if s.Env != nil {
+			// Not unavailable, only read earlier.
+			s.Unavailable = slices.DeleteFunc(s.Unavailable, func(u string) bool { return strings.HasPrefix(u, "target environment") })
 		}
 	}
 	if s.Container.Runtime == "" && f.container.Runtime != "" {

@@ -316,6 +316,31 @@ func TestEventfdAtFDLimit(t *testing.T) {
 	}
 }
 
+// CUDA_VISIBLE_DEVICES=-1 hides every GPU: cuInit returns 100 and the
+// process exits at once. The environment that explains it is the one the
+// process ran with, read while it lived (under ptrace at its open of
+// libcuda, where it is stopped), however soon it exits. Under eBPF the
+// read comes after the process ran on (a kernel-side copy of it is left
+// to do), so that backend is not asserted here.
+func TestVisibleDevicesHideAll(t *testing.T) {
+	privtest.RequireRoot(t)
+	dir := fakeLib(t)
+	for _, backend := range []string{"ptrace"} {
+		t.Run(backend, func(t *testing.T) {
+			for range 3 {
+				tr := traceIn(t, standIn(), backend, nil, append([]string{"env", "CUDA_VISIBLE_DEVICES=-1"}, libTarget(dir)...)...)
+				if !strings.Contains(tr.stdout, "cuInit 100") {
+					t.Fatalf("target printed %q, stderr %s", tr.stdout, tr.stderr)
+				}
+				if v := tr.rep.Snapshot.Env["CUDA_VISIBLE_DEVICES"]; v != "-1" {
+					t.Errorf("snapshot env CUDA_VISIBLE_DEVICES = %q (unavailable: %q), want -1", v, tr.rep.Snapshot.Unavailable)
+				}
+				tr.requireFinding(t, "cuda-visible-devices-hides-all", "error")
+			}
+		})
+	}
+}
+
 // explain on a real strace log of the same process at its fd limit: the
 // log has no CUDA return code, but strace saw the eventfd2 fail EMFILE
 // after the driver's nodes were opened, and the process then exited 1. The

@@ -53,6 +53,12 @@ int cuInit(unsigned int flags)
 		char params[8] = {0};
 		(void)ioctl(ctl, 0xC00846D6UL, params);
 	}
+	/* CUDA_VISIBLE_DEVICES empty or negative hides every GPU. */
+	const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+	if (cvd && (*cvd == 0 || *cvd == '-')) {
+		close(ctl);
+		return 100; /* CUDA_ERROR_NO_DEVICE */
+	}
 	int uvm = open(env_or("FAKELIB_UVM", "/dev/nvidia-uvm"), O_RDWR | O_CLOEXEC);
 	if (uvm < 0) {
 		close(ctl);

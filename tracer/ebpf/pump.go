@@ -26,9 +26,10 @@ type pump struct {
 	dec   *decoder
 	sink  tracer.Sink
 	exits chan<- struct{}
-	// hold continues a process the kernel stopped at its open of an
-	// unprobed library, once the library is probed.
-	hold func(uprobe.Held)
+	// hold probes the library a process opened unprobed, and returns what
+	// continues it (the kernel stopped a launched target there): called
+	// after the open is delivered, so the sink reads the process stopped.
+	hold func(uprobe.Held) (cont func())
 	// before, when set, sees each event before the sink does (host-wide
 	// traces: who is followed, and a process's folded counts before its
 	// exit).
@@ -88,7 +89,7 @@ func (p *pump) deliver(raw []byte) {
 	}
 	p.events++
 	if p.dec.heldOK && p.hold != nil {
-		p.hold(p.dec.held)
+		defer p.hold(p.dec.held)()
 	}
 	if p.before != nil {
 		p.before(ev)

@@ -389,21 +389,23 @@ func (p *Probes) markProbed(dev uint32, ino uint64) {
 	_ = p.probed.Put(libID{Ino: ino, Dev: dev}, uint8(1)) // on failure the next open is held again: slower, not wrong
 }
 
-// release continues a process the kernel stopped at its open of an
-// unprobed library, once that library is probed (or could not be).
-func (p *Probes) Release(h Held) {
+// Release probes the library a process opened unprobed, and returns what
+// continues the process the kernel stopped there (nothing, where it was not
+// stopped). The caller delivers the open in between: what is read of the
+// process then (its environment, its cgroups) is read while it waits.
+func (p *Probes) Release(h Held) (cont func()) {
 	if !h.Stopped {
 		p.attachUnstopped(h)
-		return
+		return func() {}
 	}
-	defer func() {
+	p.AttachOpened(h.PID, h.FD, h.Path)
+	p.markProbed(h.Dev, h.Ino)
+	return func() {
 		// Gone already (ESRCH) is fine; a live process left stopped is not.
 		if err := unix.Kill(h.PID, unix.SIGCONT); err != nil && err != unix.ESRCH {
 			p.note("could not continue PID %d after probing %s: %v; it stays stopped (kill -CONT %d)", h.PID, h.Path, err, h.PID)
 		}
-	}()
-	p.AttachOpened(h.PID, h.FD, h.Path)
-	p.markProbed(h.Dev, h.Ino)
+	}
 }
 
 // attachOpened probes the library a process just opened, as its fd fd
