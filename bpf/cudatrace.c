@@ -108,6 +108,9 @@ enum event_kind {
 	/* A call a resource limit failed (EMFILE, ENFILE, ENOMEM): seen at
 	 * its exit only, sent with its number and result alone. */
 	KIND_LIMIT,
+	/* A process's environment block, copied when a probed entry point
+	 * failed (send_env): the header, then ENV_MAX bytes at most. */
+	KIND_ENV,
 };
 
 /* The order is shared with user space through the generated Go twin. */
@@ -317,6 +320,20 @@ struct {
 	__type(key, __u32); /* ioctl request */
 	__type(value, struct inband_word);
 } inband_status SEC(".maps");
+
+/* The environment a failing entry point's process ran with is copied to
+ * user space once per process image (its mm): cuInit's verdict depends on
+ * it (CUDA_VISIBLE_DEVICES, LD_LIBRARY_PATH), and a process that fails
+ * exits at once, before /proc/PID/environ can be read. A bigger block is
+ * cut (flagged in mode): user space then falls back on its own reads. */
+#define ENV_MAX (64 << 10)
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64); /* the mm's address */
+	__type(value, __u8);
+} env_sent SEC(".maps");
 
 /* Library files with uretprobes on them (filled by user space). */
 struct {
@@ -1901,6 +1918,47 @@ static __always_inline void read_limits(struct api_limits *l)
 	l->memlock_max = BPF_CORE_READ(sig, rlim[RLIMIT_MEMLOCK_].rlim_max);
 }
 
+/* The current process's environment block (mm->env_start..env_end), sent
+ * as a KIND_ENV record, once per mm. Through probe reads, as read_limits. */
+static __always_inline void send_env(__u32 tgid, __u32 tid)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	struct mm_struct *mm = BPF_CORE_READ(task, mm);
+	if (!mm)
+		return;
+	__u64 key = (__u64)mm;
+	__u8 one = 1;
+	if (bpf_map_update_elem(&env_sent, &key, &one, BPF_NOEXIST))
+		return; /* sent already for this image */
+	__u64 start = BPF_CORE_READ(mm, env_start);
+	__u64 end = BPF_CORE_READ(mm, env_end);
+	if (end <= start)
+		return;
+	__u64 n = end - start;
+	__u32 cut = 0;
+	if (n > ENV_MAX) {
+		n = ENV_MAX;
+		cut = 1;
+	}
+	struct event *e = bpf_ringbuf_reserve(&events, EVENT_HEADER_SIZE + ENV_MAX, 0);
+	if (!e) {
+		count_drop(DROP_RINGBUF);
+		return;
+	}
+	__builtin_memset(e, 0, EVENT_HEADER_SIZE);
+	if (bpf_probe_read_user((char *)e + EVENT_HEADER_SIZE, n, (const void *)start))
+		n = 0; /* not resident: user space reads /proc instead */
+	e->ktime = bpf_ktime_get_ns();
+	e->ret = (__s64)n;
+	e->mode = cut;
+	e->tgid = tgid;
+	e->tid = tid;
+	e->syscall = SC_API;
+	e->kind = KIND_ENV;
+	e->matched = 1;
+	bpf_ringbuf_submit(e, 0);
+}
+
 /* Return of a probed entry point. The attach cookie says which one (user
  * space's table); ret is the CUresult / nvmlReturn_t. flags holds the
  * count an out-argument returned, when the entry kept one; a failure
@@ -1949,6 +2007,8 @@ static __always_inline int api_ret(struct pt_regs *ctx)
 	}
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 	bpf_ringbuf_submit(e, wakeup_flags(true));
+	if (ret)
+		send_env(tgid, (__u32)id);
 	return 0;
 }
 

@@ -34,6 +34,7 @@ enum bpf_map_type {
 	BPF_MAP_TYPE_ARRAY = 2,
 	BPF_MAP_TYPE_PROG_ARRAY = 3,
 	BPF_MAP_TYPE_PERCPU_ARRAY = 6,
+	BPF_MAP_TYPE_LRU_HASH = 9,
 	BPF_MAP_TYPE_RINGBUF = 27,
 	BPF_MAP_TYPE_TASK_STORAGE = 29,
 };
@@ -106,6 +107,12 @@ struct seccomp {
 	int mode;
 } __attribute__((preserve_access_index));
 
+/* The environment block's bounds (/proc/PID/environ). */
+struct mm_struct {
+	unsigned long env_start;
+	unsigned long env_end;
+} __attribute__((preserve_access_index));
+
 struct task_struct {
 	struct seccomp seccomp;
 	pid_t pid;
@@ -114,6 +121,7 @@ struct task_struct {
 	char comm[16];
 	struct files_struct *files;
 	struct signal_struct *signal;
+	struct mm_struct *mm;
 } __attribute__((preserve_access_index));
 
 /* The raw sys_enter/sys_exit tracepoints pass the syscall's registers.

@@ -1,6 +1,7 @@
 package diagnose
 
 import (
+	"maps"
 	"os"
 	"slices"
 	"testing"
@@ -209,6 +210,34 @@ func TestEnvReadAtLibraryOpen(t *testing.T) {
 	}
 	if len(rep.Snapshot.Unavailable) != 0 {
 		t.Errorf("unavailable %q: the environment was read", rep.Snapshot.Unavailable)
+	}
+	if !slices.ContainsFunc(rep.Analysis.Findings, func(f analysis.Finding) bool { return f.ID == "cuda-visible-devices-hides-all" }) {
+		t.Errorf("findings %v", rep.Analysis.Findings)
+	}
+}
+
+// The environment the kernel side copied at a failing entry point
+// (tracer.KindEnv) is the snapshot's, whatever the reads of /proc found,
+// with only the variables a report keeps; the event itself is not recorded.
+func TestEnvFromKernelCopy(t *testing.T) {
+	privtest.Deadline(t)
+	const pid = 60
+	sys := &fakeSystem{gone: map[int]bool{pid: true}}
+	d := *sys.deps()
+	d.targetIdentity = func(int) (snapshot.Identity, error) { return snapshot.Identity{UID: -1}, os.ErrNotExist }
+	s := newSession(SessionOptions{}, d)
+	s.Event(&tracer.Event{Seq: 1, PID: pid, Kind: tracer.KindExec, Syscall: "execve", Path: "/usr/bin/python3"})
+	s.Event(&tracer.Event{Seq: 2, PID: pid, Kind: tracer.KindOpen, Syscall: "openat", Path: "/usr/lib/libcuda.so.1", Ret: 3})
+	s.Event(&tracer.Event{Seq: 3, PID: pid, Kind: tracer.KindAPI, Func: "cuInit", Ret: 100, Path: "/usr/lib/libcuda.so.1"})
+	s.Event(&tracer.Event{Seq: 4, PID: pid, Kind: tracer.KindEnv, Env: []byte("HOME=/root\x00HF_TOKEN=hf_abcdefghijklmnopqrstuv\x00CUDA_VISIBLE_DEVICES=-1\x00")})
+	rep := s.Report(tracer.Spec{Argv: []string{"python3"}}, &tracer.Result{Backend: "ebpf"}, time.Now(), "v-test")
+	if !maps.Equal(rep.Snapshot.Env, map[string]string{"CUDA_VISIBLE_DEVICES": "-1"}) {
+		t.Errorf("env %v, want only CUDA_VISIBLE_DEVICES=-1", rep.Snapshot.Env)
+	}
+	for _, e := range rep.Events {
+		if e.Kind == tracer.KindEnv || len(e.Env) > 0 {
+			t.Errorf("the environment was recorded: %+v", e)
+		}
 	}
 	if !slices.ContainsFunc(rep.Analysis.Findings, func(f analysis.Finding) bool { return f.ID == "cuda-visible-devices-hides-all" }) {
 		t.Errorf("findings %v", rep.Analysis.Findings)

@@ -104,6 +104,11 @@ func newSession(o SessionOptions, d deps) *Session {
 
 // Event records e and fires the failure snapshot on the failure triggers.
 func (s *Session) Event(e *tracer.Event) {
+	if e.Kind == tracer.KindEnv {
+		// Kept as a report keeps an environment, never recorded.
+		s.snapper.setEnv(e.PID, snapshot.EnvFromBlock(e.Env), e.Flags&tracer.EnvCut != 0)
+		return
+	}
 	s.rec.Event(e)
 	s.readIdentity(e)
 	if e.Kind == tracer.KindOpen && !e.Failed() && nvfile.IsLibrary(e.Path) {

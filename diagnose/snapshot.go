@@ -1,6 +1,7 @@
 package diagnose
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -47,6 +48,9 @@ type failureSnapshot struct {
 	// maxIdentities): a snapshot that finds its process gone reads that
 	// process's cgroups from its own (snapshot.Options.Identity).
 	ids map[int]*snapshot.Identity
+	// failEnv are the environments the kernel side copied at a failing
+	// entry point, by PID (tracer.KindEnv): preferred to any read of /proc.
+	failEnv map[int]map[string]string
 
 	deps deps // the system reads
 }
@@ -79,6 +83,29 @@ func (f *failureSnapshot) setIdentityLocked(id *snapshot.Identity) {
 	}
 	if _, ok := f.ids[id.PID]; ok || len(f.ids) < maxIdentities {
 		f.ids[id.PID] = id
+	}
+}
+
+// setEnv keeps the environment the kernel side copied at process pid's
+// failing entry point: its environment at the failure, where the reads of
+// /proc may have come after it exited. A cut copy that lacks a variable an
+// earlier read found keeps that read's.
+func (f *failureSnapshot) setEnv(pid int, env map[string]string, cut bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if old := f.ids[pid]; cut && old != nil && old.Env != nil {
+		merged := maps.Clone(old.Env)
+		maps.Copy(merged, env)
+		env = merged
+	}
+	if env == nil {
+		env = map[string]string{} // read, and none of the kept variables set
+	}
+	if f.failEnv == nil {
+		f.failEnv = map[int]map[string]string{}
+	}
+	if _, ok := f.failEnv[pid]; ok || len(f.failEnv) < maxIdentities {
+		f.failEnv[pid] = env
 	}
 }
 
@@ -210,15 +237,24 @@ func (f *failureSnapshot) wait() *snapshot.Snapshot {
 	return f.snap
 }
 
-// fillEnv gives a snapshot taken when its process was gone the
-// environment read at the failure; or, where the failing process had
+// fillEnv gives a snapshot the failing process's environment as the kernel
+// side copied it at the failure (tracer.KindEnv), where there is one; else,
+// to a snapshot taken when its process was gone, the environment read at
+// the failure; or, where the failing process had
 // exited before that read (a CUDA call's failure arrives from its return
 // probe, often after the process printed it and exited), the one read at
 // its open of libcuda or its last exec, or at pid's.
 func (f *failureSnapshot) fillEnv(s *snapshot.Snapshot, pid int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if s.Env == nil {
+	who := f.pid // the failing process's, whoever's view this is
+	if who == 0 {
+		who = pid
+	}
+	filled := false
+	if env, ok := f.failEnv[who]; ok {
+		s.Env, filled = env, true
+	} else if s.Env == nil {
 		switch {
 		case f.env != nil:
 			s.Env = f.env
@@ -227,10 +263,11 @@ func (f *failureSnapshot) fillEnv(s *snapshot.Snapshot, pid int) {
 		case f.ids[pid] != nil && f.ids[pid].Env != nil:
 			s.Env = f.ids[pid].Env
 		}
-		if s.Env != nil {
-			// Not unavailable, only read earlier.
-			s.Unavailable = slices.DeleteFunc(s.Unavailable, func(u string) bool { return strings.HasPrefix(u, "target environment") })
-		}
+		filled = s.Env != nil
+	}
+	if filled {
+		// Not unavailable, only read earlier (or in the kernel).
+		s.Unavailable = slices.DeleteFunc(s.Unavailable, func(u string) bool { return strings.HasPrefix(u, "target environment") })
 	}
 	if s.Container.Runtime == "" && f.container.Runtime != "" {
 		s.Container = f.container

@@ -416,6 +416,12 @@ func TargetEnv(pid int) (map[string]string, error) {
 	return readDiagnosticEnv(&fsGuard{timeout: fsTimeout, what: "system files"}, pid)
 }
 
+// EnvFromBlock is what a report keeps (DiagnosticEnv) of an environment
+// block a backend copied ("K=V\x00K=V..."), as /proc/PID/environ shows it.
+func EnvFromBlock(block []byte) map[string]string {
+	return DiagnosticEnv(parseEnviron(block))
+}
+
 func readDiagnosticEnv(g *fsGuard, pid int) (map[string]string, error) {
 	data, err := g.readFile(fmt.Sprintf("/proc/%d/environ", pid), maxFileSize)
 	if err != nil && !errors.Is(err, errTooLarge) {

@@ -50,6 +50,13 @@ const (
 	// process's mmap), the ptrace backend the fd calls (not mmap: a
 	// process makes thousands), and strace logs those they hold.
 	KindLimit Kind = "limit"
+	// KindEnv is a process's environment block (Env) as the kernel side
+	// copied it when a probed CUDA or NVML entry point failed: the
+	// environment decides cuInit (CUDA_VISIBLE_DEVICES, LD_LIBRARY_PATH),
+	// and the process is often gone before /proc/PID/environ can be read.
+	// Sent once per process image; the pipeline keeps only the variables a
+	// report may carry and never records the event.
+	KindEnv Kind = "env"
 )
 
 // LimitSyscalls are the calls a KindLimit event can be, and LimitErrnos
@@ -126,13 +133,21 @@ type Event struct {
 	// Exit events only.
 	ExitCode int `json:"exit_code,omitempty"`
 	Signal   int `json:"signal,omitempty"`
+	// Env (KindEnv) is the NUL-separated environment block, whole or, when
+	// Flags is EnvCut, its first part. Never serialised: it holds secrets.
+	Env []byte `json:"-"`
 }
+
+// EnvCut in a KindEnv event's Flags: the block was longer than the kernel
+// side copies.
+const EnvCut = 1
 
 // Copy returns a deep copy of e, for a Sink that keeps it: the backend may
 // reuse e and what it points to once the Sink returns.
 func (e *Event) Copy() Event {
 	c := *e
 	c.Arg = slices.Clone(e.Arg)
+	c.Env = slices.Clone(e.Env)
 	c.Argv = slices.Clone(e.Argv)
 	if e.Dev != nil {
 		d := *e.Dev

@@ -318,14 +318,12 @@ func TestEventfdAtFDLimit(t *testing.T) {
 
 // CUDA_VISIBLE_DEVICES=-1 hides every GPU: cuInit returns 100 and the
 // process exits at once. The environment that explains it is the one the
-// process ran with, read while it lived (under ptrace at its open of
-// libcuda, where it is stopped), however soon it exits. Under eBPF the
-// read comes after the process ran on (a kernel-side copy of it is left
-// to do), so that backend is not asserted here.
+// process ran with, copied in the kernel at cuInit's failing return (both
+// backends: the uprobes are the same), however soon it exits.
 func TestVisibleDevicesHideAll(t *testing.T) {
 	privtest.RequireRoot(t)
 	dir := fakeLib(t)
-	for _, backend := range []string{"ptrace"} {
+	for _, backend := range backends {
 		t.Run(backend, func(t *testing.T) {
 			for range 3 {
 				tr := traceIn(t, standIn(), backend, nil, append([]string{"env", "CUDA_VISIBLE_DEVICES=-1"}, libTarget(dir)...)...)

@@ -27,8 +27,9 @@ func init() {
 	}})
 }
 
-// apiRingBytes is the API probes' own ring: api events only, a few hundred
-// bytes each, read at every stop of the tracer that drains it.
+// apiRingBytes is the API probes' own ring: api events, a few hundred bytes
+// each, and one environment copy (64 KiB at most) per failing process
+// image, read at every stop of the tracer that drains it.
 const apiRingBytes = 1 << 20
 
 // apiObjects are what the entry points' probes need, and nothing else:
@@ -215,7 +216,7 @@ func (p *APIProbes) Drain(deliver func(*tracer.Event)) {
 		switch {
 		case err == nil:
 			ev, derr := p.dec.decode(p.rec.RawSample)
-			if derr != nil || ev.Kind != tracer.KindAPI {
+			if derr != nil || ev.Kind != tracer.KindAPI && ev.Kind != tracer.KindEnv {
 				p.undecodable++ // counted with the losses
 				continue
 			}

@@ -92,6 +92,7 @@ const (
 	bpfEventKindKIND_EXIT    bpfEventKind = 11
 	bpfEventKindKIND_API     bpfEventKind = 12
 	bpfEventKindKIND_LIMIT   bpfEventKind = 13
+	bpfEventKindKIND_ENV     bpfEventKind = 14
 )
 
 type bpfExitTailSlot uint32
@@ -206,6 +207,7 @@ const (
 	bpfMapAwaitedLibs         = "awaited_libs"
 	bpfMapCallSites           = "call_sites"
 	bpfMapDrops               = "drops"
+	bpfMapEnvSent             = "env_sent"
 	bpfMapEvents              = "events"
 	bpfMapExitTail            = "exit_tail"
 	bpfMapFexitTail           = "fexit_tail"
@@ -320,6 +322,7 @@ type bpfMapSpecs struct {
 	AwaitedLibs  *ebpf.MapSpec `ebpf:"awaited_libs"`
 	CallSites    *ebpf.MapSpec `ebpf:"call_sites"`
 	Drops        *ebpf.MapSpec `ebpf:"drops"`
+	EnvSent      *ebpf.MapSpec `ebpf:"env_sent"`
 	Events       *ebpf.MapSpec `ebpf:"events"`
 	ExitTail     *ebpf.MapSpec `ebpf:"exit_tail"`
 	FexitTail    *ebpf.MapSpec `ebpf:"fexit_tail"`
@@ -394,6 +397,7 @@ type bpfMaps struct {
 	AwaitedLibs  *ebpf.Map `ebpf:"awaited_libs"`
 	CallSites    *ebpf.Map `ebpf:"call_sites"`
 	Drops        *ebpf.Map `ebpf:"drops"`
+	EnvSent      *ebpf.Map `ebpf:"env_sent"`
 	Events       *ebpf.Map `ebpf:"events"`
 	ExitTail     *ebpf.Map `ebpf:"exit_tail"`
 	FexitTail    *ebpf.Map `ebpf:"fexit_tail"`
@@ -413,6 +417,7 @@ func (m *bpfMaps) Close() error {
 		m.AwaitedLibs,
 		m.CallSites,
 		m.Drops,
+		m.EnvSent,
 		m.Events,
 		m.ExitTail,
 		m.FexitTail,

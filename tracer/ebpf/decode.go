@@ -66,6 +66,7 @@ const (
 	// Records are cut after what their kind uses (cudatrace.c): an exit
 	// event is the header alone.
 	eventHeaderSize = int(unsafe.Offsetof(bpfEvent{}.Arg))
+	eventKindOffset = int(unsafe.Offsetof(bpfEvent{}.Kind))
 	argvSlot        = int(bpfLimitsARGV_SLOT)
 	maxIntern       = 4096
 )
@@ -108,6 +109,10 @@ func newDecoder(startKtime uint64) *decoder {
 // decode converts one sample. The event is valid until the next call; the
 // sample buffer may be reused as soon as it returns.
 func (d *decoder) decode(raw []byte) (*tracer.Event, error) {
+	if len(raw) > eventSize && bpfEventKind(raw[eventKindOffset]) == bpfEventKindKIND_ENV {
+		d.heldOK = false
+		return d.decodeEnv(raw)
+	}
 	if len(raw) < eventHeaderSize || len(raw) > eventSize {
 		return nil, fmt.Errorf("event of %d bytes, want %d to %d", len(raw), eventHeaderSize, eventSize)
 	}
@@ -202,6 +207,28 @@ func (d *decoder) begin(e *bpfEvent, kind tracer.Kind) *tracer.Event {
 	ev.Comm = d.internLast(cstr(e.Comm[:]), &d.lastComm)
 	ev.Kind = kind
 	return ev
+}
+
+// decodeEnv converts a failing entry point's copy of its process's
+// environment (send_env): the event's header, then the block, its length
+// in ret (0: it could not be read), cut when mode says so. It takes no
+// sequence number: the pipeline never records it.
+func (d *decoder) decodeEnv(raw []byte) (*tracer.Event, error) {
+	var h bpfEvent
+	copy(unsafe.Slice((*byte)(unsafe.Pointer(&h)), eventHeaderSize), raw[:eventHeaderSize])
+	n := h.Ret
+	if n < 0 || n > int64(len(raw)-eventHeaderSize) {
+		return nil, fmt.Errorf("environment record of %d bytes says %d", len(raw), n)
+	}
+	d.box.ev = tracer.Event{PID: int(h.Tgid), TID: int(h.Tid), Kind: tracer.KindEnv, Env: raw[eventHeaderSize : eventHeaderSize+int(n)]}
+	ev := &d.box.ev
+	if h.Ktime > d.startKtime {
+		ev.Time = time.Duration(h.Ktime - d.startKtime)
+	}
+	if h.Mode != 0 {
+		ev.Flags = tracer.EnvCut
+	}
+	return ev, nil
 }
 
 // decodeAPI converts a uretprobe's record: which entry point returned

@@ -127,6 +127,31 @@ func TestDecodeCutRecords(t *testing.T) {
 	}
 }
 
+// A failing entry point's copy of its process's environment (KIND_ENV) is
+// the header and then the block, longer than any other record: decoded
+// with the length the kernel side wrote, cut as it says, and no sequence
+// number taken; a length past the record is refused.
+func TestDecodeEnvRecord(t *testing.T) {
+	d := newDecoder(0)
+	const block = "HOME=/root\x00CUDA_VISIBLE_DEVICES=-1\x00"
+	h := bpfEvent{Tgid: 11, Tid: 12, Ktime: 5, Ret: int64(len(block)), Mode: 1, Syscall: uint16(bpfSyscallIdSC_API), Kind: uint8(bpfEventKindKIND_ENV)}
+	raw := make([]byte, eventHeaderSize+64<<10)
+	copy(raw, unsafe.Slice((*byte)(unsafe.Pointer(&h)), eventHeaderSize))
+	copy(raw[eventHeaderSize:], block)
+	ev, err := d.decode(raw)
+	if err != nil || ev.Kind != tracer.KindEnv || ev.PID != 11 || ev.TID != 12 || string(ev.Env) != block || ev.Flags != tracer.EnvCut || ev.Seq != 0 {
+		t.Fatalf("env record decoded %+v, %v", ev, err)
+	}
+	h.Ret = int64(len(raw))
+	copy(raw, unsafe.Slice((*byte)(unsafe.Pointer(&h)), eventHeaderSize))
+	if _, err := d.decode(raw); err == nil {
+		t.Error("env record whose length runs past it accepted")
+	}
+	if d.seq != 0 {
+		t.Errorf("env records took sequence numbers: %d", d.seq)
+	}
+}
+
 func TestDecodeRejectsBadSamples(t *testing.T) {
 	d := newDecoder(0)
 	if _, err := d.decode(make([]byte, 10)); err == nil {

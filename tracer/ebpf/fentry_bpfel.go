@@ -20,6 +20,7 @@ const (
 	fentryMapAwaitedLibs          = "awaited_libs"
 	fentryMapCallSites            = "call_sites"
 	fentryMapDrops                = "drops"
+	fentryMapEnvSent              = "env_sent"
 	fentryMapEvents               = "events"
 	fentryMapExitTail             = "exit_tail"
 	fentryMapFexitTail            = "fexit_tail"
@@ -170,6 +171,7 @@ type fentryMapSpecs struct {
 	AwaitedLibs  *ebpf.MapSpec `ebpf:"awaited_libs"`
 	CallSites    *ebpf.MapSpec `ebpf:"call_sites"`
 	Drops        *ebpf.MapSpec `ebpf:"drops"`
+	EnvSent      *ebpf.MapSpec `ebpf:"env_sent"`
 	Events       *ebpf.MapSpec `ebpf:"events"`
 	ExitTail     *ebpf.MapSpec `ebpf:"exit_tail"`
 	FexitTail    *ebpf.MapSpec `ebpf:"fexit_tail"`
@@ -244,6 +246,7 @@ type fentryMaps struct {
 	AwaitedLibs  *ebpf.Map `ebpf:"awaited_libs"`
 	CallSites    *ebpf.Map `ebpf:"call_sites"`
 	Drops        *ebpf.Map `ebpf:"drops"`
+	EnvSent      *ebpf.Map `ebpf:"env_sent"`
 	Events       *ebpf.Map `ebpf:"events"`
 	ExitTail     *ebpf.Map `ebpf:"exit_tail"`
 	FexitTail    *ebpf.Map `ebpf:"fexit_tail"`
@@ -263,6 +266,7 @@ func (m *fentryMaps) Close() error {
 		m.AwaitedLibs,
 		m.CallSites,
 		m.Drops,
+		m.EnvSent,
 		m.Events,
 		m.ExitTail,
 		m.FexitTail,

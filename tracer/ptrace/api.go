@@ -216,8 +216,10 @@ func (s *session) drainAPI() {
 		return
 	}
 	s.api.Drain(func(e *tracer.Event) {
-		s.seq++
-		e.Seq = s.seq
+		if e.Kind != tracer.KindEnv { // never recorded: no place in the order
+			s.seq++
+			e.Seq = s.seq
+		}
 		s.sink.Event(e)
 	})
 }

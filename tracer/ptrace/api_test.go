@@ -37,8 +37,11 @@ func bpfFDs(t *testing.T) int {
 }
 
 // checkOrder: Seq unique and increasing across both sources.
-func checkOrder(t *testing.T, evs []tracer.Event) {
+func checkOrder(t *testing.T, all []tracer.Event) {
 	t.Helper()
+	// The environment copies (KindEnv) are never recorded, and take no
+	// place in the order.
+	evs := slices.DeleteFunc(slices.Clone(all), func(e tracer.Event) bool { return e.Kind == tracer.KindEnv })
 	for i := 1; i < len(evs); i++ {
 		if evs[i].Seq != evs[i-1].Seq+1 {
 			dump(t, evs)
@@ -144,6 +147,11 @@ func TestAttachAPIReturns(t *testing.T) {
 		!r.res.APIReturns || !slices.Contains(r.res.APILibraries, filepath.Join(dir, "libcuda.so.1")) {
 		dump(t, c.all())
 		t.Fatalf("api events %+v, result %+v", api, r.res)
+	}
+	// The failing return sent its process's environment, once.
+	env := c.where(func(e *tracer.Event) bool { return e.Kind == tracer.KindEnv })
+	if len(env) != 1 || env[0].PID != cmd.Process.Pid || !strings.Contains(string(env[0].Env), "PATH=") {
+		t.Errorf("environment copies %+v, want one of PID %d", env, cmd.Process.Pid)
 	}
 	checkOrder(t, c.all())
 }
