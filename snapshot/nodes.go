@@ -27,29 +27,8 @@ func (c *collector) collectNodes(root string, mounts []Mount) {
 		want[path.Clean(p)] = true
 	}
 
-	if names, err := c.readDirNames(root, "/dev"); err == nil {
-		for _, n := range names {
-			if strings.HasPrefix(n, "nvidia") && !contains(nvidiaDirs, "/dev/"+n) {
-				add("/dev/" + n)
-			}
-		}
-	}
-	for _, d := range nvidiaDirs {
-		if names, err := c.readDirNames(root, d); err == nil {
-			for _, n := range names {
-				add(d + "/" + n)
-			}
-		}
-	}
-	// /dev/char/M:m links let systemd and runc resolve device rules; keep
-	// the ones that lead to NVIDIA nodes (their absence is failure mode 3).
-	if names, err := c.readDirNames(root, "/dev/char"); err == nil {
-		for _, n := range names {
-			st, dest, err := c.rootFS.lstatInRoot(root, "/dev/char/"+n)
-			if err == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK && strings.Contains(dest, "nvidia") {
-				add("/dev/char/" + n)
-			}
-		}
+	for _, p := range c.listedNodes(root) {
+		add(p)
 	}
 	for _, p := range c.opts.ExtraPaths {
 		if p != "" {
@@ -83,6 +62,47 @@ func (c *collector) collectNodes(root string, mounts []Mount) {
 			c.snap.Mounts = append(c.snap.Mounts, m)
 		}
 	}
+}
+
+// listedNodes lists the NVIDIA nodes in root's /dev, its NVIDIA
+// directories and the /dev/char links that lead to NVIDIA nodes; in
+// cudatrace's own root (a target gone), through the HostCache where there
+// is one.
+func (c *collector) listedNodes(root string) []string {
+	if h := c.opts.Host; h != nil && root == path.Join(c.proc, "self", "root") {
+		return h.listedNodes(c, root)
+	}
+	return c.listNodes(root)
+}
+
+func (c *collector) listNodes(root string) []string {
+	var out []string
+	add := func(p string) { out = append(out, p) }
+	if names, err := c.readDirNames(root, "/dev"); err == nil {
+		for _, n := range names {
+			if strings.HasPrefix(n, "nvidia") && !contains(nvidiaDirs, "/dev/"+n) {
+				add("/dev/" + n)
+			}
+		}
+	}
+	for _, d := range nvidiaDirs {
+		if names, err := c.readDirNames(root, d); err == nil {
+			for _, n := range names {
+				add(d + "/" + n)
+			}
+		}
+	}
+	// /dev/char/M:m links let systemd and runc resolve device rules; keep
+	// the ones that lead to NVIDIA nodes (their absence is failure mode 3).
+	if names, err := c.readDirNames(root, "/dev/char"); err == nil {
+		for _, n := range names {
+			st, dest, err := c.rootFS.lstatInRoot(root, "/dev/char/"+n)
+			if err == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK && strings.Contains(dest, "nvidia") {
+				add("/dev/char/" + n)
+			}
+		}
+	}
+	return out
 }
 
 // expectedNodes are nodes that must exist for the registered drivers to be

@@ -157,6 +157,8 @@ type watcher struct {
 
 	jobs chan *proc
 	wg   sync.WaitGroup
+	// host is read once for many snapshots (the kernel log, the driver).
+	host *snapshot.HostCache
 
 	dropped atomic.Uint64
 	// dropBase is the drop count at the last statistics sample that
@@ -213,7 +215,7 @@ func newWatcher(o Options) *watcher {
 	w := &watcher{
 		o: o, start: o.now(), backend: o.Backend.Name(),
 		procs: map[int]*proc{}, skip: map[int]struct{}{},
-		jobs: make(chan *proc, queued),
+		jobs: make(chan *proc, queued), host: snapshot.NewHostCache(0),
 	}
 	empty := ""
 	w.hook.Store(&empty)
@@ -254,6 +256,7 @@ func (w *watcher) run(ctx context.Context) (*Summary, error) {
 	}
 	close(w.jobs)
 	w.wg.Wait()
+	_ = w.host.Close() // read-only: nothing lost
 	if err != nil {
 		return nil, err
 	}
@@ -393,7 +396,7 @@ func (w *watcher) admit(e *tracer.Event) *proc {
 		return nil
 	}
 	w.sum.processes.Add(1)
-	so := diagnose.SessionOptions{ProcDevicesPath: w.o.ProcDevicesPath, MaxStored: w.o.MaxStored, System: w.o.System}
+	so := diagnose.SessionOptions{ProcDevicesPath: w.o.ProcDevicesPath, MaxStored: w.o.MaxStored, System: w.o.System, Host: w.host}
 	if err == nil {
 		// A snapshot that finds it gone reads its cgroup's policy from this.
 		id.PID = e.PID

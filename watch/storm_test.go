@@ -1,0 +1,41 @@
+package watch
+
+import (
+	"sync"
+	"testing"
+
+	"github.com/cudatrace/cudatrace/snapshot"
+	"github.com/cudatrace/cudatrace/tracer"
+)
+
+// failures is n processes from pid on, each denied nvidiactl and exited.
+func failures(h *fakeHost, pid, n int) []tracer.Event {
+	var events []tracer.Event
+	for p := pid; p < pid+n; p++ {
+		h.cgroups[p] = "/"
+		events = append(events, append(deniedCtl(p, "job"), exitOf(p, 1))...)
+	}
+	return events
+}
+
+// Every snapshot of a watch reads the host's facts through one HostCache
+// (issue 32 item 4: a fork storm's snapshots each read the whole kernel
+// log and the driver's files, a third of watch's CPU).
+func TestSnapshotsShareHostCache(t *testing.T) {
+	h := &fakeHost{cgroups: map[int]string{}}
+	events := failures(h, 100, 3)
+	var mu sync.Mutex
+	hosts := map[*snapshot.HostCache]int{}
+	_, sum, _ := watchWith(t, &fakeBackend{events: events}, h, func(o *Options) {
+		collect := o.System.Collect
+		o.System.Collect = func(so snapshot.Options) *snapshot.Snapshot {
+			mu.Lock()
+			hosts[so.Host]++
+			mu.Unlock()
+			return collect(so)
+		}
+	})
+	if sum.Diagnosed != 3 || len(hosts) != 1 || hosts[nil] != 0 {
+		t.Errorf("%d diagnosed; the snapshots' host caches %v: want 3, all through one", sum.Diagnosed, hosts)
+	}
+}
