@@ -12,7 +12,8 @@
 #               line: steadier than rate on a shared host
 #   lag_p50/p99/max  seconds from a child's exit (its reap) to its line
 #   rss_mb      the watch's peak RSS (VmHWM, read before SIGTERM)
-#   term_s      SIGTERM to exit
+#   term_s      SIGTERM to exit (TERM_AT_END=1: sent as soon as the storm
+#               ends, its backlog queued; the drain after SIGTERM is bounded)
 #   dropped, shed, incomplete  from the exit summary
 # On a host without the NVIDIA driver /dev/nvidiactl does not exist:
 # every child fails its open and is one diagnosis. Run as root; other
@@ -33,9 +34,10 @@ until grep -q "watching this host" "$out/stderr.txt"; do
 	sleep 0.1
 done
 "$out/storm" "$n" /dev/nvidiactl "$secs" >"$out/exits.txt" 2>"$out/storm.txt"
-# Wait for the lines: until all N, or 60 s without a new one.
+# Wait for the lines: until all N, or 60 s without a new one (TERM_AT_END=1:
+# SIGTERM as soon as the storm ends, with its backlog still queued).
 last=-1; still=0
-while :; do
+while [ "${TERM_AT_END:-0}" != 1 ]; do
 	got=$(wc -l <"$out/lines.jsonl")
 	[ "$got" -ge "$n" ] && break
 	if [ "$got" = "$last" ]; then still=$((still + 1)); [ $still -lt 60 ] || break; else still=0; fi
