@@ -287,7 +287,9 @@ func (w *watcher) run(ctx context.Context) (*Summary, error) {
 	}
 	close(w.jobs)
 	w.wg.Wait()
-	_ = w.host.Close() // read-only: nothing lost
+	if w.host != nil { // nil: each snapshot reads the host itself (benchmarks)
+		_ = w.host.Close() // read-only: nothing lost
+	}
 	if d := w.o.ReportDir; d != nil {
 		if serr := d.Sync(); serr != nil {
 			w.o.Notice(serr.Error())
