@@ -354,6 +354,15 @@ func (c *collector) targetView(pidDir string) string {
 }
 
 func (c *collector) collectHost() {
+	if c.opts.Host != nil {
+		c.opts.Host.hostInfo(c)
+		return
+	}
+	c.readHostInfo()
+}
+
+// readHostInfo reads the kernel, the architecture and the node name.
+func (c *collector) readHostInfo() {
 	var u unix.Utsname
 	if err := unix.Uname(&u); err != nil {
 		c.unavailable("uname", err)

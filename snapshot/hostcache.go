@@ -48,12 +48,26 @@ type HostCache struct {
 	driver *hostDriver
 	files  map[string]*hostFile
 	nodes  *hostNodes
+	stats  map[string]*hostNode // statNode in cudatrace's own root, by path
+	host   *hostInfo
 	// cgroups are cgroup v2 ids resolved to paths (CgroupV2PathByID),
 	// each for maxAge: a fork storm in one pod asks for one id.
 	cgroups map[uint64]*hostFile
 
 	rootOnce sync.Once
 	hostRoot string // hostRootDir, which does not change
+}
+
+type hostNode struct {
+	at          time.Time
+	node        Node
+	unavailable []string
+}
+
+type hostInfo struct {
+	at          time.Time
+	host        Host
+	unavailable []string
 }
 
 // hostNodes is what listNodes found in cudatrace's own root.
@@ -86,7 +100,7 @@ func NewHostCache(maxAge time.Duration) *HostCache {
 		maxAge = DefaultHostMaxAge
 	}
 	return &HostCache{maxAge: maxAge, now: time.Now, kmsgPath: "/dev/kmsg", kfd: -1,
-		files: map[string]*hostFile{}, cgroups: map[uint64]*hostFile{}}
+		files: map[string]*hostFile{}, cgroups: map[uint64]*hostFile{}, stats: map[string]*hostNode{}}
 }
 
 // Close closes the kernel log's descriptor.
@@ -234,3 +248,40 @@ func (h *HostCache) CgroupV2PathByID(id uint64) (string, error) {
 
 // maxCachedCgroups bounds HostCache's cgroup ids.
 const maxCachedCgroups = 4096
+
+// maxCachedNodes bounds the node paths HostCache keeps stats of.
+const maxCachedNodes = 1024
+
+// statNode is c.statNode(root, p) as found at most maxAge ago; root is
+// cudatrace's own.
+func (h *HostCache) statNode(c *collector, root, p string) Node {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	now := h.now()
+	n := h.stats[p]
+	if n == nil || !h.fresh(n.at, now) {
+		f := c.fork()
+		n = &hostNode{at: now, node: f.statNode(root, p), unavailable: f.snap.Unavailable}
+		if len(h.stats) >= maxCachedNodes {
+			clear(h.stats)
+		}
+		h.stats[p] = n
+	}
+	c.snap.Unavailable = append(c.snap.Unavailable, n.unavailable...)
+	return n.node
+}
+
+// hostInfo fills c's snapshot's kernel, architecture and node name as
+// read at most maxAge ago.
+func (h *HostCache) hostInfo(c *collector) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	now := h.now()
+	if i := h.host; i == nil || !h.fresh(i.at, now) {
+		f := c.fork()
+		f.readHostInfo()
+		h.host = &hostInfo{at: now, host: f.snap.Host, unavailable: f.snap.Unavailable}
+	}
+	c.snap.Host = h.host.host
+	c.snap.Unavailable = append(c.snap.Unavailable, h.host.unavailable...)
+}

@@ -49,8 +49,12 @@ func (c *collector) collectNodes(root string, mounts []Mount) {
 	if i := mountOf(mounts, "/dev"); i >= 0 {
 		held[i] = true
 	}
+	stat := c.statNode
+	if h := c.opts.Host; h != nil && root == path.Join(c.proc, "self", "root") {
+		stat = func(root, p string) Node { return h.statNode(c, root, p) }
+	}
 	for _, p := range paths {
-		n := c.statNode(root, p)
+		n := stat(root, p)
 		if i := mountOf(mounts, p); i >= 0 {
 			n.MountPoint = mounts[i].MountPoint
 			held[i] = true
