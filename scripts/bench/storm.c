@@ -12,7 +12,6 @@
 //	cc -O2 -o storm scripts/bench/storm.c
 //	./storm 10000 /dev/nvidiactl > exits.txt
 #define _GNU_SOURCE
-#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,14 +31,12 @@ static long long mono_ns(void) {
 	return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-static void reap(int block) {
+// reap waits for one child and prints its PID and the time.
+static void reap(void) {
 	int st;
-	pid_t pid;
-	while ((pid = waitpid(-1, &st, block ? 0 : WNOHANG)) > 0) {
+	pid_t pid = waitpid(-1, &st, 0);
+	if (pid > 0)
 		printf("%d %lld\n", (int)pid, now_ns());
-		if (block)
-			return;
-	}
 }
 
 int main(int argc, char **argv) {
@@ -62,7 +59,7 @@ int main(int argc, char **argv) {
 			}
 		}
 		while (alive >= 64) {
-			reap(1);
+			reap();
 			alive--;
 		}
 		pid_t pid = fork();
@@ -77,7 +74,7 @@ int main(int argc, char **argv) {
 		alive++;
 	}
 	while (alive-- > 0)
-		reap(1);
+		reap();
 	fprintf(stderr, "storm: %ld children in %.2f s\n", n, (mono_ns() - start) / 1e9);
 	return 0;
 }
