@@ -42,7 +42,6 @@ type HostCache struct {
 	kerr     error // the open's error; the snapshot then reads syslog(2) itself
 	kopened  bool
 	records  []kmsgRecord // the driver-related ones, oldest first
-	kreadErr error        // the last read's error
 
 	mu     sync.Mutex
 	driver *hostDriver
