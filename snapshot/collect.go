@@ -167,7 +167,7 @@ func (c *collector) view() {
 	if text, err := read(filepath.Join(viewDir, "mountinfo"), maxFileSize); err != nil {
 		c.unavailable("mountinfo", err)
 	} else {
-		targetMounts = ParseMountinfo(text)
+		targetMounts = c.parseMounts(text)
 	}
 	c.collectNodes(root, targetMounts)
 
@@ -183,7 +183,7 @@ func (c *collector) view() {
 		if mi, err := c.selfMountinfo(); err != nil {
 			c.unavailable("cudatrace's mountinfo", err)
 		} else {
-			self = parseSelfMounts(mi)
+			self = c.parseSelfMounts(mi)
 		}
 		c.collectCgroupV1(lines, self)
 		c.collectCgroupV2(lines, self)
@@ -247,6 +247,24 @@ func (c *collector) readHostString(path string) (string, error) {
 		return c.opts.Host.readString(c, path)
 	}
 	return c.fs.readString(path, maxFileSize)
+}
+
+// parseMounts is ParseMountinfo, through the HostCache where there is
+// one: the same table (cudatrace's own) is parsed once.
+func (c *collector) parseMounts(text string) []Mount {
+	if h := c.opts.Host; h != nil {
+		return h.parseMounts(text)
+	}
+	return ParseMountinfo(text)
+}
+
+// parseSelfMounts is parseSelfMounts, through the HostCache where there
+// is one.
+func (c *collector) parseSelfMounts(text string) []selfMount {
+	if h := c.opts.Host; h != nil {
+		return h.parseSelfMounts(text)
+	}
+	return parseSelfMounts(text)
 }
 
 // alive: the process behind pidDir is neither gone nor a zombie.

@@ -53,6 +53,14 @@ type HostCache struct {
 	// each for maxAge: a fork storm in one pod asks for one id.
 	cgroups map[uint64]*hostFile
 
+	// The last mount tables parsed, by their text: cudatrace's own,
+	// read for every snapshot of a process gone.
+	pmu             sync.Mutex
+	mountsText      string
+	mounts          []Mount
+	selfMountsText  string
+	selfMountsTable []selfMount
+
 	rootOnce sync.Once
 	hostRoot string // hostRootDir, which does not change
 }
@@ -283,4 +291,26 @@ func (h *HostCache) hostInfo(c *collector) {
 	}
 	c.snap.Host = h.host.host
 	c.snap.Unavailable = append(c.snap.Unavailable, h.host.unavailable...)
+}
+
+// parseMounts is ParseMountinfo(text), the same slice for the same text
+// (read-only).
+func (h *HostCache) parseMounts(text string) []Mount {
+	h.pmu.Lock()
+	defer h.pmu.Unlock()
+	if h.mounts == nil || text != h.mountsText {
+		h.mountsText, h.mounts = text, ParseMountinfo(text)
+	}
+	return h.mounts
+}
+
+// parseSelfMounts is parseSelfMounts(text), the same slice for the same
+// text (read-only).
+func (h *HostCache) parseSelfMounts(text string) []selfMount {
+	h.pmu.Lock()
+	defer h.pmu.Unlock()
+	if h.selfMountsTable == nil || text != h.selfMountsText {
+		h.selfMountsText, h.selfMountsTable = text, parseSelfMounts(text)
+	}
+	return h.selfMountsTable
 }
