@@ -55,11 +55,8 @@ type HostCache struct {
 
 	// The last mount tables parsed, by their text: cudatrace's own,
 	// read for every snapshot of a process gone.
-	pmu             sync.Mutex
-	mountsText      string
-	mounts          []Mount
-	selfMountsText  string
-	selfMountsTable []selfMount
+	mounts     parsed[Mount]
+	selfMounts parsed[selfMount]
 
 	rootOnce sync.Once
 	hostRoot string // hostRootDir, which does not change
@@ -293,24 +290,28 @@ func (h *HostCache) hostInfo(c *collector) {
 	c.snap.Unavailable = append(c.snap.Unavailable, h.host.unavailable...)
 }
 
-// parseMounts is ParseMountinfo(text), the same slice for the same text
-// (read-only).
-func (h *HostCache) parseMounts(text string) []Mount {
-	h.pmu.Lock()
-	defer h.pmu.Unlock()
-	if h.mounts == nil || text != h.mountsText {
-		h.mountsText, h.mounts = text, ParseMountinfo(text)
-	}
-	return h.mounts
+// parsed is the last text parsed and what it gave, shared read-only.
+type parsed[T any] struct {
+	mu   sync.Mutex
+	text string
+	v    []T
+	set  bool
 }
 
-// parseSelfMounts is parseSelfMounts(text), the same slice for the same
-// text (read-only).
-func (h *HostCache) parseSelfMounts(text string) []selfMount {
-	h.pmu.Lock()
-	defer h.pmu.Unlock()
-	if h.selfMountsTable == nil || text != h.selfMountsText {
-		h.selfMountsText, h.selfMountsTable = text, parseSelfMounts(text)
+func (p *parsed[T]) of(text string, parse func(string) []T) []T {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.set || text != p.text {
+		p.text, p.v, p.set = text, parse(text), true
 	}
-	return h.selfMountsTable
+	return p.v
+}
+
+// parseMounts is ParseMountinfo(text), the same slice for the same text.
+func (h *HostCache) parseMounts(text string) []Mount { return h.mounts.of(text, ParseMountinfo) }
+
+// parseSelfMounts is parseSelfMounts(text), the same slice for the same
+// text.
+func (h *HostCache) parseSelfMounts(text string) []selfMount {
+	return h.selfMounts.of(text, parseSelfMounts)
 }
