@@ -16,7 +16,9 @@
 #               ends, its backlog queued; the drain after SIGTERM is bounded)
 #   dropped, shed, incomplete  from the exit summary
 # On a host without the NVIDIA driver /dev/nvidiactl does not exist:
-# every child fails its open and is one diagnosis. Run as root; other
+# every child fails its open and is one diagnosis; NODE=PATH opens PATH
+# instead (an NVIDIA-named node that opens, with -v, makes healthy lines:
+# mknod /dev/nvidia-storm c 1 3 and --device-major 1). Run as root; other
 # processes on the host that touch NVIDIA paths get lines too (not counted).
 set -eu
 ct=$1; out=$2; n=$3; secs=${4:-0}
@@ -33,7 +35,7 @@ until grep -q "watching this host" "$out/stderr.txt"; do
 	i=$((i + 1)); [ $i -lt 600 ] || { echo "watch did not start" >&2; kill -TERM $wpid; exit 1; }
 	sleep 0.1
 done
-"$out/storm" "$n" /dev/nvidiactl "$secs" >"$out/exits.txt" 2>"$out/storm.txt"
+"$out/storm" "$n" "${NODE:-/dev/nvidiactl}" "$secs" >"$out/exits.txt" 2>"$out/storm.txt"
 # Wait for the lines: until all N, or 60 s without a new one (TERM_AT_END=1:
 # SIGTERM as soon as the storm ends, with its backlog still queued).
 last=-1; still=0
