@@ -452,6 +452,20 @@ func (a *analyzer) cudaSeen() bool {
 	return false
 }
 
+// MadeDeviceCall reports whether events hold an NVIDIA device call: a
+// call on an NVIDIA node's path or an ioctl. Without one nothing was
+// attempted: an error finding about the host (the driver not loaded) is
+// then a warning for the process, not its failure (the verdict's "made no
+// NVIDIA device call; beware", and no diagnosis in cudatrace watch).
+func MadeDeviceCall(events []tracer.Event) bool {
+	for i := range events {
+		if isNvidiaNode(events[i].Path) || events[i].Kind == tracer.KindIoctl {
+			return true
+		}
+	}
+	return false
+}
+
 // verdict is the report's headline. It starts from CUDA's own return code
 // when that was traced; without it, it never claims that CUDA started.
 func (a *analyzer) verdict() string {
@@ -482,13 +496,7 @@ func (a *analyzer) verdict() string {
 		}
 		return s + "."
 	}
-	touched := false
-	for i := range a.ev {
-		if isNvidiaNode(a.ev[i].Path) || a.ev[i].Kind == tracer.KindIoctl {
-			touched = true
-			break
-		}
-	}
+	touched := MadeDeviceCall(a.ev)
 	for _, f := range a.out {
 		if f.Severity == SeverityError {
 			if !touched {

@@ -38,6 +38,9 @@ type SessionOptions struct {
 	// trigger reads a fresher one when the process is still there, and
 	// each exec another.
 	Identity *snapshot.Identity
+	// Host shares the host's facts between sessions (cudatrace watch's,
+	// one per process): snapshot.HostCache.
+	Host *snapshot.HostCache
 	// System replaces the live system's reads and the analysis (tests).
 	System *System
 }
@@ -85,13 +88,16 @@ func (s *System) deps() deps {
 func NewSession(o SessionOptions) *Session { return newSession(o, o.System.deps()) }
 
 func newSession(o SessionOptions, d deps) *Session {
+	if o.Host != nil && d.cgroupPath != nil {
+		d.cgroupPath = o.Host.CgroupV2PathByID
+	}
 	rec := record.New()
 	if o.MaxStored > 0 {
 		rec = record.NewLimited(o.MaxStored)
 	}
 	s := &Session{
 		rec:     rec,
-		snapper: &failureSnapshot{opts: snapshot.Options{ProcDevicesPath: o.ProcDevicesPath, KmsgSince: time.Now()}, deps: d},
+		snapper: &failureSnapshot{opts: snapshot.Options{ProcDevicesPath: o.ProcDevicesPath, KmsgSince: time.Now(), Host: o.Host}, deps: d},
 		d:       d,
 		read:    map[int]bool{},
 	}

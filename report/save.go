@@ -54,6 +54,9 @@ type Output struct {
 	dev  uint64 // targetStream: the node's device and inode
 	ino  uint64
 	mode os.FileMode // 0: 0666 less the umask, as any file the user creates
+	// unsynced: Save neither fsyncs the file nor the directory; the
+	// caller makes its writes durable together (Unsynced).
+	unsynced bool
 }
 
 // OpenOutput says, before a trace that may run for hours, whether the
@@ -112,6 +115,15 @@ func OpenOutput(path string) (*Output, error) {
 // directory dir, with the given file mode (not subject to the umask).
 func OpenOutputIn(dir *os.File, base string, mode os.FileMode) *Output {
 	return &Output{path: filepath.Join(dir.Name(), base), kind: targetFile, dir: dir, base: base, mode: mode}
+}
+
+// Unsynced makes Save skip its two fsyncs (the file's, then the
+// directory's): for a caller that writes many reports and syncs their file
+// system itself, once for many (watch's --report-dir). Until then a crash
+// may leave the report empty or cut at its name, never another file.
+func (o *Output) Unsynced() *Output {
+	o.unsynced = true
+	return o
 }
 
 // Close releases what OpenOutput opened.
@@ -271,7 +283,7 @@ func (o *Output) Save(rep *Report) (moved string, err error) {
 		_ = tmp.Close()
 		return "", fmt.Errorf("%s: %w", o.path, err)
 	}
-	if err := tmp.Sync(); err != nil {
+	if err := o.sync(tmp); err != nil {
 		_ = tmp.Close()
 		return "", fmt.Errorf("%s: %w", o.path, err)
 	}
@@ -290,8 +302,15 @@ func (o *Output) Save(rep *Report) (moved string, err error) {
 	renamed = true
 	// Make the rename itself durable; the report is complete either way,
 	// so a directory that cannot be synced is not an error.
-	_ = o.dir.Sync()
+	_ = o.sync(o.dir)
 	return o.movedTo(), nil
+}
+
+func (o *Output) sync(f *os.File) error {
+	if o.unsynced {
+		return nil
+	}
+	return f.Sync()
 }
 
 // movedTo says where the directory opened at OpenOutput is now, when the

@@ -30,15 +30,24 @@ const maxCgroupWalk = 1 << 16
 // cudatrace's cgroup namespace, of the cgroup whose id is id. It reads a
 // cgroup2 mount of cudatrace's, or mounts one for the lookup.
 func CgroupV2PathByID(id uint64) (string, error) {
+	return cgroupV2PathByID(id, func() (string, error) {
+		mi, err := os.ReadFile("/proc/self/mountinfo")
+		return string(mi), err
+	})
+}
+
+// cgroupV2PathByID is CgroupV2PathByID with cudatrace's mount table read
+// by mountinfo.
+func cgroupV2PathByID(id uint64, mountinfo func() (string, error)) (string, error) {
 	if id == 0 {
 		return "", errors.New("no cgroup id")
 	}
-	mi, err := os.ReadFile("/proc/self/mountinfo")
+	mi, err := mountinfo()
 	if err != nil {
 		return "", err
 	}
 	var mnt *selfMount
-	for _, m := range parseSelfMounts(string(mi)) {
+	for _, m := range parseSelfMounts(mi) {
 		if m.FSType == "cgroup2" && cleanCgroupPath(m.Root) && (mnt == nil || len(m.Root) < len(mnt.Root)) {
 			mnt = &m
 		}

@@ -42,6 +42,11 @@ type Options struct {
 	// its UID is taken from it, and its user name too when its root was
 	// cudatrace's (SameRoot). Ignored for another PID or a live target.
 	Identity *Identity
+	// Host, when set, shares the host's facts with the other snapshots
+	// that use it (HostCache): the kernel log is read incrementally, the
+	// driver's files and state, /proc/devices and cudatrace's own mount
+	// table at most once per its MaxAge.
+	Host *HostCache
 	// QueryCgroupPrograms replaces QueryDevicePrograms, which lists the
 	// effective BPF_CGROUP_DEVICE programs of cgroupDir (a directory under
 	// the cgroup2 mount cgroupRoot): tests use it to fake the kernel's answer.
@@ -86,11 +91,15 @@ func newCollector(opts Options) *collector {
 		mountCgroup2: mountCgroup2,
 		now:          time.Now,
 		bootTime:     kernelBootTime,
-		hostRoot:     hostRootDir(),
 		fs:           &fsGuard{timeout: fsTimeout, what: "system files"},
 		rootFS:       &fsGuard{timeout: fsTimeout, what: "the target's files"},
 	}
-	c.selfMountinfo = func() (string, error) { return c.fs.readString("/proc/self/mountinfo", maxFileSize) }
+	c.selfMountinfo = func() (string, error) { return c.readHostString("/proc/self/mountinfo") }
+	if opts.Host != nil {
+		c.hostRoot = opts.Host.root()
+	} else {
+		c.hostRoot = hostRootDir()
+	}
 	return c
 }
 
@@ -144,17 +153,21 @@ func (c *collector) view() {
 	if devPath == "" {
 		devPath = filepath.Join(c.proc, "devices")
 	}
-	if text, err := c.fs.readString(devPath, maxFileSize); err != nil {
+	if text, err := c.readHostString(devPath); err != nil {
 		c.unavailable("/proc/devices", err)
 	} else {
 		s.ProcDevices = ParseProcDevices(text)
 	}
 
 	var targetMounts []Mount
-	if text, err := c.fs.readString(filepath.Join(viewDir, "mountinfo"), maxFileSize); err != nil {
+	read := c.fs.readString
+	if viewDir == filepath.Join(c.proc, "self") {
+		read = func(p string, _ int64) (string, error) { return c.readHostString(p) } // cudatrace's own view
+	}
+	if text, err := read(filepath.Join(viewDir, "mountinfo"), maxFileSize); err != nil {
 		c.unavailable("mountinfo", err)
 	} else {
-		targetMounts = ParseMountinfo(text)
+		targetMounts = c.parseMounts(text)
 	}
 	c.collectNodes(root, targetMounts)
 
@@ -170,7 +183,7 @@ func (c *collector) view() {
 		if mi, err := c.selfMountinfo(); err != nil {
 			c.unavailable("cudatrace's mountinfo", err)
 		} else {
-			self = parseSelfMounts(mi)
+			self = c.parseSelfMounts(mi)
 		}
 		c.collectCgroupV1(lines, self)
 		c.collectCgroupV2(lines, self)
@@ -207,8 +220,12 @@ func (c *collector) host() {
 		defer close(done)
 		klog.collectKernelLog()
 	}()
-	c.collectDriver()
-	c.collectDriverState()
+	if c.opts.Host != nil {
+		c.opts.Host.driverFor(c)
+	} else {
+		c.collectDriver()
+		c.collectDriverState()
+	}
 	<-done
 	// As when it was read last: its lines after the driver's.
 	c.snap.KernelLog = klog.snap.KernelLog
@@ -221,6 +238,33 @@ func (c *collector) fork() *collector {
 	f := *c
 	f.snap = &Snapshot{}
 	return &f
+}
+
+// readHostString reads a file of the host's, not the target's: through
+// the HostCache where there is one.
+func (c *collector) readHostString(path string) (string, error) {
+	if c.opts.Host != nil {
+		return c.opts.Host.readString(c, path)
+	}
+	return c.fs.readString(path, maxFileSize)
+}
+
+// parseMounts is ParseMountinfo, through the HostCache where there is
+// one: the same table (cudatrace's own) is parsed once.
+func (c *collector) parseMounts(text string) []Mount {
+	if h := c.opts.Host; h != nil {
+		return h.parseMounts(text)
+	}
+	return ParseMountinfo(text)
+}
+
+// parseSelfMounts is parseSelfMounts, through the HostCache where there
+// is one.
+func (c *collector) parseSelfMounts(text string) []selfMount {
+	if h := c.opts.Host; h != nil {
+		return h.parseSelfMounts(text)
+	}
+	return parseSelfMounts(text)
 }
 
 // alive: the process behind pidDir is neither gone nor a zombie.
@@ -328,6 +372,15 @@ func (c *collector) targetView(pidDir string) string {
 }
 
 func (c *collector) collectHost() {
+	if c.opts.Host != nil {
+		c.opts.Host.hostInfo(c)
+		return
+	}
+	c.readHostInfo()
+}
+
+// readHostInfo reads the kernel, the architecture and the node name.
+func (c *collector) readHostInfo() {
 	var u unix.Utsname
 	if err := unix.Uname(&u); err != nil {
 		c.unavailable("uname", err)

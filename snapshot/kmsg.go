@@ -76,7 +76,12 @@ type kernelLog struct {
 // an open error is returned: it is what sends the collector to syslog(2);
 // a later read error is listed and ends the read.
 func (k *kernelLog) readKmsg(path string) error {
-	err, readErr := readKmsgFile(path, k.keep)
+	var err, readErr error
+	if h := k.c.opts.Host; h != nil {
+		err, readErr = h.kernelRecords(k.keep)
+	} else {
+		err, readErr = readKmsgFile(path, k.keep)
+	}
 	if readErr != nil {
 		k.c.snap.Unavailable = append(k.c.snap.Unavailable, "kernel log: read: "+readErr.Error())
 	}
@@ -94,6 +99,13 @@ func readKmsgFile(path string, each func(kmsgRecord)) (openErr, readErr error) {
 		return err, nil
 	}
 	defer func() { _ = unix.Close(fd) }() // read-only: a failed close loses nothing
+	return nil, readKmsgFD(fd, each)
+}
+
+// readKmsgFD reads the records from fd (opened O_NONBLOCK) to the end of
+// the buffer: from its start on a new descriptor, from where the last
+// read stopped on one kept open (HostCache).
+func readKmsgFD(fd int, each func(kmsgRecord)) error {
 	buf := make([]byte, 16384)
 	for {
 		n, err := unix.Read(fd, buf)
@@ -101,13 +113,13 @@ func readKmsgFile(path string, each func(kmsgRecord)) (openErr, readErr error) {
 			continue // EPIPE: the record we were at was overwritten; go on with the next
 		}
 		if errors.Is(err, unix.EAGAIN) {
-			return nil, nil
+			return nil
 		}
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if n == 0 {
-			return nil, nil
+			return nil
 		}
 		// One record per read from /dev/kmsg, followed by " KEY=value"
 		// continuation lines; a plain file (tests) holds many records.

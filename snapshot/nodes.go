@@ -27,6 +27,61 @@ func (c *collector) collectNodes(root string, mounts []Mount) {
 		want[path.Clean(p)] = true
 	}
 
+	for _, p := range c.listedNodes(root) {
+		add(p)
+	}
+	for _, p := range c.opts.ExtraPaths {
+		if p != "" {
+			add(p)
+		}
+	}
+	for _, p := range expectedNodes(c.snap.ProcDevices) {
+		add(p)
+	}
+
+	paths := make([]string, 0, len(want))
+	for p := range want {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+
+	held := map[int]bool{}
+	if i := mountOf(mounts, "/dev"); i >= 0 {
+		held[i] = true
+	}
+	stat := c.statNode
+	if h := c.opts.Host; h != nil && root == path.Join(c.proc, "self", "root") {
+		stat = func(root, p string) Node { return h.statNode(c, root, p) }
+	}
+	for _, p := range paths {
+		n := stat(root, p)
+		if i := mountOf(mounts, p); i >= 0 {
+			n.MountPoint = mounts[i].MountPoint
+			held[i] = true
+		}
+		c.snap.Nodes = append(c.snap.Nodes, n)
+	}
+	for i, m := range mounts {
+		if held[i] {
+			c.snap.Mounts = append(c.snap.Mounts, m)
+		}
+	}
+}
+
+// listedNodes lists the NVIDIA nodes in root's /dev, its NVIDIA
+// directories and the /dev/char links that lead to NVIDIA nodes; in
+// cudatrace's own root (a target gone), through the HostCache where there
+// is one.
+func (c *collector) listedNodes(root string) []string {
+	if h := c.opts.Host; h != nil && root == path.Join(c.proc, "self", "root") {
+		return h.listedNodes(c, root)
+	}
+	return c.listNodes(root)
+}
+
+func (c *collector) listNodes(root string) []string {
+	var out []string
+	add := func(p string) { out = append(out, p) }
 	if names, err := c.readDirNames(root, "/dev"); err == nil {
 		for _, n := range names {
 			if strings.HasPrefix(n, "nvidia") && !contains(nvidiaDirs, "/dev/"+n) {
@@ -51,38 +106,7 @@ func (c *collector) collectNodes(root string, mounts []Mount) {
 			}
 		}
 	}
-	for _, p := range c.opts.ExtraPaths {
-		if p != "" {
-			add(p)
-		}
-	}
-	for _, p := range expectedNodes(c.snap.ProcDevices) {
-		add(p)
-	}
-
-	paths := make([]string, 0, len(want))
-	for p := range want {
-		paths = append(paths, p)
-	}
-	sort.Strings(paths)
-
-	held := map[int]bool{}
-	if i := mountOf(mounts, "/dev"); i >= 0 {
-		held[i] = true
-	}
-	for _, p := range paths {
-		n := c.statNode(root, p)
-		if i := mountOf(mounts, p); i >= 0 {
-			n.MountPoint = mounts[i].MountPoint
-			held[i] = true
-		}
-		c.snap.Nodes = append(c.snap.Nodes, n)
-	}
-	for i, m := range mounts {
-		if held[i] {
-			c.snap.Mounts = append(c.snap.Mounts, m)
-		}
-	}
+	return out
 }
 
 // expectedNodes are nodes that must exist for the registered drivers to be

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cudatrace/cudatrace/snapshot"
 	"github.com/cudatrace/cudatrace/tracer"
@@ -99,6 +100,62 @@ func BenchmarkWatchMemory(b *testing.B) {
 				b.ReportMetric(float64(rssBytes())/(1<<20), "rss-MiB")
 				b.ReportMetric(float64(n*6)/b.Elapsed().Seconds()/float64(b.N), "events/s")
 			}
+		})
+	}
+}
+
+// failStorm feeds n short processes that each fail to open nvidiactl
+// (ENOENT) and exit, as scripts/bench/watch-storm.sh's children do; their
+// PIDs are not alive, so each snapshot finds its process gone.
+type failStorm struct{ n int }
+
+func (s *failStorm) Name() string { return "ebpf" }
+
+func (s *failStorm) Run(_ context.Context, _ tracer.Spec, sink tracer.Sink) (*tracer.Result, error) {
+	var seq uint64
+	for i := range s.n {
+		pid := 4_000_000 + i%100_000 // above any pid_max: never a live process
+		for _, e := range []tracer.Event{
+			{PID: pid, TID: pid, Comm: "storm", Kind: tracer.KindOpen, Syscall: "openat", Path: "/dev/nvidiactl", Ret: -2},
+			{PID: pid, TID: pid, Kind: tracer.KindExit, Syscall: "exit", ExitCode: 1},
+		} {
+			seq++
+			e.Seq, e.Time = seq, time.Duration(seq)*time.Microsecond
+			sink.Event(&e)
+		}
+	}
+	return &tracer.Result{Backend: "ebpf"}, nil
+}
+
+// BenchmarkWatchDiagnoses diagnoses a storm of failing processes with the
+// live snapshot and analysis (this host's /proc, /dev, kernel log and
+// driver files), with the snapshots sharing the host's facts (shared, as
+// watch runs) and each reading them itself (per-process, as before
+// snapshot.HostCache): diagnoses/s is the workers' throughput, the
+// ceiling of watch's lines/s under a fork storm.
+//
+//	go test ./watch -run '^$' -bench WatchDiagnoses -benchtime 3000x -cpuprofile /tmp/cpu.out
+func BenchmarkWatchDiagnoses(b *testing.B) {
+	for _, shared := range []bool{true, false} {
+		name := "shared"
+		if !shared {
+			name = "per-process"
+		}
+		b.Run(name, func(b *testing.B) {
+			w := newWatcher(Options{Backend: &failStorm{n: b.N}, identity: func(int) (snapshot.Identity, error) {
+				return snapshot.Identity{Cgroup: "/", UID: 0}, nil
+			}})
+			if !shared {
+				w.host = nil
+			}
+			sum, err := w.run(context.Background())
+			if err != nil {
+				b.Fatal(err)
+			}
+			if sum.Diagnosed != uint64(b.N) {
+				b.Fatalf("%d diagnosed of %d", sum.Diagnosed, b.N)
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "diagnoses/s")
 		})
 	}
 }

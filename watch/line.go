@@ -51,7 +51,7 @@ type LineCUDA struct {
 
 // newLine summarises p's report. Cause is set only when the analysis says
 // something went wrong: CUDA failed, a failing call was found, or an error
-// finding; the primary finding is the first (the analysis orders them
+// finding where the process made an NVIDIA device call; the primary finding is the first (the analysis orders them
 // worst first) that is not information.
 func newLine(host string, p *proc, rep *report.Report, now time.Time) Line {
 	a := rep.Analysis
@@ -93,11 +93,14 @@ func newLine(host string, p *proc, rep *report.Report, now time.Time) Line {
 		l.CUDA = &LineCUDA{Func: c.Func, Code: c.Code, Name: c.Name}
 	}
 	wrong := a.Failing != nil || (a.CUDA != nil && a.CUDA.Status == "failed")
+	// An error about the host (the driver not loaded) is no failure of a
+	// process that made no device call: the verdict says "beware".
+	touched := analysis.MadeDeviceCall(rep.Events)
 	var primary *analysis.Finding
 	for i := range a.Findings {
 		f := &a.Findings[i]
 		l.Findings = append(l.Findings, f.ID)
-		if f.Severity == analysis.SeverityError {
+		if f.Severity == analysis.SeverityError && touched {
 			wrong = true
 		}
 		if primary == nil && f.Severity != analysis.SeverityInfo {

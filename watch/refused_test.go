@@ -47,13 +47,17 @@ func TestFollowedCoversDiagnoses(t *testing.T) {
 }
 
 // Under -v a process that loaded libcuda and exited without a device call
-// or a CUDA return is printed as healthy, not diagnosed: nothing failed in
-// it, so nothing says the driver is missing.
+// or a CUDA return, or only ran a command, is printed as healthy, not
+// diagnosed, on a host whose /proc/devices lacks NVIDIA's majors: nothing
+// failed in it, so nothing says the driver is missing (issue 32 low item:
+// each such process was a driver-not-loaded diagnosis, in the metric too).
 func TestVerboseNoDeviceCallNotDiagnosed(t *testing.T) {
-	h := &fakeHost{cgroups: map[int]string{70: "/"}}
+	h := &fakeHost{cgroups: map[int]string{70: "/", 71: "/"}}
 	events := []tracer.Event{
 		{PID: 70, TID: 70, Comm: "python3", Kind: tracer.KindOpen, Syscall: "openat", Path: "/usr/lib/x86_64-linux-gnu/libcuda.so.1", Ret: 3},
-		exitOf(70, 0),
+		// A child of a followed process that only runs a shell command.
+		{PID: 71, TID: 71, Comm: "sh", Kind: tracer.KindExec, Syscall: "execve", Path: "/bin/sleep", Ret: 0, Argv: []string{"sleep", "0.02"}},
+		exitOf(70, 0), exitOf(71, 0),
 	}
 	m := NewMetrics("v-test")
 	_, sum, out := watchWith(t, &fakeBackend{events: events}, h, func(o *Options) {
@@ -63,15 +67,23 @@ func TestVerboseNoDeviceCallNotDiagnosed(t *testing.T) {
 		collect := o.System.Collect
 		o.System.Collect = func(so snapshot.Options) *snapshot.Snapshot {
 			s := collect(so)
-			s.Driver, s.ProcDevices, s.Nodes = snapshot.Driver{}, nil, nil
+			s.Driver, s.Nodes = snapshot.Driver{}, nil
+			s.ProcDevices = []snapshot.DriverMajor{{Major: 1, Name: "mem"}, {Major: 4, Name: "tty"}, {Major: 10, Name: "misc"}}
 			return s
 		}
 	})
 	lines := parseLines(t, out)
-	if len(lines) != 1 || lines[0].Cause != "" {
-		t.Errorf("lines %+v, want one without a cause", lines)
+	if len(lines) != 2 || lines[0].Cause != "" || lines[1].Cause != "" {
+		t.Errorf("lines %+v, want two without a cause", lines)
 	}
-	if sum.Diagnosed != 0 || sum.Healthy != 1 {
-		t.Errorf("summary %+v, want 0 diagnosed, 1 healthy", *sum)
+	if sum.Diagnosed != 0 || sum.Healthy != 2 {
+		t.Errorf("summary %+v, want 0 diagnosed, 2 healthy", *sum)
+	}
+	fams := scrape(t, m)
+	if n := len(fams["cudatrace_diagnoses_total"].GetMetric()); n != 0 {
+		t.Errorf("cudatrace_diagnoses_total has %d series, want none", n)
+	}
+	if got, _ := value(fams, "cudatrace_processes_healthy_total", nil); got != 2 {
+		t.Errorf("cudatrace_processes_healthy_total %v, want 2", got)
 	}
 }

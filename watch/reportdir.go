@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"slices"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -35,7 +36,18 @@ type ReportDir struct {
 	keep int
 	mu   sync.Mutex
 	kept []string // report names in the directory, oldest first
+	// flush is armed by the first report written since the last sync:
+	// reports are made durable together, by one syncfs(2) at most
+	// syncEvery after each is written, not two fsyncs each (a fork storm
+	// of failures spent a third of watch's time in them).
+	flush     *time.Timer
+	syncEvery time.Duration      // defaultSyncEvery; tests lengthen it
+	syncfs    func(fd int) error // unix.Syncfs; tests count the calls
 }
+
+// defaultSyncEvery bounds how long a kept report may wait to be made
+// durable.
+const defaultSyncEvery = time.Second
 
 // Modes of the report directory and its reports.
 const (
@@ -72,7 +84,7 @@ func OpenReportDir(dir string, keep int) (*ReportDir, error) {
 		_ = f.Close()
 		return nil, fmt.Errorf("--report-dir %s: %w", dir, unwrapPath(err))
 	}
-	d := &ReportDir{dir: dir, f: f, keep: keep}
+	d := &ReportDir{dir: dir, f: f, keep: keep, syncEvery: defaultSyncEvery, syncfs: unix.Syncfs}
 	for _, e := range entries {
 		if e.Type().IsRegular() && reportName.MatchString(e.Name()) {
 			d.kept = append(d.kept, e.Name())
@@ -89,11 +101,14 @@ func (d *ReportDir) Save(id string, rep *report.Report) (string, error) {
 		return "", fmt.Errorf("%q is not a report ID", id)
 	}
 	path := filepath.Join(d.dir, name)
-	if _, err := report.OpenOutputIn(d.f, name, reportFileMode).Save(rep); err != nil {
+	if _, err := report.OpenOutputIn(d.f, name, reportFileMode).Unsynced().Save(rep); err != nil {
 		return "", err
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.flush == nil {
+		d.flush = time.AfterFunc(d.syncEvery, func() { _ = d.Sync() }) // an error is Sync's caller's at the end
+	}
 	d.kept = append(d.kept, name)
 	slices.Sort(d.kept) // nearly sorted: two workers finish in either order
 	for len(d.kept) > d.keep {
@@ -105,6 +120,21 @@ func (d *ReportDir) Save(id string, rep *report.Report) (string, error) {
 		d.kept = d.kept[1:]
 	}
 	return path, nil
+}
+
+// Sync makes the reports written so far durable: one syncfs(2) of the
+// directory's file system (the renames and the files alike).
+func (d *ReportDir) Sync() error {
+	d.mu.Lock()
+	if d.flush != nil {
+		d.flush.Stop()
+		d.flush = nil
+	}
+	d.mu.Unlock()
+	if err := d.syncfs(int(d.f.Fd())); err != nil {
+		return fmt.Errorf("--report-dir %s: sync: %w", d.dir, err)
+	}
+	return nil
 }
 
 func unwrapPath(err error) error {

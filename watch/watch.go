@@ -32,9 +32,12 @@ const (
 	DefaultMaxStored = 10_000
 	// workers build reports (snapshot wait, analysis, writes) beside the
 	// event stream, which must never wait for them; queued is how many
-	// finished processes may wait for a worker before the stream does.
+	// finished processes may wait for a worker before the stream does: a
+	// burst of that many failures (a fork storm's) is taken without the
+	// ring losing events. Each holds its session's memory meanwhile, as
+	// each of the MaxProcesses followed does.
 	workers = 2
-	queued  = 256
+	queued  = DefaultMaxProcesses
 )
 
 // Options are one watch's inputs.
@@ -119,9 +122,13 @@ type Summary struct {
 	// Unfinished are processes still alive at the end in which nothing
 	// had failed: neither diagnosed nor counted healthy.
 	Unfinished uint64
-	// Shed are processes in which something failed that were still
-	// queued when the drain (Options.DrainTimeout) ran out: no line.
+	// Shed are processes in which something failed that were not
+	// diagnosed because the drain after the end (Options.DrainTimeout)
+	// ran out: no line.
 	Shed uint64
+	// Unprinted are healthy processes (among Healthy) that got no line
+	// under -v because the diagnosis queue was full.
+	Unprinted uint64
 	// Incomplete are the lines marked incomplete: their process ran while
 	// events were lost, or was first seen before the drop count caught up.
 	Incomplete uint64
@@ -157,6 +164,8 @@ type watcher struct {
 
 	jobs chan *proc
 	wg   sync.WaitGroup
+	// host is read once for many snapshots (the kernel log, the driver).
+	host *snapshot.HostCache
 
 	dropped atomic.Uint64
 	// dropBase is the drop count at the last statistics sample that
@@ -170,17 +179,21 @@ type watcher struct {
 	outMu       sync.Mutex
 	writeFailed bool
 	sum         struct {
-		processes, diagnosed, healthy, refused, filtered, unfinished, shed, incomplete atomic.Uint64
+		processes, diagnosed, healthy, refused, filtered, unfinished, shed, incomplete, unprinted atomic.Uint64
 	}
-	// shed is set when the drain after the watch's end ran out: the
-	// diagnoses still queued are counted, not made.
-	shed atomic.Bool
+	// shed is set, and shedding closed, when the drain after the watch's
+	// end ran out: the diagnoses still queued, and those of processes the
+	// backend still delivers, are counted, not made.
+	shed     atomic.Bool
+	shedding chan struct{}
+	shedOnce sync.Once
 }
 
 // DefaultDrainTimeout bounds the diagnoses made after the watch ends
-// (SIGTERM): those still queued then are counted in Summary.Shed and not
-// made, so that watch exits within the DaemonSet's 30 s grace period
-// (the rest is for detaching the programs) however long the backlog.
+// (SIGTERM, from the signal on: the backend still delivers what the ring
+// holds meanwhile): those not made then are counted in Summary.Shed, so
+// that watch exits within the DaemonSet's 30 s grace period (the rest is
+// for detaching the programs) however long the backlog.
 const DefaultDrainTimeout = 20 * time.Second
 
 // Run watches the host until ctx is cancelled or o.Spec.Duration passes,
@@ -213,7 +226,7 @@ func newWatcher(o Options) *watcher {
 	w := &watcher{
 		o: o, start: o.now(), backend: o.Backend.Name(),
 		procs: map[int]*proc{}, skip: map[int]struct{}{},
-		jobs: make(chan *proc, queued),
+		jobs: make(chan *proc, queued), host: snapshot.NewHostCache(0), shedding: make(chan struct{}),
 	}
 	empty := ""
 	w.hook.Store(&empty)
@@ -229,11 +242,15 @@ func (w *watcher) run(ctx context.Context) (*Summary, error) {
 		go func() {
 			defer w.wg.Done()
 			for p := range w.jobs {
-				if w.shed.Load() {
+				switch {
+				case !w.shed.Load():
+					w.diagnose(p)
+				case p.sess.Triggered():
 					w.sum.shed.Add(1)
-					continue
+				default: // -v's healthy line
+					w.sum.unprinted.Add(1)
+					w.healthy()
 				}
-				w.diagnose(p)
 			}
 		}()
 	}
@@ -241,19 +258,43 @@ func (w *watcher) run(ctx context.Context) (*Summary, error) {
 	spec.HostWide = true
 	spec.Argv, spec.PIDs, spec.Cred = nil, nil, nil
 	spec.Stats = w.liveStats
-	res, err := w.o.Backend.Run(ctx, spec, w)
+	// The drain is timed from the end: the cancellation (SIGTERM), or the
+	// backend's return (--duration), whichever comes first.
 	drain := w.o.DrainTimeout
 	if drain <= 0 {
 		drain = DefaultDrainTimeout
 	}
-	stopDrain := time.AfterFunc(drain, func() { w.shed.Store(true) })
-	defer stopDrain.Stop()
+	var drainOnce sync.Once
+	var stopDrain *time.Timer
+	startDrain := func() {
+		drainOnce.Do(func() { stopDrain = time.AfterFunc(drain, w.startShedding) })
+	}
+	ended := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+			startDrain()
+		case <-ended:
+		}
+	}()
+	res, err := w.o.Backend.Run(ctx, spec, w)
+	close(ended)
+	startDrain()
+	defer func() { stopDrain.Stop() }()
 	if err == nil {
 		w.stats(tracer.LiveStats{Dropped: res.Dropped, SyscallHook: res.SyscallHook})
 		w.shutdown(res)
 	}
 	close(w.jobs)
 	w.wg.Wait()
+	if w.host != nil { // nil: each snapshot reads the host itself (benchmarks)
+		_ = w.host.Close() // read-only: nothing lost
+	}
+	if d := w.o.ReportDir; d != nil {
+		if serr := d.Sync(); serr != nil {
+			w.o.Notice(serr.Error())
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -265,11 +306,21 @@ func (w *watcher) run(ctx context.Context) (*Summary, error) {
 	return w.summary(), nil
 }
 
+// startShedding ends the drain: what is still queued or still delivered
+// is counted as shed, not diagnosed.
+func (w *watcher) startShedding() {
+	w.shedOnce.Do(func() {
+		w.shed.Store(true)
+		close(w.shedding)
+	})
+}
+
 func (w *watcher) summary() *Summary {
 	return &Summary{
 		Processes: w.sum.processes.Load(), Diagnosed: w.sum.diagnosed.Load(), Healthy: w.sum.healthy.Load(),
 		Refused: w.sum.refused.Load(), Filtered: w.sum.filtered.Load(), Dropped: w.dropped.Load(),
 		Unfinished: w.sum.unfinished.Load(), Shed: w.sum.shed.Load(), Incomplete: w.sum.incomplete.Load(),
+		Unprinted: w.sum.unprinted.Load(),
 	}
 }
 
@@ -393,7 +444,7 @@ func (w *watcher) admit(e *tracer.Event) *proc {
 		return nil
 	}
 	w.sum.processes.Add(1)
-	so := diagnose.SessionOptions{ProcDevicesPath: w.o.ProcDevicesPath, MaxStored: w.o.MaxStored, System: w.o.System}
+	so := diagnose.SessionOptions{ProcDevicesPath: w.o.ProcDevicesPath, MaxStored: w.o.MaxStored, System: w.o.System, Host: w.host}
 	if err == nil {
 		// A snapshot that finds it gone reads its cgroup's policy from this.
 		id.PID = e.PID
@@ -429,13 +480,40 @@ func (w *watcher) leaveOut(pid int) {
 }
 
 // finish hands a process that has ended (or outlived the watch) to the
-// workers, or, when nothing failed in it, just counts it.
+// workers, or, when nothing failed in it, just counts it. The rule when
+// the workers fall behind (docs/watch.md, "Bounds"): a process in which
+// nothing failed (queued only under -v) is counted healthy without a line
+// when the queue is full; one in which something failed waits for room,
+// so the event stream waits (what the ring then loses is counted, and
+// marks the lines incomplete), until the drain after the end runs out,
+// when it is counted as shed.
 func (w *watcher) finish(p *proc) {
-	if !p.sess.Triggered() && !w.o.Verbose {
+	if !p.sess.Triggered() {
+		if w.o.Verbose {
+			select {
+			case w.jobs <- p:
+				return
+			default:
+				w.sum.unprinted.Add(1)
+			}
+		}
 		w.healthy()
 		return
 	}
-	w.jobs <- p
+	w.queue(p)
+}
+
+// queue hands p to the workers, or counts it shed once the drain ran out.
+func (w *watcher) queue(p *proc) {
+	if w.shed.Load() {
+		w.sum.shed.Add(1)
+		return
+	}
+	select {
+	case w.jobs <- p:
+	case <-w.shedding:
+		w.sum.shed.Add(1)
+	}
 }
 
 func (w *watcher) healthy() {
@@ -461,7 +539,7 @@ func (w *watcher) shutdown(res *tracer.Result) {
 			continue
 		}
 		p.sess.Folded(byPID[pid])
-		w.jobs <- p
+		w.queue(p)
 	}
 }
 

@@ -148,6 +148,9 @@ func watchCommand(args []string, stdout, stderr io.Writer) int {
 	if sum.Dropped > 0 {
 		fmt.Fprintf(stderr, "cudatrace watch: %d lines say incomplete: every process that ran while events were lost, or was first seen before the next statistics interval with no new loss\n", sum.Incomplete)
 	}
+	if sum.Unprinted > 0 {
+		fmt.Fprintf(stderr, "cudatrace watch: %d healthy processes were not printed (-v): the diagnosis queue was full\n", sum.Unprinted)
+	}
 	if sum.Shed > 0 {
 		fmt.Fprintf(stderr, "cudatrace watch: %d processes in which something failed were not diagnosed: the %v drain after the end ran out\n",
 			sum.Shed, watch.DefaultDrainTimeout)

@@ -2,6 +2,7 @@ package ebpf
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -155,27 +156,60 @@ func (s *session) foldedFor(pid int) []tracer.Folded {
 }
 
 // sweep deletes pid's sites from one fold map, passing on those counted
-// past the threshold with the number not delivered.
+// past the threshold with the number not delivered. The map holds every
+// live process's sites and is swept at each exit: it is read in batches
+// (a few syscalls, where an iteration takes two per entry: a fork storm
+// of processes that open a node spent most of watch's CPU there), or by
+// iteration where the kernel has no batch lookup.
 func sweep[K any](sites *ebpf.Map, after uint32, pid int, tgid func(K) uint32, add func(K, uint64)) {
 	if after == 0 {
 		return
 	}
-	var (
-		site K
-		n    uint64
-		mine []K
-	)
-	it := sites.Iterate()
-	for it.Next(&site, &n) {
+	var mine []K
+	each := func(site K, n uint64) {
 		if int(tgid(site)) != pid {
-			continue
+			return
 		}
 		mine = append(mine, site)
 		if n > uint64(after) {
 			add(site, n-uint64(after))
 		}
 	}
+	if !sweepBatches(sites, each) {
+		var (
+			site K
+			n    uint64
+		)
+		it := sites.Iterate()
+		for it.Next(&site, &n) {
+			each(site, n)
+		}
+	}
 	for _, k := range mine {
 		_ = sites.Delete(k) // gone already: nothing to free
+	}
+}
+
+// sweepBatch is how many sites one batch lookup reads.
+const sweepBatch = 256
+
+// sweepBatches feeds every entry of sites to each through batch lookups;
+// false where the kernel has none (nothing was fed then).
+func sweepBatches[K any](sites *ebpf.Map, each func(K, uint64)) bool {
+	var cursor ebpf.MapBatchCursor
+	keys, vals := make([]K, sweepBatch), make([]uint64, sweepBatch)
+	for first := true; ; first = false {
+		n, err := sites.BatchLookup(&cursor, keys, vals, nil)
+		for i := range n {
+			each(keys[i], vals[i])
+		}
+		switch {
+		case errors.Is(err, ebpf.ErrKeyNotExist):
+			return true // the end
+		case err != nil && first && n == 0:
+			return false // no batch lookup here (before 5.6): iterate
+		case err != nil:
+			return true // as an iteration cut short by a change of the map
+		}
 	}
 }
