@@ -18,12 +18,31 @@
 // only where that hook is chosen, so a run on the raw tracepoints does not
 // parse them. Both hold every map and global, in the same layout (checked
 // by TestFentryObjectMatches).
+//
+// A third, with CUDATRACE_OLD_KERNEL, is the one for kernels without what
+// the main one takes for granted (5.10: docs/kernels.md): no task storage
+// (5.11), no bpf_get_current_task_btf (5.11), no pointer arguments to
+// global functions (5.12), no BPF_PSEUDO_FUNC (5.13) and so no bpf_loop,
+// no bpf_task_pt_regs or attach cookies (5.15). There the per-thread slots
+// are hash maps keyed by the task's address, dropped at the thread's exit;
+// the current task is read through probe reads; the global functions are
+// inlined; the scans are bounded loops; and user space loads a copy of
+// ct_api_ret per probed entry point, its cookie call made a constant.
+// The main object is the same with or without these macros.
 
 #include "vmlinux_min.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
 
 char LICENSE[] SEC("license") = "GPL";
+
+#ifdef CUDATRACE_OLD_KERNEL
+/* Verified at each call (5.10 refuses pointer arguments to global ones). */
+#define GLOBAL_FN static __always_inline
+#else
+/* Verified once per program, for any arguments. */
+#define GLOBAL_FN __attribute__((noinline))
+#endif
 
 /* Program names start with ct_: the tests find leftovers by it. */
 
@@ -279,12 +298,33 @@ struct {
  * follows the task_struct, so a non-leader thread that execs (and takes the
  * leader's pid) keeps its slot, and a thread killed inside a syscall frees
  * its own. */
+#ifdef CUDATRACE_OLD_KERNEL
+/* Keyed by the task_struct's address, which a thread keeps for its life
+ * (through an exec too); ct_exit drops the thread's slot. A full map is a
+ * DROP_PENDING, as a slot task storage could not make. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u64);
+	__type(value, struct event);
+} pending SEC(".maps");
+
+/* A zeroed event: what a new slot starts as (task storage's are zeroed). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct event);
+} pending_zero SEC(".maps");
+#else
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, int);
 	__type(value, struct event);
 } pending SEC(".maps");
+#endif
 
 /* Calls per site, for folding; user space reads them once the trace ends.
  * A site that finds the map full is sent every time instead. */
@@ -358,12 +398,23 @@ struct {
 volatile __u32 awaiting_libs = 0;
 
 /* cuDeviceGetCount's int *count, from its entry to its return. */
+#ifdef CUDATRACE_OLD_KERNEL
+/* Keyed by the task's address; the return deletes its entry. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u64);
+	__type(value, __u64);
+} api_out_arg SEC(".maps");
+#else
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, int);
 	__type(value, __u64);
 } api_out_arg SEC(".maps");
+#endif
 
 /* Host-wide: where an untraced process's open path is read to decide
  * whether to follow it (no slot is made for the opens of processes that
@@ -432,6 +483,27 @@ static __always_inline void count_drop(__u32 reason)
 		*n += 1;
 }
 
+/* The current thread's slot in pending; with create, made where it has
+ * none. NULL: none (or none could be made). */
+static __always_inline struct event *pending_slot(bool create)
+{
+#ifdef CUDATRACE_OLD_KERNEL
+	__u64 key = bpf_get_current_task();
+	struct event *e = bpf_map_lookup_elem(&pending, &key);
+	if (e || !create)
+		return e;
+	__u32 zero = 0;
+	struct event *init = bpf_map_lookup_elem(&pending_zero, &zero);
+	if (!init)
+		return NULL;
+	bpf_map_update_elem(&pending, &key, init, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&pending, &key);
+#else
+	return bpf_task_storage_get(&pending, bpf_get_current_task_btf(), 0,
+				    create ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
+#endif
+}
+
 static __always_inline bool is_traced(__u32 tgid)
 {
 	return bpf_map_lookup_elem(&traced, &tgid) != NULL;
@@ -442,6 +514,7 @@ static __always_inline bool is_nvidia_major(__u32 major)
 	return bpf_map_lookup_elem(&nvidia_majors, &major) != NULL;
 }
 
+#ifndef CUDATRACE_OLD_KERNEL
 /* Since 6.2; weak, so that older kernels load the field-by-field reads. */
 extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym __weak;
 #ifndef bpf_ksym_exists
@@ -449,6 +522,7 @@ extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym __weak;
 	_Static_assert(!__builtin_constant_p(!!sym), #sym " should be __weak"); \
 	!!sym; \
 })
+#endif
 #endif
 /* Tests turn the cast off to run the fallback on a kernel that has it. */
 const volatile bool use_rdonly_cast = true;
@@ -462,8 +536,10 @@ const volatile bool use_rdonly_cast = true;
  * search either. */
 static __always_inline struct task_struct *untrusted_task(struct task_struct *task)
 {
+#ifndef CUDATRACE_OLD_KERNEL
 	if (use_rdonly_cast && bpf_ksym_exists(bpf_rdonly_cast))
 		return bpf_rdonly_cast(task, bpf_core_type_id_kernel(struct task_struct));
+#endif
 	return task;
 }
 
@@ -472,11 +548,20 @@ static __always_inline struct task_struct *untrusted_task(struct task_struct *ta
  * the fd array slot needs bpf_probe_read_kernel. */
 static __always_inline struct file *fd_file(int fd)
 {
+#ifdef CUDATRACE_OLD_KERNEL
+	/* No BTF-typed current task: a probe read per field. */
+	struct task_struct *task = (void *)bpf_get_current_task();
+	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
+	if (!fdt || fd < 0 || (__u32)fd >= BPF_CORE_READ(fdt, max_fds))
+		return NULL;
+	struct file **fds = BPF_CORE_READ(fdt, fd);
+#else
 	struct task_struct *task = untrusted_task(bpf_get_current_task_btf());
 	struct fdtable *fdt = task->files->fdt;
 	if (!fdt || fd < 0 || (__u32)fd >= fdt->max_fds)
 		return NULL;
 	struct file **fds = fdt->fd;
+#endif
 	struct file *slot = NULL;
 	if (bpf_probe_read_kernel(&slot, sizeof(slot), &fds[fd]))
 		return NULL;
@@ -490,6 +575,7 @@ static __always_inline bool fd_inode(int fd, umode_t *mode, dev_t *rdev)
 	if (!slot)
 		return false;
 	struct inode *ino;
+#ifndef CUDATRACE_OLD_KERNEL
 	if (use_rdonly_cast && bpf_ksym_exists(bpf_rdonly_cast)) {
 		struct file *f = bpf_rdonly_cast(slot, bpf_core_type_id_kernel(struct file));
 		ino = f->f_inode;
@@ -499,6 +585,7 @@ static __always_inline bool fd_inode(int fd, umode_t *mode, dev_t *rdev)
 		*rdev = ino->i_rdev;
 		return true;
 	}
+#endif
 	ino = BPF_CORE_READ(slot, f_inode);
 	if (!ino)
 		return false;
@@ -553,11 +640,15 @@ static __always_inline __u64 wakeup_flags(bool urgent)
  * rename meanwhile can tear it, as it can the helper's copy. */
 static __always_inline void current_comm(char *dst)
 {
+#ifdef CUDATRACE_OLD_KERNEL
+	bpf_get_current_comm(dst, 16);
+#else
 	struct task_struct *task = bpf_get_current_task_btf();
 	const __u64 *src = (const __u64 *)task->comm;
 	__u64 w0 = src[0], w1 = src[1];
 	__builtin_memcpy(dst, &w0, 8);
 	__builtin_memcpy(dst + 8, &w1, 8);
+#endif
 }
 
 /* Start an event for the current task, whose thread group the dispatcher
@@ -566,8 +657,7 @@ static __always_inline struct event *begin(__u16 sc, __u8 kind)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32;
-	struct event *e = bpf_task_storage_get(&pending, bpf_get_current_task_btf(), 0,
-					       BPF_LOCAL_STORAGE_GET_F_CREATE);
+	struct event *e = pending_slot(true);
 	if (!e) {
 		count_drop(DROP_PENDING);
 		return NULL;
@@ -724,9 +814,12 @@ static __always_inline bool names_nvidia_lib(const struct event *e, bool scan)
 	/* One call site whether or not it scans: a branch around it doubled
 	 * the verifier's walk of everything after. */
 	__u32 steps = scan && e->path_len >= 2 ? PATH_LEN : 0;
+#ifndef CUDATRACE_OLD_KERNEL
 	if (use_bpf_loop) {
 		bpf_loop(steps, lib_step, &s, 0);
-	} else {
+	} else
+#endif
+	{
 		for (__u32 i = 0; i < steps && i < PATH_LEN; i++)
 			if (lib_step(i, &s))
 				break;
@@ -751,9 +844,12 @@ static long modprobe_step(__u32 i, struct scan *s)
 static __always_inline bool mentions_modprobe(const char *p)
 {
 	struct scan s = {.p = p};
+#ifndef CUDATRACE_OLD_KERNEL
 	if (use_bpf_loop) {
 		bpf_loop(PATH_LEN - 16, modprobe_step, &s, 0);
-	} else {
+	} else
+#endif
+	{
 		for (__u32 i = 0; i < PATH_LEN - 16; i++)
 			if (modprobe_step(i, &s))
 				break;
@@ -811,8 +907,7 @@ static __always_inline int ioctl_enter(int fd, __u32 request, unsigned long uptr
 			/* The only traced call that begins nothing: a slot left
 			 * by a call whose exit was missed must not pair with
 			 * this exit. */
-			struct event *slot = bpf_task_storage_get(&pending, bpf_get_current_task_btf(), 0,
-								  BPF_LOCAL_STORAGE_GET_F_CREATE);
+			struct event *slot = pending_slot(true);
 			if (slot)
 				skip(slot, SC_IOCTL);
 			return 0;
@@ -972,12 +1067,21 @@ static __always_inline __u8 traced_syscall(long nr)
  * tracepoints ignore such calls, and so does this. */
 static __always_inline bool in_compat_syscall(void)
 {
+#ifdef CUDATRACE_OLD_KERNEL
+	if (is_arm64()) {
+		struct task_struct___arm64 *t = (void *)bpf_get_current_task();
+		return (BPF_CORE_READ(t, thread_info.flags) >> ARM64_TIF_32BIT) & 1;
+	}
+	struct task_struct___x86 *t = (void *)bpf_get_current_task();
+	return BPF_CORE_READ(t, thread_info.status) & X86_TS_COMPAT;
+#else
 	if (is_arm64()) {
 		struct task_struct___arm64 *t = (void *)bpf_get_current_task_btf();
 		return (t->thread_info.flags >> ARM64_TIF_32BIT) & 1;
 	}
 	struct task_struct___x86 *t = (void *)bpf_get_current_task_btf();
 	return t->thread_info.status & X86_TS_COMPAT;
+#endif
 }
 
 /* struct event's no_entry. ROLLED_BACK: a seccomp KILL_PROCESS,
@@ -1071,7 +1175,7 @@ static __always_inline int enter_sc(__u8 sc, struct sys_args *args)
 	return open_enter(sc, path, flags, mode);
 }
 
-__attribute__((noinline)) int enter_args(__u8 sc, struct sys_args *args)
+GLOBAL_FN int enter_args(__u8 sc, struct sys_args *args)
 {
 	if (!args)
 		return 0;
@@ -1151,7 +1255,7 @@ static __always_inline int sys_enter(__u8 sc, struct pt_regs *regs, bool constan
 		return 0;
 	enter_regs(sc, regs, constant_sc);
 	if (watch == WATCH_AT_EXIT) {
-		struct event *e = bpf_task_storage_get(&pending, bpf_get_current_task_btf(), 0, 0);
+		struct event *e = pending_slot(false);
 		if (e && e->kind == KIND_OPEN)
 			e->retry = RETRY_WATCH;
 	}
@@ -1195,7 +1299,17 @@ static __always_inline bool past_first(void *sites, void *key, __u32 after)
 		if (!n)
 			return false; /* map full: sent, and counted by user space */
 	}
+#ifdef CUDATRACE_OLD_KERNEL
+	/* No atomic fetch before 5.12 (BPF_STX with BPF_FETCH: "uses reserved
+	 * fields"), only a plain atomic add: read, then add. Two calls of one
+	 * site that race at the threshold on two CPUs may both be sent, one
+	 * more than `after`; none is ever lost. */
+	__u64 seen = *n;
+	__sync_fetch_and_add(n, 1);
+	return seen >= after;
+#else
 	return __sync_fetch_and_add(n, 1) >= after;
+#endif
 }
 
 /* Read a successful ioctl's in-band result into e, if its request has one;
@@ -1270,7 +1384,7 @@ static __always_inline bool fold(struct event *e, __u8 kind, long ret, bool held
 
 /* Whether fd is one of awaited_libs. A global function: its result is
  * unknown to the verifier either way, so the paths after it merge. */
-__attribute__((noinline)) int is_awaited_lib(int fd)
+GLOBAL_FN int is_awaited_lib(int fd)
 {
 	struct lib_id id;
 	return fd_file_id(fd, &id) && bpf_map_lookup_elem(&awaited_libs, &id);
@@ -1282,7 +1396,7 @@ __attribute__((noinline)) int is_awaited_lib(int fd)
  * not once per path into it. */
 enum { OPEN_DISCARD = -1, OPEN_KEEP = 0, OPEN_HELD = 1 };
 
-__attribute__((noinline)) int finish_open(struct event *e, long ret)
+GLOBAL_FN int finish_open(struct event *e, long ret)
 {
 	if (!e)
 		return OPEN_DISCARD;
@@ -1339,7 +1453,7 @@ __attribute__((noinline)) int finish_open(struct event *e, long ret)
 
 /* Complete the call in its slot, send it as far as its kind needs (unless
  * it folds), and free the slot. Global, as finish_open. */
-__attribute__((noinline)) int finish(struct event *e, long ret)
+GLOBAL_FN int finish(struct event *e, long ret)
 {
 	if (!e)
 		return 0;
@@ -1491,12 +1605,19 @@ static __always_inline int limit_exit(__u8 sc, long ret)
  * (TSYNC too), and a filter is never removed. */
 static __always_inline bool seccomp_filtered(void)
 {
+#ifdef CUDATRACE_OLD_KERNEL
+	struct task_struct *cur = (void *)bpf_get_current_task();
+	if (!bpf_core_field_exists(cur->seccomp))
+		return false;
+	return BPF_CORE_READ(cur, seccomp.mode) != 0;
+#else
 	struct task_struct *task = bpf_get_current_task_btf();
 	if (!bpf_core_field_exists(task->seccomp))
 		return false;
 	/* A KILL action sets SECCOMP_MODE_DEAD (5.17+) before the rolled-back
 	 * call's exit: any mode but "none" means seccomp was at work. */
 	return task->seccomp.mode != 0;
+#endif
 }
 
 /* The return of a call begun in e (its slot, not empty). */
@@ -1524,7 +1645,7 @@ int ct_sys_exit(__u64 *ctx)
 	if (in_compat_syscall())
 		return 0;
 	long ret = (long)ctx[1];
-	struct event *e = bpf_task_storage_get(&pending, bpf_get_current_task_btf(), 0, 0);
+	struct event *e = pending_slot(false);
 	if (e && e->kind == 0 && e->no_entry == 2 && e->syscall == sc) {
 		e->no_entry = 0; /* entered and skipped */
 		return 0;
@@ -1557,7 +1678,7 @@ int ct_sys_exit_unentered(__u64 *ctx)
 	if (sc == SC_NONE)
 		return 0;
 	enter(sc, (struct pt_regs *)ctx[0]);
-	struct event *e = bpf_task_storage_get(&pending, bpf_get_current_task_btf(), 0, 0);
+	struct event *e = pending_slot(false);
 	if (!e)
 		return 0;
 	if (e->kind == 0) {
@@ -1760,6 +1881,7 @@ int ct_fork(__u64 *ctx)
  * its fds are still open; its memory is gone. On arm64 a rollback cannot be
  * told from the registers (x0 keeps the first argument either way): not
  * seen there. */
+#ifndef CUDATRACE_OLD_KERNEL
 static __always_inline void killed_in_call(struct task_struct *task)
 {
 	struct task_struct *cur = bpf_get_current_task_btf();
@@ -1801,6 +1923,7 @@ static __always_inline void killed_in_call(struct task_struct *task)
 		count_drop(DROP_RINGBUF);
 	discard(e);
 }
+#endif
 
 SEC("tp_btf/sched_process_exit")
 int ct_exit(__u64 *ctx)
@@ -1821,8 +1944,16 @@ int ct_exit(__u64 *ctx)
 	 * untraced it: a thread with a slot was traced. killed_in_call itself
 	 * checks that this thread died in a call (SIGSYS, SECCOMP_MODE_DEAD,
 	 * not rolled back). */
+#ifdef CUDATRACE_OLD_KERNEL
+	/* The thread's slots go with it, as task storage's do. Before 5.17
+	 * no thread is in SECCOMP_MODE_DEAD: killed_in_call sees nothing. */
+	__u64 key = bpf_get_current_task();
+	bpf_map_delete_elem(&pending, &key);
+	bpf_map_delete_elem(&api_out_arg, &key);
+#else
 	if (is_traced(tgid) || bpf_task_storage_get(&pending, bpf_get_current_task_btf(), 0, 0))
 		killed_in_call(task);
+#endif
 	if (!group_dead)
 		return 0;
 	if (!is_traced(tgid))
@@ -1896,10 +2027,15 @@ static __always_inline int api_enter(struct pt_regs *ctx)
 {
 	if (!is_traced(bpf_get_current_pid_tgid() >> 32))
 		return 0;
+#ifdef CUDATRACE_OLD_KERNEL
+	__u64 key = bpf_get_current_task(), arg = regs_arg0(ctx);
+	bpf_map_update_elem(&api_out_arg, &key, &arg, BPF_ANY);
+#else
 	__u64 *slot = bpf_task_storage_get(&api_out_arg, bpf_get_current_task_btf(), 0,
 					   BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (slot)
 		*slot = regs_arg0(ctx);
+#endif
 	return 0;
 }
 
@@ -1996,7 +2132,12 @@ static __always_inline int api_ret(struct pt_regs *ctx)
 	e->syscall = SC_API;
 	e->kind = KIND_API;
 	e->matched = 1;
+#ifdef CUDATRACE_OLD_KERNEL
+	__u64 key = bpf_get_current_task();
+	__u64 *slot = bpf_map_lookup_elem(&api_out_arg, &key);
+#else
 	__u64 *slot = bpf_task_storage_get(&api_out_arg, bpf_get_current_task_btf(), 0, 0);
+#endif
 	if (slot && *slot) {
 		__s32 n = 0;
 		if (!bpf_probe_read_user(&n, sizeof(n), (const void *)*slot)) {
@@ -2005,6 +2146,10 @@ static __always_inline int api_ret(struct pt_regs *ctx)
 		}
 		*slot = 0;
 	}
+#ifdef CUDATRACE_OLD_KERNEL
+	if (slot)
+		bpf_map_delete_elem(&api_out_arg, &key);
+#endif
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 	bpf_ringbuf_submit(e, wakeup_flags(true));
 	if (ret)
@@ -2022,10 +2167,12 @@ int ct_api_enter(struct pt_regs *ctx) { return api_enter(ctx); }
 SEC("uretprobe")
 int ct_api_ret(struct pt_regs *ctx) { return api_ret(ctx); }
 
+#ifndef CUDATRACE_OLD_KERNEL
 SEC("uprobe.multi")
 int ct_api_enter_multi(struct pt_regs *ctx) { return api_enter(ctx); }
 
 SEC("uretprobe.multi")
 int ct_api_ret_multi(struct pt_regs *ctx) { return api_ret(ctx); }
+#endif
 
 #endif

@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-generated=(tracer/ebpf/bpf_bpfel.go tracer/ebpf/bpf_bpfel.o tracer/ebpf/fentry_bpfel.go tracer/ebpf/fentry_bpfel.o nvdev/nvtables.go)
+generated=(tracer/ebpf/bpf_bpfel.go tracer/ebpf/bpf_bpfel.o tracer/ebpf/fentry_bpfel.go tracer/ebpf/fentry_bpfel.o tracer/ebpf/oldkernel_bpfel.go tracer/ebpf/oldkernel_bpfel.o nvdev/nvtables.go)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 

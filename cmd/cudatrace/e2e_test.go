@@ -21,8 +21,7 @@ import (
 )
 
 // backends are those the e2e scenarios run under: both, or those named in
-// CUDATRACE_TEST_BACKENDS (the kernel matrix runs ptrace alone on a kernel
-// below the eBPF backend's minimum).
+// CUDATRACE_TEST_BACKENDS (to run one alone).
 var backends = testBackends()
 
 func testBackends() []string {

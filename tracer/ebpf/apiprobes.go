@@ -3,6 +3,7 @@ package ebpf
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"time"
 
@@ -72,7 +73,10 @@ func (o *apiObjects) close() {
 // a backend that sees the syscalls by other means (ptrace): uprobe.API,
 // loaded from this package's BPF object.
 type APIProbes struct {
-	objs   apiMultiObjects // the multi programs nil before 6.6
+	objs apiMultiObjects // the multi programs nil before 6.6
+	// rest, with the object for older kernels, holds the other maps the
+	// return programs (one per entry point: retCopies) use.
+	rest   *ebpf.Collection
 	probes *uprobe.Probes
 	rd     *ringbuf.Reader
 	dec    *decoder
@@ -90,16 +94,16 @@ func StartAPIProbes(start time.Time) (*APIProbes, error) {
 	if err := APIProbesAllowed(); err != nil {
 		return nil, err
 	}
-	spec, err := loadBpf()
+	v := kernelSupport()
+	if v.missing != nil {
+		return nil, v.missing
+	}
+	spec, err := loadObject(v)
 	if err != nil {
 		return nil, fmt.Errorf("read embedded BPF object: %w", err)
 	}
 	spec.Maps[bpfMapEvents].MaxEntries = apiRingBytes
 	p := &APIProbes{}
-	v := kernelSupport()
-	if v.missing != nil {
-		return nil, v.missing
-	}
 	var to any = &p.objs
 	progs := []*ebpf.ProgramSpec{spec.Programs[bpfProgCtApiEnter], spec.Programs[bpfProgCtApiRet]}
 	if v.uprobeMulti {
@@ -111,7 +115,12 @@ func StartAPIProbes(start time.Time) (*APIProbes, error) {
 	if err != nil {
 		return nil, unavailable("BPF not supported: no kernel BTF: %v", err)
 	}
-	if err := spec.LoadAndAssign(to, &opts); err != nil {
+	var retFor func(uint64) (*ebpf.Program, error)
+	if v.oldKernel != "" {
+		if retFor, err = p.loadOldKernel(spec, opts); err != nil {
+			return nil, loadError(err, false)
+		}
+	} else if err := spec.LoadAndAssign(to, &opts); err != nil {
 		return nil, loadError(err, false)
 	}
 	if cacheKey != "" {
@@ -124,10 +133,11 @@ func StartAPIProbes(start time.Time) (*APIProbes, error) {
 		onLoadAPI(p.objs.Enter, p.objs.Ret)
 	}
 	if p.rd, err = ringbuf.NewReader(p.objs.Events); err != nil {
-		p.objs.close()
+		p.closeObjs()
 		return nil, fmt.Errorf("open ring buffer: %w", err)
 	}
-	p.probes = uprobe.New(uprobe.Objects{Enter: p.objs.Enter, Ret: p.objs.Ret, EnterMulti: p.objs.EnterMulti, RetMulti: p.objs.RetMulti, Probed: p.objs.Probed})
+	p.probes = uprobe.New(uprobe.Objects{Enter: p.objs.Enter, Ret: p.objs.Ret, EnterMulti: p.objs.EnterMulti, RetMulti: p.objs.RetMulti,
+		RetFor: retFor, Probed: p.objs.Probed})
 	startKtime := monotonicNow()
 	if since := time.Since(start); since > 0 && uint64(since) < startKtime {
 		startKtime -= uint64(since)
@@ -135,6 +145,29 @@ func StartAPIProbes(start time.Time) (*APIProbes, error) {
 	p.dec = newDecoder(startKtime)
 	p.dec.api = p.probes
 	return p, nil
+}
+
+// loadOldKernel loads, from the object for older kernels, the entry
+// program and every map the return programs use; those load one per entry
+// point as they are probed (the function returned).
+func (p *APIProbes) loadOldKernel(spec *ebpf.CollectionSpec, opts ebpf.CollectionOptions) (func(uint64) (*ebpf.Program, error), error) {
+	part, _ := groupSpec(spec, []string{bpfProgCtApiEnter, bpfProgCtApiRet}, nil)
+	delete(part.Programs, bpfProgCtApiRet)
+	for _, name := range []string{bpfMapEvents, bpfMapTraced, bpfMapProbedLibs, bpfMapDrops} {
+		part.Maps[name] = spec.Maps[name] // apiObjects' maps, used by the programs or not
+	}
+	coll, err := ebpf.NewCollectionWithOptions(part, opts)
+	if err != nil {
+		return nil, err
+	}
+	made := maps.Clone(coll.Maps)
+	p.objs.Enter = coll.DetachProgram(bpfProgCtApiEnter)
+	p.objs.Events = coll.DetachMap(bpfMapEvents)
+	p.objs.Traced = coll.DetachMap(bpfMapTraced)
+	p.objs.Probed = coll.DetachMap(bpfMapProbedLibs)
+	p.objs.Drops = coll.DetachMap(bpfMapDrops)
+	p.rest = coll
+	return retCopies(spec, spec.Programs[bpfProgCtApiRet], made, opts), nil
 }
 
 // apiLoadOptions are the uprobe programs' load options: the kernel types
@@ -260,5 +293,12 @@ func (p *APIProbes) Lost() uint64 {
 func (p *APIProbes) Close() {
 	p.probes.Close()
 	_ = p.rd.Close() // best-effort cleanup: nothing to do if it fails
+	p.closeObjs()
+}
+
+func (p *APIProbes) closeObjs() {
 	p.objs.close()
+	if p.rest != nil {
+		p.rest.Close()
+	}
 }

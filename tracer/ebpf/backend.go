@@ -288,18 +288,24 @@ func load(spec tracer.Spec, ringBytes int, phases *phaseLog) (*session, error) {
 	// The kernel's BTF is parsed while the object is read and the maps are
 	// made (or since Probe).
 	cache := kernelBTF()
-	cspec, err := loadBpf()
+	// The features the programs need, and the variants chosen, probed once
+	// (RLIMIT_MEMLOCK raised there where the kernel charges it).
+	v := kernelSupport()
+	if v.missing != nil {
+		return nil, v.missing
+	}
+	cspec, err := loadObject(v)
 	if err != nil {
 		return nil, fmt.Errorf("read embedded BPF object: %w", err)
 	}
 	if ringBytes != 0 {
 		cspec.Maps[bpfMapEvents].MaxEntries = uint32(ringBytes)
 	}
-	// The features the programs need, and the variants chosen, probed once
-	// (RLIMIT_MEMLOCK raised there where the kernel charges it).
-	v := kernelSupport()
-	if v.missing != nil {
-		return nil, v.missing
+	// Without attach cookies ct_api_ret cannot load: a copy per entry
+	// point loads as it is probed (retCopies).
+	retSpec := cspec.Programs[bpfProgCtApiRet]
+	if v.oldKernel != "" {
+		delete(cspec.Programs, bpfProgCtApiRet)
 	}
 	if !v.uprobeMulti {
 		// Before 6.6: these programs cannot load; per-symbol links remain.
@@ -316,7 +322,12 @@ func load(spec tracer.Spec, ringBytes int, phases *phaseLog) (*session, error) {
 	var hook, hookWhy string
 	var plan *fentryPlan
 	probed := make(chan struct{})
-	go func() { hook, hookWhy, plan = chooseSyscallHook(cache, spec.HostWide); close(probed) }()
+	if v.oldKernel != "" {
+		hook, hookWhy = hookRawTracepoint, "the object for older kernels has no fentry programs"
+		close(probed)
+	} else {
+		go func() { hook, hookWhy, plan = chooseSyscallHook(cache, spec.HostWide); close(probed) }()
+	}
 	if err := configure(cspec, cache, fold, spec.HostWide, v); err != nil {
 		<-probed
 		closeMaps(maps)
@@ -337,19 +348,28 @@ func load(spec tracer.Spec, ringBytes int, phases *phaseLog) (*session, error) {
 	}
 	phases.mark("programs")
 	phases.note(fmt.Sprintf("syscall hook: %s (%s)", hook, hookWhy))
-	v.rdonlyCast = haveKfunc(cache, "bpf_rdonly_cast") && !fieldReads
+	v.rdonlyCast = haveKfunc(cache, "bpf_rdonly_cast") && !fieldReads && v.oldKernel == ""
 	v.loop = v.loop && !boundedLoops
 	phases.note(v.String())
 	if onLoad != nil {
 		onLoad(coll)
 	}
+	apiObjs := uprobe.Objects{
+		Enter: coll.Programs[bpfProgCtApiEnter], Ret: coll.Programs[bpfProgCtApiRet],
+		EnterMulti: coll.Programs[bpfProgCtApiEnterMulti], RetMulti: coll.Programs[bpfProgCtApiRetMulti],
+		Probed: coll.Maps[bpfMapProbedLibs], Awaited: coll.Maps[bpfMapAwaitedLibs], Awaiting: coll.Variables[bpfVarAwaitingLibs],
+	}
+	if v.oldKernel != "" {
+		opts, err := loadOptions(cache)
+		if err != nil {
+			coll.Close()
+			return nil, err
+		}
+		apiObjs.RetFor = retCopies(cspec, retSpec, coll.Maps, opts)
+	}
 	s := &session{coll: coll, hook: hook, spec: cspec, removed: removed, cache: cache, phases: phases,
 		variants: v.list(), debug: spec.Debug, fold: fold, exits: make(chan struct{}, 1),
-		api: uprobe.New(uprobe.Objects{
-			Enter: coll.Programs[bpfProgCtApiEnter], Ret: coll.Programs[bpfProgCtApiRet],
-			EnterMulti: coll.Programs[bpfProgCtApiEnterMulti], RetMulti: coll.Programs[bpfProgCtApiRetMulti],
-			Probed: coll.Maps[bpfMapProbedLibs], Awaited: coll.Maps[bpfMapAwaitedLibs], Awaiting: coll.Variables[bpfVarAwaitingLibs],
-		})}
+		api: uprobe.New(apiObjs)}
 	majors := coll.Maps[bpfMapNvidiaMajors]
 	if len(spec.DeviceMajors) > int(majors.MaxEntries()) {
 		s.close()

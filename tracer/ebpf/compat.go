@@ -2,6 +2,7 @@ package ebpf
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"unsafe"
@@ -14,10 +15,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// MinimumKernel is the oldest Linux whose features the programs need
-// (requiredFeatures): the attach cookie, the newest of them, came in 5.15.
-// It is stated, never checked: each feature is probed.
-const MinimumKernel = "5.15"
+// MinimumKernel is the oldest Linux the programs are tested on: Debian 11's
+// 5.10, which loads the object for older kernels (oldKernelFeatures). It is
+// stated, never checked: each feature is probed.
+const MinimumKernel = "5.10"
 
 // feature is one the programs need: its name, the Linux release that
 // brought it, and its probe (ebpf.ErrNotSupported: missing).
@@ -26,18 +27,37 @@ type feature struct {
 	probe       func() error
 }
 
-// requiredFeatures are what the programs cannot do without, oldest first.
-// BTF tracepoints (5.5) are older than all of them; cilium/ebpf's probe
-// for that program type loads an fentry program, which lockdown refuses.
-// The first one missing is the one line saying why the eBPF backend cannot
-// run here (--backend auto then takes ptrace).
+// requiredFeatures are what neither object can do without, oldest first.
+// BTF tracepoints (5.5) are older; cilium/ebpf's probe for that program
+// type loads an fentry program, which lockdown refuses. The first one
+// missing is the one line saying why the eBPF backend cannot run here
+// (--backend auto then takes ptrace).
 var requiredFeatures = []feature{
 	{"the BPF ring buffer", "5.8", func() error { return features.HaveMapType(ebpf.RingBuf) }},
+}
+
+// oldKernelFeatures are what the main object needs beyond them. Where one
+// is missing, the object for older kernels loads instead
+// (oldkernel_bpfel.o, bpf/cudatrace.c with CUDATRACE_OLD_KERNEL), with a
+// fallback for each. Pointer arguments to global functions (5.12) and
+// BPF_PSEUDO_FUNC (5.13) are not probed: every kernel with attach
+// cookies has both, and the old object does without either.
+var oldKernelFeatures = []feature{
 	{"task storage maps", "5.11", probeTaskStorage},
 	{"bpf_get_current_task_btf", "5.11", func() error { return features.HaveProgramHelper(ebpf.Kprobe, asm.FnGetCurrentTaskBtf) }},
 	{"uprobe attach cookies (bpf_get_attach_cookie)", "5.15", func() error {
 		return features.HaveProgramHelper(ebpf.Kprobe, asm.FnGetAttachCookie)
 	}},
+}
+
+// oldKernelVariants are the fallbacks the object for older kernels takes,
+// all of them wherever it loads.
+var oldKernelVariants = []string{
+	"object=oldkernel",
+	"slots=hash",              // per-thread slots: hash maps by task, for task storage
+	"current-task=probe-read", // bpf_get_current_task and probe reads, for bpf_get_current_task_btf
+	"functions=inlined",       // no global functions (their pointer arguments: 5.12)
+	"cookies=per-program",     // a ct_api_ret per entry point, for bpf_get_attach_cookie
 }
 
 // probeTaskStorage asks for a task storage map whose values are too large:
@@ -76,6 +96,9 @@ type kernelVariants struct {
 	loop          bool // bpf_loop (5.17); else bounded loops
 	rdonlyCast    bool // bpf_rdonly_cast (6.2); else a probe read per field (set by the load)
 	uprobeMulti   bool // uprobe_multi links (6.6); else a link per symbol
+	// oldKernel, where the kernel lacks one of oldKernelFeatures, says
+	// which: the object for older kernels loads. "": the main object.
+	oldKernel string
 }
 
 // list names the variants chosen, for --debug and the report.
@@ -86,15 +109,33 @@ func (v *kernelVariants) list() []string {
 		}
 		return no
 	}
-	return []string{
+	l := []string{
 		pick(v.memlockRaised, "memlock=raised", "memlock=memcg"),
 		pick(v.loop, "scans=bpf_loop", "scans=bounded-loops"),
 		pick(v.rdonlyCast, "task-reads=bpf_rdonly_cast", "task-reads=probe-read"),
 		pick(v.uprobeMulti, "uprobes=uprobe_multi", "uprobes=per-symbol"),
 	}
+	if v.oldKernel != "" {
+		l = append(l, oldKernelVariants...)
+	}
+	return l
 }
 
-func (v *kernelVariants) String() string { return "kernel variants: " + strings.Join(v.list(), ", ") }
+func (v *kernelVariants) String() string {
+	s := "kernel variants: " + strings.Join(v.list(), ", ")
+	if v.oldKernel != "" {
+		s += " (the object for older kernels: this one has no " + v.oldKernel + ")"
+	}
+	return s
+}
+
+// loadObject reads the BPF object the kernel takes (v.oldKernel).
+func loadObject(v kernelVariants) (*ebpf.CollectionSpec, error) {
+	if v.oldKernel != "" {
+		return loadOldkernel()
+	}
+	return loadBpf()
+}
 
 var probed struct {
 	once sync.Once
@@ -105,8 +146,17 @@ var probed struct {
 // (checkPrivileges). cilium/ebpf caches each feature probe, too.
 func kernelSupport() kernelVariants {
 	probed.once.Do(func() { probed.v = probeKernel() })
-	return probed.v
+	v := probed.v
+	if oldKernelObject && v.missing == nil && v.oldKernel == "" {
+		v.oldKernel = "need for the main object (a test chose the other)"
+		v.loop, v.uprobeMulti = false, false
+	}
+	return v
 }
+
+// oldKernelObject, set by tests, makes the object for older kernels load
+// on a kernel that has what the main one needs.
+var oldKernelObject bool
 
 func probeKernel() kernelVariants {
 	var v kernelVariants
@@ -130,6 +180,19 @@ func probeKernel() kernelVariants {
 			}
 			return v
 		}
+	}
+	for _, f := range oldKernelFeatures {
+		if err := f.probe(); err != nil {
+			if !errors.Is(err, ebpf.ErrNotSupported) {
+				v.missing = unavailable("BPF not supported: probing for %s: %v", f.name, err)
+				return v
+			}
+			v.oldKernel = fmt.Sprintf("%s (Linux %s)", f.name, f.since)
+			break
+		}
+	}
+	if v.oldKernel != "" {
+		return v // its object has neither bpf_loop nor uprobe_multi programs
 	}
 	v.loop = features.HaveProgramHelper(ebpf.Kprobe, asm.FnLoop) == nil
 	v.uprobeMulti = features.HaveBPFLinkUprobeMulti() == nil

@@ -2,6 +2,7 @@ package ebpf
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -13,8 +14,9 @@ import (
 )
 
 // The first required feature the kernel lacks is named in one line that
-// lets auto fall back; the features after it are not probed. (On a real
-// kernel below the minimum: the kernel matrix's 5.10, TestBelowMinimumKernel.)
+// lets auto fall back (diagnose's TestAutoFallsBackWhenEBPFCannotLoad); the
+// features after it are not probed. No kernel below the minimum (5.10) is
+// booted here: the probe is faked.
 func TestMissingFeatureNamed(t *testing.T) {
 	privtest.RequireRoot(t) // probeKernel lifts RLIMIT_MEMLOCK where charged
 	saved := requiredFeatures
@@ -46,7 +48,11 @@ func TestKernelVariants(t *testing.T) {
 	if v.missing != nil {
 		t.Fatalf("this kernel lacks a feature: %v", v.missing)
 	}
-	if l := v.list(); len(l) != 4 || !strings.HasPrefix(l[0], "memlock=") || !strings.HasPrefix(l[1], "scans=") {
+	want := 4
+	if v.oldKernel != "" {
+		want += len(oldKernelVariants)
+	}
+	if l := v.list(); len(l) != want || !strings.HasPrefix(l[0], "memlock=") || !strings.HasPrefix(l[1], "scans=") {
 		t.Errorf("variants %q", l)
 	}
 }
@@ -58,5 +64,29 @@ func TestTaskStorageProbe(t *testing.T) {
 	got := probeTaskStorage()
 	if errors.Is(got, ebpf.ErrNotSupported) != errors.Is(want, ebpf.ErrNotSupported) || (got == nil) != (want == nil) {
 		t.Fatalf("probeTaskStorage: %v, features.HaveMapType: %v", got, want)
+	}
+}
+
+// A kernel that lacks one of what the main object needs, but not what both
+// do, takes the object for older kernels, and the variants say which
+// feature chose it; the features after it are not probed.
+func TestOldKernelChosenByProbe(t *testing.T) {
+	privtest.RequireRoot(t) // probeKernel lifts RLIMIT_MEMLOCK where charged
+	saved := oldKernelFeatures
+	t.Cleanup(func() { oldKernelFeatures = saved })
+	probedAfter := false
+	oldKernelFeatures = []feature{
+		{"a feature", "9.9", func() error { return ebpf.ErrNotSupported }},
+		{"another", "9.10", func() error { probedAfter = true; return nil }},
+	}
+	v := probeKernel()
+	if v.missing != nil {
+		t.Fatalf("refused (%v), want the object for older kernels", v.missing)
+	}
+	if v.oldKernel != "a feature (Linux 9.9)" || v.loop || v.uprobeMulti || probedAfter {
+		t.Errorf("oldKernel %q, bpf_loop %v, uprobe_multi %v, probed after %v", v.oldKernel, v.loop, v.uprobeMulti, probedAfter)
+	}
+	if l := v.list(); !slices.Equal(l[len(l)-len(oldKernelVariants):], oldKernelVariants) || !strings.Contains(v.String(), "a feature") {
+		t.Errorf("variants %q (%s)", l, v.String())
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cudatrace/cudatrace/internal/fakeinband"
+	"github.com/cudatrace/cudatrace/internal/fakelib"
 	"github.com/cudatrace/cudatrace/internal/fakelimits"
 	"github.com/cudatrace/cudatrace/internal/privtest"
 	"github.com/cudatrace/cudatrace/internal/scenario/faults"
@@ -793,4 +795,45 @@ func TestEventsCarryCgroupID(t *testing.T) {
 	if p, err := snapshot.CgroupV2PathByID(opens[1].CgroupID); err != nil || p != "/"+filepath.Base(dir) {
 		t.Errorf("the failing call's cgroup after the exit: %q, %v", p, err)
 	}
+}
+
+// The object for kernels without task storage, bpf_get_current_task_btf or
+// attach cookies (5.10: oldkernel_bpfel.o) gives the same events as the
+// main one: its slots in hash maps, the current task read by probe reads,
+// its functions inlined, a return program per CUDA entry point.
+func TestOldKernelObject(t *testing.T) {
+	privtest.RequireRoot(t)
+	if v := kernelSupport(); v.oldKernel != "" {
+		t.Skipf("every trace here loads that object already: this kernel has no %s", v.oldKernel)
+	}
+	oldKernelObject = true
+	t.Cleanup(func() { oldKernelObject = false })
+	t.Run("variants", func(t *testing.T) {
+		res, _ := traceCmd(t, tracer.Spec{}, "exit 0")
+		if !slices.Equal(res.KernelVariants[len(res.KernelVariants)-len(oldKernelVariants):], oldKernelVariants) || res.SyscallHook != hookRawTracepoint {
+			t.Errorf("variants %q, hook %s; want the old kernel's and raw tracepoints", res.KernelVariants, res.SyscallHook)
+		}
+	})
+	t.Run("open-ioctl", TestOpenIoctlAndFailures)
+	t.Run("library", TestLibraryAndProcOpens)
+	t.Run("node-repair", TestNodeRepairCalls)
+	t.Run("threads", TestDescendantsAndThreads)
+	t.Run("exit-by-leader", TestExitReportedByLeader)
+	t.Run("cold-page", TestPathInColdPage)
+	t.Run("host-wide", TestHostWideFollowsNVIDIAOpeners)
+	t.Run("host-wide-cold-path", TestHostWideFollowsColdPathOpen)
+	t.Run("cuda-returns", TestLaunchedTargetLibraryProbed)
+	t.Run("count-out", func(t *testing.T) {
+		dir := fakelib.Build(t)
+		t.Setenv("LD_LIBRARY_PATH", dir)
+		_, rec := traceCmd(t, tracer.Spec{}, "FAKELIB_CTL=/dev/null FAKELIB_UVM=/dev/null FAKELIB_DEVICES=2 LD_LIBRARY_PATH="+dir+" exec "+filepath.Join(dir, "app"))
+		counts := rec.find(func(e *tracer.Event) bool { return e.Kind == tracer.KindAPI && e.Func == "cuDeviceGetCount" })
+		if len(counts) != 1 || counts[0].Out == nil || *counts[0].Out != 2 {
+			t.Fatalf("cuDeviceGetCount returns %+v, want one with count 2; events:\n%s", counts, rec.dump())
+		}
+	})
+	t.Run("api-probes", TestPreProbe)
+	t.Run("inband", TestInbandFailureNotFolded)
+	t.Run("attach", TestAttach)
+	t.Run("nothing-left", TestNothingLeftBehind)
 }

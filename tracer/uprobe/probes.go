@@ -55,6 +55,10 @@ type Probes struct {
 	// uprobe_multi link each (nil before 6.6, or where not loaded).
 	enterMulti, retMulti *ebpf.Program
 	probed               *ebpf.Map // probed_libs: the files the kernel need not hold for
+	// retFor, where the kernel has no attach cookies (before 5.15), is
+	// the return program for one cookie; its programs are retProgs.
+	retFor   func(cookie uint64) (*ebpf.Program, error)
+	retProgs []*ebpf.Program
 
 	mu       sync.Mutex
 	libs     []string           // by cookie index: the path the target used
@@ -84,6 +88,10 @@ type Objects struct {
 	// where not loaded).
 	EnterMulti, RetMulti *ebpf.Program
 	Probed               *ebpf.Map // probed_libs
+	// RetFor, where the kernel has no attach cookies (bpf_get_attach_cookie,
+	// 5.15), loads the return program of one entry point, the cookie its
+	// constant; then Ret is nil. The probes close what it loads.
+	RetFor func(cookie uint64) (*ebpf.Program, error)
 	// Awaited (awaited_libs) and Awaiting (awaiting_libs), for PreProbe's
 	// hold of opens by any name (nil: not launching, or ptrace).
 	Awaited  *ebpf.Map
@@ -93,7 +101,7 @@ type Objects struct {
 // New makes the probes of one trace; nothing is attached yet.
 func New(o Objects) *Probes {
 	return &Probes{enter: o.Enter, ret: o.Ret, enterMulti: o.EnterMulti, retMulti: o.RetMulti, probed: o.Probed,
-		awaited: o.Awaited, awaiting: o.Awaiting, attached: map[[2]uint64]bool{}}
+		retFor: o.RetFor, awaited: o.Awaited, awaiting: o.Awaiting, attached: map[[2]uint64]bool{}}
 }
 
 // describe names a returned probe for the decoder.
@@ -266,8 +274,7 @@ func (p *Probes) attachFile(f *os.File, name string, wanted func() bool) error {
 		if err == nil {
 			break // attached as one link per library (or nothing to attach)
 		}
-		opts := &link.UprobeOptions{Cookie: apiCookie(li, fi)}
-		l, err := ex.Uretprobe(fn.name, p.ret, opts)
+		l, err := p.uretprobe(ex, fn.name, apiCookie(li, fi))
 		if errors.Is(err, link.ErrNoSymbol) {
 			continue
 		}
@@ -288,6 +295,26 @@ func (p *Probes) attachFile(f *os.File, name string, wanted func() bool) error {
 		p.notes = append(p.notes, fmt.Sprintf("%s exports none of the CUDA/NVML entry points cudatrace probes", name))
 	}
 	return p.probed.Put(libKey(&st), uint8(1))
+}
+
+// uretprobe attaches the return probe of one entry point: the program with
+// its cookie, or where the kernel has no cookies a program of its own
+// (retFor), kept until Close.
+func (p *Probes) uretprobe(ex *link.Executable, symbol string, cookie uint64) (link.Link, error) {
+	if p.retFor == nil {
+		return ex.Uretprobe(symbol, p.ret, &link.UprobeOptions{Cookie: cookie})
+	}
+	prog, err := p.retFor(cookie)
+	if err != nil {
+		return nil, err
+	}
+	l, err := ex.Uretprobe(symbol, prog, nil)
+	if err != nil {
+		_ = prog.Close() // not attached: nothing holds it
+		return nil, err
+	}
+	p.retProgs = append(p.retProgs, prog)
+	return l, nil
 }
 
 // attachMulti attaches the library's exported entry points with one
@@ -496,6 +523,13 @@ func (p *Probes) Close() {
 		wg.Go(func() { _ = l.Close() }) // best-effort cleanup: nothing to do if it fails
 	}
 	wg.Wait()
+	p.mu.Lock()
+	progs := p.retProgs
+	p.retProgs = nil
+	p.mu.Unlock()
+	for _, prog := range progs {
+		_ = prog.Close() // best-effort cleanup: nothing to do if it fails
+	}
 }
 
 // Held is an open of an unprobed library whose process the kernel
