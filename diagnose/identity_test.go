@@ -243,3 +243,30 @@ func TestEnvFromKernelCopy(t *testing.T) {
 		t.Errorf("findings %v", rep.Analysis.Findings)
 	}
 }
+
+// A failing process gone before its failure's read still has its container
+// named, from the cgroups read at its first event: the LXC payload cgroup
+// says which container (TestLXCPlaceholderFile under eBPF found the
+// container empty when fakecuda had exited first).
+func TestContainerFromIdentityWhenGone(t *testing.T) {
+	privtest.Deadline(t)
+	const pid = 70
+	sys := &fakeSystem{gone: map[int]bool{pid: true}}
+	d := *sys.deps()
+	alive := true
+	d.targetIdentity = func(p int) (snapshot.Identity, error) {
+		if !alive {
+			return snapshot.Identity{UID: -1}, os.ErrNotExist
+		}
+		return snapshot.Identity{PID: p, UID: 0}.InCgroupV2("/lxc.payload.gpu1/init.scope"), nil
+	}
+	d.targetContainer = func(int) (snapshot.Container, bool) { return snapshot.Container{}, false } // gone
+	s := newSession(SessionOptions{}, d)
+	s.Event(&tracer.Event{Seq: 1, PID: pid, Kind: tracer.KindExec, Syscall: "execve", Path: "/fakecuda"})
+	alive = false
+	s.Event(&tracer.Event{Seq: 2, PID: pid, Kind: tracer.KindOpen, Syscall: "openat", Path: "/dev/nvidia-uvm", Ret: -1})
+	rep := s.Report(tracer.Spec{Argv: []string{"/fakecuda"}}, &tracer.Result{Backend: "ebpf"}, time.Now(), "v-test")
+	if c := rep.Snapshot.Container; c.Runtime != "lxc" || c.ID != "gpu1" {
+		t.Errorf("container %+v, want LXC gpu1 from the cgroups read at the exec", c)
+	}
+}

@@ -141,6 +141,10 @@ func (f *failureSnapshot) triggerAs(e *tracer.Event, path string, strong bool) {
 	if f.deps.targetContainer != nil {
 		if ct, ok := f.deps.targetContainer(pid); ok {
 			f.container = ct
+		} else if ct, ok := f.ids[pid].Container(); ok && f.container.Runtime == "" {
+			// Gone already: its cgroups as read at its first event or
+			// exec still name its container.
+			f.container = ct
 		}
 	}
 	// Its cgroups and UID now, in case it is gone before its view is

@@ -462,6 +462,20 @@ func TargetContainer(pid int) (Container, bool) {
 	return ct, ct.Runtime != ""
 }
 
+// Container says which container the process of id ran in, from the
+// cgroups read at its first event or exec, for a process gone before its
+// failure could be read (its init's environment and its ancestors are
+// gone with it; the cgroup path alone names LXC, Docker, Kubernetes).
+func (id *Identity) Container() (Container, bool) {
+	if id == nil || id.cgroups == "" {
+		return Container{}, false
+	}
+	c := newCollector(Options{PID: id.PID})
+	ct := DetectContainer(id.cgroups, nil)
+	placeLXC(&ct, c.hostExists)
+	return ct, ct.Runtime != ""
+}
+
 // TargetEnv reads the variables of process pid's environment a report
 // keeps (DiagnosticEnv): one quick read, for a process that may exit any
 // moment (CUDA failed and it is on its way out).
