@@ -270,3 +270,29 @@ func TestContainerFromIdentityWhenGone(t *testing.T) {
 		t.Errorf("container %+v, want LXC gpu1 from the cgroups read at the exec", c)
 	}
 }
+
+// The read at a library's open takes only the environment: a process that
+// is a zombie by then shows no argv or root, and the first event's read of
+// those stays (CI's TestWatchGoneProcess lost the argv and user to it).
+func TestLibraryOpenKeepsIdentity(t *testing.T) {
+	privtest.Deadline(t)
+	const pid = 80
+	first := snapshot.Identity{PID: pid, UID: 1000, Argv: []string{"python3", "train.py"}, SameRoot: true, RootKnown: true}
+	zombie := false
+	sys := &fakeSystem{}
+	d := *sys.deps()
+	d.targetIdentity = func(int) (snapshot.Identity, error) {
+		if zombie {
+			return snapshot.Identity{PID: pid, UID: -1, Env: map[string]string{"CUDA_VISIBLE_DEVICES": "0"}}, nil
+		}
+		return first, nil
+	}
+	s := newSession(SessionOptions{}, d)
+	s.Event(&tracer.Event{Seq: 1, PID: pid, Kind: tracer.KindExec, Syscall: "execve", Path: "/usr/bin/python3"})
+	zombie = true
+	s.Event(&tracer.Event{Seq: 2, PID: pid, Kind: tracer.KindOpen, Syscall: "openat", Path: "/usr/lib/libcuda.so.1", Ret: 3})
+	id := s.snapper.identity(pid)
+	if id == nil || !slices.Equal(id.Argv, first.Argv) || id.UID != 1000 || !id.RootKnown || id.Env["CUDA_VISIBLE_DEVICES"] != "0" {
+		t.Errorf("identity %+v, want the exec's with the library open's environment", id)
+	}
+}

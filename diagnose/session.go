@@ -163,6 +163,19 @@ func (s *Session) readIdentity(e *tracer.Event) {
 		return
 	}
 	s.read[e.PID] = true
+	if lib && !exec {
+		// Only the environment is new at a library's open; the rest of
+		// a read now may be a zombie's (no argv, no root): keep the
+		// first event's or exec's.
+		if old := s.snapper.identity(e.PID); old != nil {
+			if id, err := s.d.targetIdentity(e.PID); err == nil && id.Env != nil {
+				merged := *old
+				merged.Env = id.Env
+				s.snapper.setIdentity(&merged)
+			}
+			return
+		}
+	}
 	if id, err := s.d.targetIdentity(e.PID); err == nil {
 		id.PID = e.PID
 		s.snapper.setIdentity(&id)
